@@ -1,0 +1,5 @@
+"""collsynth: synthesize, verify, simulate and compile straggler-aware collective schedules."""
+
+__version__ = "0.1.0"
+
+from .errors import CollsynthError  # noqa: F401

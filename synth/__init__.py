@@ -1,0 +1,1 @@
+"""Schedule IR, algorithms, solver, verifier and simulator."""

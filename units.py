@@ -1,0 +1,94 @@
+"""Parsing of sizes (B, KB, MiB...), times (s, ms, us, ns) and rates (450GiB/s)."""
+
+from __future__ import annotations
+
+import re
+
+from .errors import CollsynthError
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+    "k": 2**10, "m": 2**20, "g": 2**30,
+}
+_TIME_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+_NUM = r"([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
+
+
+def _split(text: str, what: str, example: str) -> tuple[float, str]:
+    m = re.fullmatch(_NUM + r"\s*([A-Za-zµ/]*)", str(text).strip())
+    if not m:
+        raise CollsynthError(f"cannot read {what} {text!r}: write a number with a unit, e.g. {example}")
+    return float(m.group(1)), m.group(2)
+
+
+def parse_size(text: str | int | float) -> int:
+    """Bytes in `text` ('1GiB', '32MiB', '4096'); must be positive."""
+    if isinstance(text, (int, float)):
+        value, unit = float(text), ""
+    else:
+        value, unit = _split(text, "size", "1GiB or 32MB")
+    factor = _SIZE_UNITS.get(unit.lower())
+    if factor is None:
+        raise CollsynthError(f"unknown size unit {unit!r} in {text!r}: use B, KB, MB, GB, KiB, MiB or GiB")
+    if value <= 0:
+        raise CollsynthError(f"size {text!r} must be positive")
+    return int(round(value * factor))
+
+
+def parse_time(text: str | float, *, allow_zero: bool = True) -> float:
+    """Seconds in `text` ('3us', '5ms', '0.1s'); never negative."""
+    if isinstance(text, (int, float)):
+        value, unit = float(text), "s"
+    else:
+        value, unit = _split(text, "time", "3us or 5ms")
+    factor = _TIME_UNITS.get(unit.lower() if unit != "µs" else unit)
+    if factor is None:
+        raise CollsynthError(f"unknown time unit {unit!r} in {text!r}: use s, ms, us or ns")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise CollsynthError(f"time {text!r} must be {'non-negative' if allow_zero else 'positive'}")
+    return value * factor
+
+
+def parse_rate(text: str | float) -> float:
+    """Bytes per second in `text` ('450GiB/s', '25GB/s')."""
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        s = str(text).strip()
+        if s.lower().endswith("/s"):
+            s = s[:-2]
+        value = float(parse_size(s)) if s else -1.0
+    if value <= 0:
+        raise CollsynthError(f"bandwidth {text!r} must be positive, e.g. 450GiB/s")
+    return value
+
+
+def parse_arrivals(items: list[str] | None, nranks: int) -> dict[int, float]:
+    """RANK=TIME pairs into {rank: seconds}; ranks must exist."""
+    out: dict[int, float] = {}
+    for item in items or []:
+        rank_text, sep, time_text = str(item).partition("=")
+        if not sep:
+            raise CollsynthError(f"cannot read arrival {item!r}: write RANK=TIME, e.g. 7=5ms")
+        try:
+            rank = int(rank_text)
+        except ValueError:
+            raise CollsynthError(f"arrival {item!r}: rank {rank_text!r} is not an integer") from None
+        if not 0 <= rank < nranks:
+            raise CollsynthError(f"arrival {item!r}: rank {rank} does not exist; ranks are 0..{nranks - 1}")
+        out[rank] = parse_time(time_text)
+    return out
+
+
+def format_time(seconds: float) -> str:
+    """Human-readable time with a sensible unit."""
+    a = abs(seconds)
+    if a >= 1:
+        return f"{seconds:.3f} s"
+    if a >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    if a >= 1e-6:
+        return f"{seconds * 1e6:.3f} us"
+    return f"{seconds * 1e9:.1f} ns"
