@@ -1,0 +1,61 @@
+"""Helpers shared by CLI commands: output, tables, model arguments."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from typing import Any, Sequence
+
+from ..errors import CollsynthError
+
+
+def print_json(obj: Any) -> None:
+    """Deterministic JSON on stdout."""
+    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str], headers: Sequence[str] | None = None) -> None:
+    """Plain aligned text table."""
+    headers = list(headers or columns)
+    cells = [[_fmt(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(h), *(len(row[i]) for row in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    out.append("  ".join("-" * w for w in widths))
+    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    sys.stdout.write("\n".join(out) + "\n")
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return "" if v is None else str(v)
+
+
+def write_text_atomic(path: str, text: str | bytes) -> None:
+    """Write the whole file or nothing."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise CollsynthError(f"cannot write {path}: directory {directory} does not exist")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".collsynth-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode() if isinstance(text, str) else text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def add_model_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """--size, --alpha, --bandwidth, --topology, --arrival: the alpha-beta model's inputs."""
+    p.add_argument("--size", required=required, help="buffer bytes per rank, e.g. 1GiB, 32MB")
+    p.add_argument("--alpha", required=required, help="per-message latency, e.g. 3us")
+    p.add_argument("--bandwidth", required=required, help="per-port bandwidth, e.g. 450GiB/s")
+    p.add_argument("--topology", "-t", default="nvswitch",
+                   help="topology preset or JSON file (default nvswitch; see `collsynth topologies`)")
+    p.add_argument("--arrival", action="append", metavar="RANK=TIME", default=[],
+                   help="when RANK arrives (default 0 for every rank); repeat per rank, e.g. --arrival 7=5ms")
