@@ -1,0 +1,235 @@
+"""Symbolic, exact verification of a Schedule.
+
+Every (rank, chunk) location holds the set of ranks whose contribution it contains, as a numpy bit
+set (one uint64 word per 64 ranks), plus a "tainted" flag for a value that is wrong whatever the data:
+a contribution added twice (double counted) or data that was never defined (AllGather outputs before
+they are written). Steps are applied with the IR's semantics (synth/ir.py): all reads first, then
+copies overwrite and reduces accumulate. Checks, reported as the first violation found:
+
+- ranges: ranks in 0..n-1, src != dst, chunk runs inside 0..nchunks-1, count >= 1;
+- ports: per step a rank sends at most p and receives at most p messages (p = schedule.ports unless
+  given);
+- hazards: a copy's destination is neither read nor written by another transfer of the same step;
+- the collective's postcondition: AllReduce, every location holds every contribution exactly once;
+  ReduceScatter, each chunk's owner does; AllGather, every rank holds every owner's chunk. A double
+  count or undefined value is reported with the step and transfer that produced it, when it reaches a
+  location the postcondition reads (one that is overwritten later is harmless, like in a real run).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import CollsynthError
+from .ir import Schedule
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str  # range | ports | hazard | phase | missing | double-count | undefined | extra
+    step: int | None
+    index: int | None  # transfer index into the schedule's columns
+    message: str
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    ok: bool
+    message: str
+    violation: Violation | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+class VerificationError(CollsynthError):
+    """A schedule that does not compute its collective; ``report`` says where it breaks."""
+
+    def __init__(self, report: VerifyReport) -> None:
+        super().__init__(report.message)
+        self.report = report
+
+
+def _describe(s: Schedule, i: int) -> str:
+    op = "reduce" if s.reduce[i] else "copy"
+    c, n = int(s.chunk[i]), int(s.count[i])
+    chunks = f"chunk {c}" if n == 1 else f"chunks {c}..{c + n - 1}"
+    return f"step {int(s.step[i])}, transfer #{i} ({int(s.src[i])}->{int(s.dst[i])} {chunks} {op})"
+
+
+def _fail(kind: str, s: Schedule, i: int | None, what: str) -> VerifyReport:
+    where = _describe(s, i) if i is not None else ""
+    msg = f"{where}: {what}" if where else what
+    step = int(s.step[i]) if i is not None else None
+    return VerifyReport(False, f"FAIL {msg}", Violation(kind, step, i, msg))
+
+
+def _check_ranges(s: Schedule) -> VerifyReport | None:
+    n, C = s.nranks, s.nchunks
+    bad = ((s.src < 0) | (s.src >= n) | (s.dst < 0) | (s.dst >= n) | (s.src == s.dst)
+           | (s.count < 1) | (s.chunk < 0) | (s.chunk + s.count > C))
+    if bad.any():
+        i = int(np.argmax(bad))
+        src, dst, c, k = int(s.src[i]), int(s.dst[i]), int(s.chunk[i]), int(s.count[i])
+        if not (0 <= src < n and 0 <= dst < n):
+            what = f"rank out of range (ranks are 0..{n - 1})"
+        elif src == dst:
+            what = "a rank sends to itself"
+        elif k < 1:
+            what = f"count {k} (must be >= 1)"
+        else:
+            what = f"chunk run {c}..{c + k - 1} outside 0..{C - 1}"
+        return _fail("range", s, i, what)
+    for ph in s.phases:
+        if any(not 0 <= r < n for r in ph.waits_for):
+            return VerifyReport(False, f"FAIL phase {ph.name!r} waits for a rank outside 0..{n - 1}",
+                                Violation("phase", None, None, f"phase {ph.name!r} names an unknown rank"))
+    return None
+
+
+def verify(schedule: Schedule, ports: int | None = None) -> VerifyReport:
+    """Prove ``schedule`` computes its collective, or return the first violation."""
+    s = schedule
+    p = s.ports if ports is None else ports
+    bad = _check_ranges(s)
+    if bad:
+        return bad
+    n, C = s.nranks, s.nchunks
+    W = (n + 63) // 64
+    # expand chunk runs into unit rows
+    m = s.ntransfers
+    cnt = s.count
+    uidx = np.repeat(np.arange(m, dtype=np.int64), cnt)
+    starts = np.cumsum(cnt) - cnt
+    uchunk = s.chunk[uidx] + (np.arange(len(uidx), dtype=np.int64) - starts[uidx])
+    uread = s.src[uidx] * C + uchunk
+    uwrite = s.dst[uidx] * C + uchunk
+    ured = s.reduce[uidx]
+    ubounds = np.concatenate([[0], np.cumsum(cnt)])[s.step_bounds]
+
+    bits = np.zeros((n * C, W), np.uint64)
+    taint = np.zeros(n * C, np.bool_)
+    origin = np.full(n * C, -1, np.int64)  # transfer that made the location tainted (-1: initial)
+    ranks = np.arange(n)
+    rank_word, rank_bit = ranks >> 6, np.left_shift(np.uint64(1), (ranks & 63).astype(np.uint64))
+    if s.collective == "allgather":
+        owner = np.asarray(s.owner, np.int64)
+        loc = owner * C + np.arange(C)
+        taint[:] = True
+        taint[loc] = False
+        bits[loc, rank_word[owner]] = rank_bit[owner]
+    else:
+        rows = np.arange(n * C)
+        r_of = rows // C
+        bits[rows, rank_word[r_of]] = rank_bit[r_of]
+
+    for k in range(s.nsteps):
+        lo, hi = int(s.step_bounds[k]), int(s.step_bounds[k + 1])
+        if lo == hi:
+            continue
+        for col, what in ((s.src, "sends"), (s.dst, "receives")):
+            per_rank = np.bincount(col[lo:hi], minlength=n)
+            if per_rank.max() > p:
+                r = int(np.argmax(per_rank))
+                i = lo + int(np.flatnonzero(col[lo:hi] == r)[p])
+                return _fail("ports", s, i, f"rank {r} {what} {int(per_rank[r])} messages in one step "
+                                            f"(port limit {p})")
+        ulo, uhi = int(ubounds[k]), int(ubounds[k + 1])
+        rd, wr, red, ui = uread[ulo:uhi], uwrite[ulo:uhi], ured[ulo:uhi], uidx[ulo:uhi]
+        copy = ~red
+        if copy.any():
+            cw = wr[copy]
+            wsorted = np.sort(wr)
+            nwrites = np.searchsorted(wsorted, cw, side="right") - np.searchsorted(wsorted, cw, side="left")
+            clash = (nwrites > 1) | np.isin(cw, rd)
+            if clash.any():
+                j = int(np.argmax(clash))
+                i = int(ui[copy][j])
+                loc = int(cw[j])
+                return _fail("hazard", s, i, f"copies into rank {loc // C} chunk {loc % C}, which another "
+                                             f"transfer of the same step also reads or writes")
+        sb, st, so = bits[rd], taint[rd], origin[rd]
+        if copy.any():
+            cw = wr[copy]
+            bits[cw] = sb[copy]
+            taint[cw] = st[copy]
+            origin[cw] = so[copy]
+        if red.any():
+            rw, rsb, rst, rso, rui = wr[red], sb[red], st[red], so[red], ui[red]
+            pending = np.arange(len(rw))
+            while len(pending):
+                _, first = np.unique(rw[pending], return_index=True)
+                sel = pending[first]
+                w = rw[sel]
+                overlap = (bits[w] & rsb[sel]).any(axis=1)
+                was = taint[w]
+                new_origin = np.where(was, origin[w], np.where(rst[sel], rso[sel], np.where(overlap, rui[sel], -1)))
+                taint[w] = was | rst[sel] | overlap
+                origin[w] = new_origin
+                bits[w] |= rsb[sel]
+                pending = np.setdiff1d(pending, sel, assume_unique=True)
+
+    # postcondition
+    if s.collective == "allgather":
+        owner = np.asarray(s.owner, np.int64)
+        want = np.zeros((n * C, W), np.uint64)
+        locs = np.arange(n * C)
+        ow = owner[locs % C]
+        want[locs, rank_word[ow]] = rank_bit[ow]
+        check_locs = locs
+    else:
+        full = np.zeros(W, np.uint64)
+        for r in range(n):
+            full[r >> 6] |= np.uint64(1) << np.uint64(r & 63)
+        if s.collective == "allreduce":
+            check_locs = np.arange(n * C)
+        else:
+            check_locs = np.asarray(s.owner, np.int64) * C + np.arange(C)
+        want = np.broadcast_to(full, (len(check_locs), W))
+        if s.collective == "allreduce":
+            want = np.broadcast_to(full, (n * C, W))
+    got = bits[check_locs]
+    exp = want if len(want) == len(check_locs) else want[check_locs]
+    wrong = taint[check_locs] | (got != exp).any(axis=1)
+    if wrong.any():
+        j = int(np.argmax(wrong))
+        loc = int(check_locs[j])
+        r, c = loc // C, loc % C
+        where = f"rank {r} chunk {c}"
+        if taint[loc]:
+            o = int(origin[loc])
+            if o < 0:
+                return VerifyReport(False, f"FAIL {where}: holds undefined data (never written)",
+                                    Violation("undefined", None, None, f"{where} never written"))
+            return _fail("double-count", s, o, f"adds a contribution the destination already holds "
+                                               f"(double counted); it reaches {where}")
+        have = _members(got[j], n)
+        need = _members(exp[j], n)
+        missing, extra = sorted(set(need) - set(have)), sorted(set(have) - set(need))
+        if missing:
+            return VerifyReport(False, f"FAIL {where}: missing contributions of ranks {_short(missing)} "
+                                       f"at the end", Violation("missing", None, None, where))
+        return VerifyReport(False, f"FAIL {where}: holds contributions of ranks {_short(extra)} it "
+                                   f"should not", Violation("extra", None, None, where))
+    stats = {"collective": s.collective, "ranks": n, "chunks": C, "steps": s.nsteps,
+             "transfers": s.ntransfers, "ports": p}
+    return VerifyReport(True, f"OK {s.collective} on {n} ranks: {s.nsteps} steps, {s.ntransfers} transfers, "
+                              f"{C} chunks; every contribution exactly once, at most {p} message(s) per "
+                              f"rank per step", None, stats)
+
+
+def _members(row: np.ndarray, n: int) -> list[int]:
+    return [r for r in range(n) if (int(row[r >> 6]) >> (r & 63)) & 1]
+
+
+def _short(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks[:8])) + (f", ... ({len(ranks)} in all)" if len(ranks) > 8 else "")
+
+
+def check(schedule: Schedule, ports: int | None = None) -> Schedule:
+    """Return ``schedule`` if it verifies, else raise VerificationError."""
+    report = verify(schedule, ports)
+    if not report.ok:
+        raise VerificationError(report)
+    return schedule
