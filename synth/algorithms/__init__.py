@@ -7,6 +7,7 @@ Each module defines a pure ``build(n, collective=..., **params) -> Schedule`` an
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -69,4 +70,18 @@ def build_schedule(name: str, n: int, collective: str = "allreduce", **params: A
         raise CollsynthError(f"--gpus must be an integer >= 2, got {n!r}")
     if collective not in info.collectives:
         raise CollsynthError(f"algorithm {name!r} builds {', '.join(info.collectives)}, not {collective!r}")
+    accepted = algorithm_params(name)
+    for key in params:
+        if key not in accepted:
+            flag = "--" + key.replace("_", "-")
+            raise CollsynthError(f"algorithm {name!r} takes no {flag} option"
+                                 + (f" (it takes {', '.join('--' + a.replace('_', '-') for a in accepted)})"
+                                    if accepted else ""))
     return info.build(n, collective=collective, **params)
+
+
+def algorithm_params(name: str) -> tuple[str, ...]:
+    """The keyword parameters algorithm ``name`` accepts besides n and collective."""
+    params = list(inspect.signature(get_algorithm(name).build).parameters.values())[1:]
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return tuple(p.name for p in params if p.name != "collective" and p.kind in kinds)

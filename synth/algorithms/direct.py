@@ -18,7 +18,7 @@ from .patterns import add_direct_allgather, add_direct_reducescatter
 
 @register("direct", "one-shot: every rank sends its whole buffer to all others in one step",
           collectives=("allreduce", "reducescatter", "allgather"))
-def build(n: int, collective: str = "allreduce", **_: Any) -> Schedule:
+def build(n: int, collective: str = "allreduce") -> Schedule:
     ranks = list(range(n))
     meta = {"algorithm": "direct"}
     if collective == "allreduce":

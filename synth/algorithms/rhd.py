@@ -22,7 +22,7 @@ from . import register
 
 
 @register("rhd", "recursive halving-doubling (Rabenseifner), 2 log2 n steps; MPICH fold for other n")
-def build(n: int, collective: str = "allreduce", **_: Any) -> Schedule:
+def build(n: int, collective: str = "allreduce") -> Schedule:
     p = 1 << (n.bit_length() - 1)
     e = n - p
     k = p.bit_length() - 1

@@ -8,7 +8,7 @@ After the ReduceScatter rank r holds chunk r.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any  # noqa: F401
 
 from ..ir import Schedule, ScheduleBuilder
 from . import register
@@ -17,7 +17,7 @@ from .patterns import add_ring_allgather, add_ring_reducescatter
 
 @register("ring", "ring ReduceScatter + AllGather, 2(n-1) steps, bandwidth-optimal",
           collectives=("allreduce", "reducescatter", "allgather"))
-def build(n: int, collective: str = "allreduce", **_: Any) -> Schedule:
+def build(n: int, collective: str = "allreduce") -> Schedule:
     ranks = list(range(n))
     b = ScheduleBuilder(collective, n, n, name=f"ring_{collective}_n{n}", owner=ranks,
                         meta={"algorithm": "ring"})

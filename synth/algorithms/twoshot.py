@@ -14,7 +14,7 @@ from .patterns import add_direct_allgather, add_direct_reducescatter
 
 
 @register("twoshot", "direct ReduceScatter then direct AllGather, 2 steps")
-def build(n: int, collective: str = "allreduce", **_: Any) -> Schedule:
+def build(n: int, collective: str = "allreduce") -> Schedule:
     ranks = list(range(n))
     b = ScheduleBuilder(collective, n, n, name=f"twoshot_allreduce_n{n}", ports=n - 1,
                         meta={"algorithm": "twoshot"})
