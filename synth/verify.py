@@ -9,11 +9,12 @@ copies overwrite and reduces accumulate. Checks, reported as the first violation
 - ranges: ranks in 0..n-1, src != dst, chunk runs inside 0..nchunks-1, count >= 1;
 - ports: per step a rank sends at most p and receives at most p messages (p = schedule.ports unless
   given);
-- hazards: a copy's destination is neither read nor written by another transfer of the same step;
+- hazards: a copy's destination must be neither read nor written by another transfer of the same
+  step; otherwise that location, and what the reader delivers, is garbage (a race);
 - the collective's postcondition: AllReduce, every location holds every contribution exactly once;
   ReduceScatter, each chunk's owner does; AllGather, every rank holds every owner's chunk. A double
-  count or undefined value is reported with the step and transfer that produced it, when it reaches a
-  location the postcondition reads (one that is overwritten later is harmless, like in a real run).
+  count, race or undefined value is reported with the step and transfer that produced it when it reaches
+  a location the postcondition reads (one that is overwritten later is harmless, as in a real run).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ import numpy as np
 
 from ..errors import CollsynthError
 from .ir import Schedule
+
+
+_UNDEF, _DOUBLE, _RACE = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,7 @@ def verify(schedule: Schedule, ports: int | None = None) -> VerifyReport:
     bits = np.zeros((n * C, W), np.uint64)
     taint = np.zeros(n * C, np.bool_)
     origin = np.full(n * C, -1, np.int64)  # transfer that made the location tainted (-1: initial)
+    why = np.zeros(n * C, np.int8)  # _UNDEF, _DOUBLE or _RACE
     ranks = np.arange(n)
     rank_word, rank_bit = ranks >> 6, np.left_shift(np.uint64(1), (ranks & 63).astype(np.uint64))
     if s.collective == "allgather":
@@ -138,25 +143,30 @@ def verify(schedule: Schedule, ports: int | None = None) -> VerifyReport:
         ulo, uhi = int(ubounds[k]), int(ubounds[k + 1])
         rd, wr, red, ui = uread[ulo:uhi], uwrite[ulo:uhi], ured[ulo:uhi], uidx[ulo:uhi]
         copy = ~red
+        sb, st, so, sk = bits[rd], taint[rd], origin[rd], why[rd]
+        racy = np.zeros(0, np.int64)
         if copy.any():
-            cw = wr[copy]
+            cw, cui = wr[copy], ui[copy]
             wsorted = np.sort(wr)
             nwrites = np.searchsorted(wsorted, cw, side="right") - np.searchsorted(wsorted, cw, side="left")
             clash = (nwrites > 1) | np.isin(cw, rd)
             if clash.any():
-                j = int(np.argmax(clash))
-                i = int(ui[copy][j])
-                loc = int(cw[j])
-                return _fail("hazard", s, i, f"copies into rank {loc // C} chunk {loc % C}, which another "
-                                             f"transfer of the same step also reads or writes")
-        sb, st, so = bits[rd], taint[rd], origin[rd]
-        if copy.any():
-            cw = wr[copy]
+                # a race: the location and whatever reads it in this step hold garbage
+                racy, first = np.unique(cw[clash], return_index=True)
+                racy_by = cui[clash][first]
+                hit = np.isin(rd, racy)
+                pos = np.searchsorted(racy, rd[hit])
+                st, so, sk = st.copy(), so.copy(), sk.copy()
+                fresh = ~st[hit]
+                so[np.flatnonzero(hit)[fresh]] = racy_by[pos[fresh]]
+                sk[np.flatnonzero(hit)[fresh]] = _RACE
+                st[hit] = True
             bits[cw] = sb[copy]
             taint[cw] = st[copy]
             origin[cw] = so[copy]
+            why[cw] = sk[copy]
         if red.any():
-            rw, rsb, rst, rso, rui = wr[red], sb[red], st[red], so[red], ui[red]
+            rw, rsb, rst, rso, rsk, rui = wr[red], sb[red], st[red], so[red], sk[red], ui[red]
             pending = np.arange(len(rw))
             while len(pending):
                 _, first = np.unique(rw[pending], return_index=True)
@@ -164,11 +174,16 @@ def verify(schedule: Schedule, ports: int | None = None) -> VerifyReport:
                 w = rw[sel]
                 overlap = (bits[w] & rsb[sel]).any(axis=1)
                 was = taint[w]
-                new_origin = np.where(was, origin[w], np.where(rst[sel], rso[sel], np.where(overlap, rui[sel], -1)))
+                origin[w] = np.where(was, origin[w], np.where(rst[sel], rso[sel], np.where(overlap, rui[sel], -1)))
+                why[w] = np.where(was, why[w], np.where(rst[sel], rsk[sel], np.where(overlap, _DOUBLE, _UNDEF)))
                 taint[w] = was | rst[sel] | overlap
-                origin[w] = new_origin
                 bits[w] |= rsb[sel]
                 pending = np.setdiff1d(pending, sel, assume_unique=True)
+        if len(racy):
+            fresh = ~taint[racy]
+            origin[racy[fresh]] = racy_by[fresh]
+            why[racy[fresh]] = _RACE
+            taint[racy] = True
 
     # postcondition
     if s.collective == "allgather":
@@ -202,6 +217,9 @@ def verify(schedule: Schedule, ports: int | None = None) -> VerifyReport:
             if o < 0:
                 return VerifyReport(False, f"FAIL {where}: holds undefined data (never written)",
                                     Violation("undefined", None, None, f"{where} never written"))
+            if why[loc] == _RACE:
+                return _fail("hazard", s, o, f"copies into a location that another transfer of the same step "
+                                             f"also reads or writes (a race); the garbage reaches {where}")
             return _fail("double-count", s, o, f"adds a contribution the destination already holds "
                                                f"(double counted); it reaches {where}")
         have = _members(got[j], n)

@@ -1,0 +1,127 @@
+"""The verifier: unit cases and a mutation test against the numeric oracle (tests/oracle.py)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from collsynth.synth.algorithms import build_schedule
+from collsynth.synth.ir import Schedule, ScheduleBuilder
+from collsynth.synth.verify import VerificationError, check, verify
+from oracle import reference_ok
+
+
+def _sched(collective, n, C, steps, ports=1, owner=None):
+    b = ScheduleBuilder(collective, n, C, ports=ports, owner=owner)
+    for step in steps:
+        b.new_step()
+        for t in step:
+            b.add(*t)
+    return b.build()
+
+
+def test_two_rank_swap_ok():
+    s = _sched("allreduce", 2, 1, [[(0, 1, 0, 1, True), (1, 0, 0, 1, True)]])
+    assert verify(s).ok
+
+
+def test_missing_contribution_reported():
+    s = _sched("allreduce", 2, 1, [[(0, 1, 0, 1, True)]])
+    r = verify(s)
+    assert not r.ok and r.violation.kind == "missing" and "rank 0 chunk 0" in r.message
+
+
+def test_double_count_reported_with_step():
+    # 0 -> 1 reduce twice: rank 1 holds rank 0's contribution twice
+    s = _sched("allreduce", 2, 1, [[(0, 1, 0, 1, True)], [(0, 1, 0, 1, True)], [(1, 0, 0, 1, False)]])
+    r = verify(s)
+    assert not r.ok and r.violation.kind == "double-count" and r.violation.step == 1
+
+
+def test_double_count_overwritten_later_is_harmless():
+    s = _sched("allreduce", 2, 1, [[(0, 1, 0, 1, True)], [(0, 1, 0, 1, True)],
+                                   [(1, 0, 0, 1, True)], [(0, 1, 0, 1, False)]])
+    # step 1 double counts at rank 1, but step 3 overwrites rank 1 with rank 0's correct sum? no:
+    # rank 0 got rank 1's tainted value at step 2, so the final value is wrong: must fail.
+    assert not verify(s).ok
+
+
+def test_ports_violation():
+    s = _sched("allreduce", 3, 1, [[(0, 1, 0, 1, True), (0, 2, 0, 1, True)]])
+    r = verify(s)
+    assert not r.ok and r.violation.kind == "ports"
+    assert verify(s, ports=2).violation.kind != "ports"
+
+
+def test_range_violation():
+    s = _sched("allreduce", 2, 1, [[(0, 5, 0, 1, True)]])
+    r = verify(s)
+    assert r.violation.kind == "range" and "out of range" in r.message
+    s = _sched("allreduce", 2, 2, [[(0, 1, 1, 2, True)]])
+    assert verify(s).violation.kind == "range"
+
+
+def test_copy_hazard_in_one_step():
+    # rank 0 copies chunk 0 to rank 1 while rank 1 sends its chunk 0: read/write race on (1, 0)
+    s = _sched("allreduce", 2, 1, [[(0, 1, 0, 1, False), (1, 0, 0, 1, False)]])
+    r = verify(s)
+    assert r.violation.kind == "hazard"
+
+
+def test_exchange_reduce_is_legal():
+    s = _sched("allreduce", 2, 2, [[(0, 1, 0, 1, True), (1, 0, 0, 1, True)], [(0, 1, 1, 1, True), (1, 0, 1, 1, True)]])
+    assert verify(s).ok
+
+
+def test_allgather_undefined_data():
+    s = _sched("allgather", 2, 2, [[(0, 1, 1, 1, False)]], owner=(0, 1))  # rank 0 does not own chunk 1
+    r = verify(s)
+    assert not r.ok
+
+
+def test_check_raises():
+    s = _sched("allreduce", 2, 1, [[(0, 1, 0, 1, True)]])
+    with pytest.raises(VerificationError):
+        check(s)
+
+
+@pytest.mark.parametrize("alg,coll", [("ring", "allreduce"), ("rhd", "allreduce"), ("direct", "allreduce"),
+                                      ("twoshot", "allreduce"), ("ring", "reducescatter"), ("ring", "allgather"),
+                                      ("direct", "reducescatter"), ("direct", "allgather")])
+def test_verifier_agrees_with_numeric_oracle_on_mutants(alg, coll):
+    rng = random.Random(f"{alg}-{coll}")
+    broken = 0
+    for n in [2, 3, 4, 5, 6, 7, 8, 11]:
+        base = build_schedule(alg, n, coll)
+        assert verify(base).ok and reference_ok(base)
+        for _ in range(25):
+            mutant = _mutate(base, rng)
+            got, want = verify(mutant).ok, reference_ok(mutant)
+            assert got == want, (alg, coll, n, verify(mutant).message, mutant.to_json())
+            broken += not want
+    assert broken > 50  # the mutations really do break schedules
+
+
+def _mutate(s: Schedule, rng: random.Random) -> Schedule:
+    cols = {k: getattr(s, k).copy() for k in ("step", "src", "dst", "chunk", "count", "reduce")}
+    m = len(cols["step"])
+    i = rng.randrange(m)
+    kind = rng.choice(["drop", "duplicate", "retarget", "rechunk", "flip"])
+    if kind == "drop":
+        cols = {k: np.delete(v, i) for k, v in cols.items()}
+    elif kind == "duplicate":
+        cols = {k: np.append(v, v[i]) for k, v in cols.items()}
+        cols["step"][-1] = rng.randrange(s.nsteps)
+    elif kind == "retarget":
+        key = rng.choice(["src", "dst"])
+        cols[key][i] = rng.randrange(-1, s.nranks + 1) if rng.random() < 0.1 else rng.randrange(s.nranks)
+    elif kind == "rechunk":
+        cols["chunk"][i] = rng.randrange(s.nchunks)
+        if rng.random() < 0.3:
+            cols["count"][i] = rng.randrange(1, s.nchunks + 1)
+    else:
+        cols["reduce"][i] = not cols["reduce"][i]
+    return Schedule.from_arrays(s.collective, s.nranks, s.nchunks, nsteps=s.nsteps, ports=s.ports,
+                                owner=s.owner, phases=s.phases, **cols)
