@@ -1,0 +1,120 @@
+"""The core CLI: spellings, output, exit codes and bad input (one line, exit 2, nothing written)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from collsynth.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_algorithms_and_topologies_list(capsys):
+    code, out, _ = run(capsys, "algorithms")
+    assert code == 0
+    names = [line.split()[0] for line in out.splitlines()]
+    assert {"ring", "rhd", "direct", "twoshot"} <= set(names)
+    code, out, _ = run(capsys, "topologies")
+    assert code == 0
+    assert {"nvswitch", "full-mesh", "ring", "dgx1", "torus2d"} <= {line.split()[0] for line in out.splitlines()}
+
+
+def test_synth_verify_info_simulate_round(capsys, tmp_path):
+    path = tmp_path / "ring8.json"
+    code, _, err = run(capsys, "synth", "-a", "ring", "-n", "8", "-o", str(path))
+    assert code == 0 and "verified" in err
+    code, out, _ = run(capsys, "verify", str(path))
+    assert code == 0 and out.startswith("OK allreduce on 8 ranks")
+    code, out, _ = run(capsys, "info", str(path), "--json")
+    info = json.loads(out)
+    assert (info["ranks"], info["chunks"], info["steps"], info["transfers"]) == (8, 8, 14, 112)
+    assert info["bytes_sent_per_buffer_byte"] == [1.75] * 8
+    code, out, _ = run(capsys, "simulate", str(path), "--size", "1GiB", "--alpha", "3us",
+                       "--bandwidth", "450GiB/s", "--json")
+    res = json.loads(out)
+    expect = 2 * 7 * (3e-6 + 2**30 / (8 * 450 * 2**30))
+    assert res["completion_s"] == pytest.approx(expect, rel=1e-12)
+    assert res["after_last_arrival_s"] == pytest.approx(expect, rel=1e-12)
+    code, out, _ = run(capsys, "simulate", str(path), "--size", "1GiB", "--alpha", "3us",
+                       "--bandwidth", "450GiB/s", "--arrival", "3=1ms", "--json")
+    late = json.loads(out)
+    assert late["completion_s"] == pytest.approx(expect + 1e-3, rel=1e-9)
+    assert late["after_last_arrival_s"] == pytest.approx(expect, rel=1e-9)
+
+
+def test_synth_to_stdout_is_the_json(capsys):
+    code, out, _ = run(capsys, "synth", "-a", "rhd", "-n", "4")
+    assert code == 0 and json.loads(out)["nranks"] == 4
+
+
+def test_verify_broken_file_exit_1(capsys, tmp_path):
+    path = tmp_path / "s.json"
+    run(capsys, "synth", "-a", "ring", "-n", "4", "-o", str(path))
+    d = json.loads(path.read_text())
+    d["transfers"]["reduce"][0] = 0  # first reduce becomes a copy: contributions lost
+    path.write_text(json.dumps(d))
+    code, out, _ = run(capsys, "verify", str(path))
+    assert code == 1 and out.startswith("FAIL")
+
+
+def test_compare_table_and_json(capsys):
+    argv = ["compare", "--gpus", "8", "--size", "1GiB", "--alpha", "3us", "--bandwidth", "450GiB/s",
+            "--arrival", "7=5ms"]
+    code, out, _ = run(capsys, *argv, "--json")
+    assert code == 0
+    rows = json.loads(out)["rows"]
+    assert {"ring", "rhd", "direct", "twoshot"} <= {r["algorithm"] for r in rows}
+    times = [r["after_last_arrival_s"] for r in rows]
+    assert times == sorted(times)
+    ring = next(r for r in rows if r["algorithm"] == "ring")
+    assert ring["speedup_vs_ring"] == 1.0
+    for r in rows:
+        assert {"algorithm", "completion_s", "after_last_arrival_s", "speedup_vs_ring"} <= set(r)
+        assert r["completion_s"] == pytest.approx(r["after_last_arrival_s"] + 5e-3)
+    code, out, _ = run(capsys, *argv)
+    assert code == 0 and "speedup vs ring" in out
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["synth", "-a", "ring", "-n", "1"], "at least 2"),
+    (["synth", "-a", "nosuch", "-n", "4"], "unknown algorithm"),
+    (["synth", "-a", "ring", "-n", "4", "-t", "nosuch"], "unknown topology"),
+    (["compare", "-n", "8", "--size", "1GiB", "--alpha", "3us", "--bandwidth", "450GiB/s", "--arrival", "9=5ms"],
+     "does not exist"),
+    (["compare", "-n", "8", "--size", "-1GiB", "--alpha", "3us", "--bandwidth", "450GiB/s"], "positive"),
+    (["synth", "-a", "ring", "-n", "x"], "integer"),
+])
+def test_bad_input_one_line_exit_2(capsys, argv, needle, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        code = main(argv)
+        raise SystemExit(code)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert needle in err.lower() and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_malformed_json_exit_2_and_no_output_written(capsys, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    for cmd in (["verify", str(bad)], ["info", str(bad)],
+                ["simulate", str(bad), "--size", "1MiB", "--alpha", "1us", "--bandwidth", "1GB/s"]):
+        code, _, err = run(capsys, *cmd)
+        assert code == 2 and "not valid JSON" in err and len(err.strip().splitlines()) == 1
+    out = tmp_path / "never.json"
+    code, _, _ = run(capsys, "synth", "-a", "ring", "-n", "1", "-o", str(out))
+    assert code == 2 and not out.exists()
+    assert list(tmp_path.iterdir()) == [bad]
+
+
+def test_console_script_runs():
+    r = subprocess.run([sys.executable, "-m", "collsynth.cli", "synth", "-a", "ring", "-n", "1"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.startswith("collsynth: error:") and "Traceback" not in r.stderr
