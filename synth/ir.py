@@ -250,8 +250,8 @@ class Schedule:
         return self.replace(src=p[self.src], dst=p[self.dst], phases=phases, owner=owner)
 
     # ------------------------------------------------------------------ JSON
-    def to_json_dict(self) -> dict[str, Any]:
-        return {
+    def to_json_dict(self, columns: bool = True) -> dict[str, Any]:
+        d = {
             "format": FORMAT,
             "version": VERSION,
             "name": self.name,
@@ -263,15 +263,16 @@ class Schedule:
             "owner": None if self.owner is None else list(self.owner),
             "phases": [ph.to_json() for ph in self.phases],
             "meta": self.meta,
-            "transfers": {k: getattr(self, k).astype(np.int64).tolist() for k in _COLUMNS},
         }
+        if columns:
+            d["transfers"] = {k: getattr(self, k).astype(np.int64).tolist() for k in _COLUMNS}
+        return d
 
     def to_json(self) -> str:
         """Deterministic JSON text (columns on one line each)."""
-        d = self.to_json_dict()
-        cols = d.pop("transfers")
+        d = self.to_json_dict(columns=False)
         head = json.dumps(d, indent=1, sort_keys=False)
-        body = ",\n".join(f'  "{k}": ' + json.dumps(cols[k], separators=(",", ":")) for k in _COLUMNS)
+        body = ",\n".join(f'  "{k}": [' + _csv_ints(getattr(self, k)) + "]" for k in _COLUMNS)
         return head[:-2] + ',\n "transfers": {\n' + body + "\n }\n}\n"
 
     def digest(self) -> str:
@@ -314,6 +315,29 @@ class Schedule:
         except json.JSONDecodeError as e:
             raise ScheduleFileError(f"{source}: not valid JSON ({e.msg} at line {e.lineno})") from None
         return cls.from_json_dict(d, source)
+
+
+def _csv_ints(values: np.ndarray) -> str:
+    """Comma-separated decimal integers, vectorised (json.dumps is the bottleneck for big schedules)."""
+    a = np.asarray(values, dtype=np.int64)
+    if len(a) == 0:
+        return ""
+    mag = np.abs(a)
+    ndig = np.ones(len(a), np.int64)
+    p = 10
+    while p <= int(mag.max()):
+        ndig += mag >= p
+        p *= 10
+    width = int(ndig.max()) + 2  # sign, digits, comma
+    grid = np.zeros((len(a), width), np.uint8)
+    for k in range(width - 2):
+        digit = (mag // (10 ** k)) % 10
+        grid[:, width - 2 - k] = np.where(k < ndig, 48 + digit, 0)
+    rows = np.flatnonzero(a < 0)
+    grid[rows, width - 2 - ndig[rows]] = ord("-")
+    grid[:, width - 1] = ord(",")
+    flat = grid.ravel()
+    return flat[flat != 0][:-1].tobytes().decode("ascii")
 
 
 def load_schedule(path: str) -> Schedule:
