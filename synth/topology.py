@@ -339,7 +339,10 @@ def _as_time(x: Any, what: str) -> float:
     if isinstance(x, (int, float)):
         return float(x)
     if isinstance(x, str):
-        return parse_time(x)
+        try:
+            return parse_time(x)
+        except CollsynthError as e:
+            raise CollsynthError(f"{what}: alpha {x!r}: {e}") from None
     raise CollsynthError(f"{what}: alpha must be a time such as \"3us\" or seconds, not {x!r}")
 
 
@@ -349,7 +352,14 @@ def _as_rate(x: Any, what: str) -> float:
     if isinstance(x, (int, float)):
         return float(x)
     if isinstance(x, str):
-        return parse_rate(x)
+        try:
+            v = parse_rate(x)
+        except CollsynthError:
+            raise CollsynthError(f"{what}: bandwidth {x!r} is not a positive rate: write e.g. 450GiB/s "
+                                 f"or 25GB/s") from None
+        if v <= 0:
+            raise CollsynthError(f"{what}: bandwidth {x!r} must be a positive rate, e.g. 450GiB/s")
+        return v
     raise CollsynthError(f"{what}: bandwidth must be a rate such as \"450GiB/s\" or bytes/s, not {x!r}")
 
 
