@@ -1,0 +1,343 @@
+"""Event-driven alpha-beta simulation of a Schedule on a Topology, with per-rank arrival times.
+
+Cost model (alpha-beta, reductions free: gamma = 0). A transfer of ``count`` chunks moves
+``size_bytes * count / nchunks`` bytes (no rounding) as one message along the topology's route from
+src to dst. Its duration is ``alpha_path + bytes / eff_bw``: alpha_path is the sum of the route's link
+alphas, and eff_bw is the minimum over the route's links of ``link_bw / k``, where k is the number of
+transfers of the SAME step crossing that link. In words: transfers of one step that cross the same
+link share it equally; a link is FIFO across steps (a transfer may not start on a link before every
+transfer of an earlier step that crosses it has ended).
+
+A transfer starts at the latest of
+- the arrival of its src and dst rank, and the step's phase gate (the latest arrival among the ranks
+  the step's phase waits for; steps outside every phase wait for all ranks);
+- RAW: the end of the last write (earlier step) of every source location (src, chunk);
+- WAW and WAR: the end of the last write and of the last read (a transfer sending from it) in an
+  EARLIER step of every destination location (dst, chunk). A reduce whose destination is read in the
+  same step (StragglAR's two-way exchange) lands via scratch, so that is no hazard;
+- port slots: each rank has ``schedule.ports`` send slots and as many receive slots. Its j-th send
+  of a step takes the j-th earliest-free send slot (receives likewise) and holds it until it ends; a
+  rank with more than ``ports`` transfers in one step queues the extra ones round-robin behind its
+  own earlier transfers of that step (the verifier rejects such schedules; this path is slower);
+- link FIFO: every link on its route is free of transfers of earlier steps.
+
+Times are seconds from time 0; arrivals default to 0. All transfers of a step are handled together
+with numpy, so millions of transfers simulate in seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import CollsynthError
+from ..units import parse_rate, parse_size, parse_time
+from .ir import Schedule
+from .topology import Topology, make_topology
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Outcome of a simulation (times in seconds)."""
+
+    completion_s: float  # when the last rank finishes: max end, or an idle rank's arrival
+    after_last_arrival_s: float  # completion_s - last_arrival_s
+    last_arrival_s: float
+    rank_finish_s: list[float]  # per rank: end of its last send/receive (its arrival if none)
+    timeline: list[dict[str, Any]] | None = None
+    schedule: str = ""
+    topology: str = ""
+    size_bytes: float = 0.0
+    start_s: np.ndarray = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    end_s: np.ndarray = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (the timeline only if it was asked for)."""
+        d: dict[str, Any] = {"schedule": self.schedule, "topology": self.topology,
+                             "size_bytes": self.size_bytes, "completion_s": self.completion_s,
+                             "after_last_arrival_s": self.after_last_arrival_s,
+                             "last_arrival_s": self.last_arrival_s, "rank_finish_s": self.rank_finish_s}
+        if self.timeline is not None:
+            d["timeline"] = self.timeline
+        return d
+
+
+def arrival_vector(arrivals: Mapping[Any, Any] | Sequence[Any] | np.ndarray | None, nranks: int) -> np.ndarray:
+    """Per-rank arrival times (seconds) from a {rank: time} dict (missing ranks 0) or a sequence."""
+    out = np.zeros(nranks, np.float64)
+    if arrivals is None:
+        return out
+    if isinstance(arrivals, Mapping):
+        for k, v in arrivals.items():
+            try:
+                r = int(k)
+                if isinstance(k, bool) or (not isinstance(k, (int, np.integer)) and str(r) != str(k).strip()):
+                    raise ValueError
+            except (TypeError, ValueError):
+                raise CollsynthError(f"arrival rank {k!r} is not an integer rank") from None
+            if not 0 <= r < nranks:
+                raise CollsynthError(f"arrival for rank {r}: ranks are 0..{nranks - 1}")
+            out[r] = _seconds(v, r)
+        return out
+    if isinstance(arrivals, (str, bytes)):
+        raise CollsynthError("arrivals must be a {rank: time} mapping or one time per rank")
+    vals = list(arrivals)
+    if len(vals) != nranks:
+        raise CollsynthError(f"arrivals list has {len(vals)} entries for {nranks} ranks: give one per rank")
+    for r, v in enumerate(vals):
+        out[r] = _seconds(v, r)
+    return out
+
+
+def _seconds(v: Any, rank: int) -> float:
+    if isinstance(v, str):
+        return parse_time(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise CollsynthError(f"arrival of rank {rank} must be a time in seconds or like '5ms', not {v!r}")
+    x = float(v)
+    if not math.isfinite(x) or x < 0:
+        raise CollsynthError(f"arrival of rank {rank} is {v!r}: use a finite time >= 0")
+    return x
+
+
+def _check_columns(s: Schedule) -> None:
+    n, c = s.nranks, s.nchunks
+    if not s.ntransfers:
+        return
+    if s.src.min() < 0 or s.src.max() >= n or s.dst.min() < 0 or s.dst.max() >= n:
+        raise CollsynthError(f"schedule {s.name!r} names a rank outside 0..{n - 1}")
+    if np.any(s.src == s.dst):
+        i = int(np.argmax(s.src == s.dst))
+        raise CollsynthError(f"schedule {s.name!r}: transfer {i} (step {int(s.step[i])}) sends rank "
+                             f"{int(s.src[i])} to itself; run `collsynth verify`")
+    if s.count.min() < 1 or s.chunk.min() < 0 or np.max(s.chunk + s.count) > c:
+        raise CollsynthError(f"schedule {s.name!r} names chunks outside 0..{c - 1} or a count < 1")
+    for ph in s.phases:
+        if any(not 0 <= r < n for r in ph.waits_for):
+            raise CollsynthError(f"phase {ph.name!r} waits for a rank outside 0..{n - 1}")
+
+
+def _pair_routes(s: Schedule, topo: Topology) -> tuple[np.ndarray, np.ndarray]:
+    """Route links (T x L, -1 padded) and alpha sums (T,) of every transfer, via unique pairs."""
+    n = s.nranks
+    key = s.src * n + s.dst
+    if n * n <= max(1 << 22, 4 * len(key)):
+        used = np.zeros(n * n, np.bool_)
+        used[key] = True
+        uniq = np.flatnonzero(used)
+        slot = np.cumsum(used) - 1
+        inv = slot[key]
+    else:
+        uniq, inv = np.unique(key, return_inverse=True)
+    links, alpha = topo.pair_table(np.stack(np.divmod(uniq, n), axis=1))
+    return links[inv], alpha[inv]
+
+
+def _occurrence(ranks: np.ndarray) -> np.ndarray:
+    """For each position, how many earlier positions hold the same rank."""
+    order = np.argsort(ranks, kind="stable")
+    r = ranks[order]
+    first = np.ones(len(r), np.bool_)
+    first[1:] = r[1:] != r[:-1]
+    starts = np.flatnonzero(first)
+    idx = np.arange(len(r)) - np.repeat(starts, np.diff(np.append(starts, len(r))))
+    out = np.empty(len(r), np.int64)
+    out[order] = idx
+    return out
+
+
+def simulate(schedule: Schedule, size_bytes: float | int | str, topology: Topology | str,
+             arrivals: Mapping[Any, Any] | Sequence[Any] | None = None, timeline: bool = False) -> SimResult:
+    """Simulate ``schedule`` moving a ``size_bytes`` buffer per rank over ``topology``.
+
+    See the module docstring for the model. ``topology`` may be a Topology or a preset name / JSON
+    path (built for ``schedule.nranks`` GPUs with default link parameters).
+    """
+    s = schedule
+    n = s.nranks
+    if isinstance(topology, str):
+        topology = make_topology(topology, n)
+    if topology.nranks != n:
+        raise CollsynthError(f"topology {topology.name!r} has {topology.nranks} GPUs but the schedule has "
+                             f"{n} ranks: use a topology with {n} GPUs")
+    size = _size(size_bytes)
+    arr = arrival_vector(arrivals, n)
+    _check_columns(s)
+    T = s.ntransfers
+    start = np.zeros(T, np.float64)
+    end = np.zeros(T, np.float64)
+    if T:
+        _run(s, size, topology, arr, start, end)
+    finish = arr.copy()
+    if T:
+        np.maximum.at(finish, s.src, end)
+        np.maximum.at(finish, s.dst, end)
+    completion = float(finish.max())
+    last = float(arr.max())
+    tl = None
+    if timeline:
+        cols = [s.step.tolist(), s.src.tolist(), s.dst.tolist(), s.chunk.tolist(), s.count.tolist(),
+                s.reduce.tolist(), start.tolist(), end.tolist()]
+        names = ("step", "src", "dst", "chunk", "count", "reduce", "start_s", "end_s")
+        tl = [dict(zip(names, row)) for row in zip(*cols)]
+    start.flags.writeable = False
+    end.flags.writeable = False
+    return SimResult(completion, completion - last, last, finish.tolist(), tl, s.name, topology.name, size,
+                     start, end)
+
+
+def _size(size_bytes: Any) -> float:
+    if isinstance(size_bytes, str):
+        return float(parse_size(size_bytes))
+    if isinstance(size_bytes, bool) or not isinstance(size_bytes, (int, float, np.integer, np.floating)):
+        raise CollsynthError(f"size {size_bytes!r} must be a number of bytes or like '1GiB'")
+    x = float(size_bytes)
+    if not math.isfinite(x) or x <= 0:
+        raise CollsynthError(f"size {size_bytes!r} must be a positive number of bytes")
+    return x
+
+
+def _run(s: Schedule, size: float, topo: Topology, arr: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+    """The step loop: fills start and end (transfer order)."""
+    n, C, P = s.nranks, s.nchunks, s.ports
+    links, alpha = _pair_routes(s, topo)
+    L = links.shape[1]
+    S = topo.nlinks  # sentinel link for padding: infinite bandwidth, always free
+    links = np.where(links < 0, S, links)
+    bw = np.append(topo.link_bw, np.inf)
+    nbytes = size * s.count.astype(np.float64) / C
+    unit = bool(np.all(s.count == 1))
+    src_loc = s.src * C + s.chunk
+    dst_loc = s.dst * C + s.chunk
+
+    # phase gates
+    idx = s.phase_of_step()
+    ph_gate = np.array([arr[list(ph.waits_for)].max() if ph.waits_for else 0.0 for ph in s.phases] + [arr.max()])
+    gate = ph_gate[idx]  # idx == -1 picks the last entry: all ranks
+
+    ready = np.zeros(n * C, np.float64)  # end of the last write of (rank, chunk)
+    lastread = np.zeros(n * C, np.float64)  # end of the last read of (rank, chunk)
+    link_free = np.zeros(S + 1, np.float64)
+    share = np.zeros(S + 1, np.int64)  # scratch: transfers of the current step per link
+    send_slots = np.zeros((n, P), np.float64)  # each row sorted ascending
+    recv_slots = np.zeros((n, P), np.float64)
+    mark = np.zeros(n, np.int64)
+    bounds = s.step_bounds.tolist()
+
+    for k in range(s.nsteps):
+        lo, hi = bounds[k], bounds[k + 1]
+        if lo == hi:
+            continue
+        m = hi - lo
+        src, dst = s.src[lo:hi], s.dst[lo:hi]
+        lk = links[lo:hi]
+        # duration: equal sharing of each link among this step's transfers
+        np.add.at(share, lk, 1)
+        eff = (bw[lk] / share[lk]).min(axis=1) if L else np.full(m, np.inf)
+        share[lk] = 0
+        dur = alpha[lo:hi] + nbytes[lo:hi] / eff
+        # earliest start from arrivals, gate, data hazards and links
+        t = np.maximum(np.maximum(arr[src], arr[dst]), gate[k])
+        if unit:
+            sl, dl = src_loc[lo:hi], dst_loc[lo:hi]
+            t = np.maximum(t, ready[sl])
+            t = np.maximum(t, np.maximum(ready[dl], lastread[dl]))
+        else:
+            cnt = s.count[lo:hi]
+            offs = np.cumsum(cnt) - cnt
+            within = np.arange(int(cnt.sum())) - np.repeat(offs, cnt)
+            sl = np.repeat(src_loc[lo:hi], cnt) + within
+            dl = np.repeat(dst_loc[lo:hi], cnt) + within
+            t = np.maximum(t, np.maximum.reduceat(ready[sl], offs))
+            t = np.maximum(t, np.maximum.reduceat(np.maximum(ready[dl], lastread[dl]), offs))
+        if L:
+            t = np.maximum(t, link_free[lk].max(axis=1))
+        # port slots
+        if P == 1:
+            pos = np.arange(m)
+            mark[src] = pos
+            ok = bool(np.all(mark[src] == pos))
+            mark[dst] = pos
+            ok = ok and bool(np.all(mark[dst] == pos))
+            js = jr = None
+        else:
+            js, jr = _occurrence(src), _occurrence(dst)
+            ok = bool(js.max() < P and jr.max() < P)
+        if ok:
+            if P == 1:
+                t = np.maximum(t, np.maximum(send_slots[src, 0], recv_slots[dst, 0]))
+                e = t + dur
+                send_slots[src, 0] = e
+                recv_slots[dst, 0] = e
+            else:
+                t = np.maximum(t, np.maximum(send_slots[src, js], recv_slots[dst, jr]))
+                e = t + dur
+                send_slots[src, js] = e
+                recv_slots[dst, jr] = e
+                send_slots[src] = np.sort(send_slots[src], axis=1)
+                recv_slots[dst] = np.sort(recv_slots[dst], axis=1)
+        else:
+            if js is None:
+                js, jr = _occurrence(src), _occurrence(dst)
+            t, e = _queued_ports(src, dst, js, jr, t, dur, send_slots, recv_slots, P)
+        start[lo:hi] = t
+        end[lo:hi] = e
+        # state for later steps
+        if unit:
+            np.maximum.at(ready, dl, e)
+            np.maximum.at(lastread, sl, e)
+        else:
+            ee = np.repeat(e, cnt)
+            np.maximum.at(ready, dl, ee)
+            np.maximum.at(lastread, sl, ee)
+        if L:
+            np.maximum.at(link_free, lk, e[:, None])
+            link_free[S] = 0.0
+
+
+def _queued_ports(src: np.ndarray, dst: np.ndarray, js: np.ndarray, jr: np.ndarray, base: np.ndarray,
+                  dur: np.ndarray, send_slots: np.ndarray, recv_slots: np.ndarray,
+                  P: int) -> tuple[np.ndarray, np.ndarray]:
+    """Slow path for a step where a rank has more than P sends or receives.
+
+    The j-th send of a rank takes slot j of its sorted send slots if j < P, else queues behind its
+    (j-P)-th send of this step (receives alike); transfers are placed in schedule order.
+    """
+    m = len(src)
+    s_l, d_l, js_l, jr_l = src.tolist(), dst.tolist(), js.tolist(), jr.tolist()
+    base_l, dur_l = base.tolist(), dur.tolist()
+    ss, rs = send_slots.tolist(), recv_slots.tolist()
+    slot_s = {r: list(ss[r]) for r in set(s_l)}
+    slot_r = {r: list(rs[r]) for r in set(d_l)}
+    t_out = [0.0] * m
+    e_out = [0.0] * m
+    for i in range(m):
+        a, b, j1, j2 = s_l[i], d_l[i], js_l[i] % P, jr_l[i] % P
+        t = max(base_l[i], slot_s[a][j1], slot_r[b][j2])
+        e = t + dur_l[i]
+        slot_s[a][j1] = e
+        slot_r[b][j2] = e
+        t_out[i], e_out[i] = t, e
+    for r, v in slot_s.items():
+        send_slots[r] = sorted(v)
+    for r, v in slot_r.items():
+        recv_slots[r] = sorted(v)
+    return np.array(t_out), np.array(e_out)
+
+
+def simulate_model(schedule: Schedule, size: float | int | str, alpha: float | str | None = None,
+                   bandwidth: float | str | None = None, topology: Topology | str = "nvswitch",
+                   arrivals: Mapping[Any, Any] | Sequence[Any] | None = None, timeline: bool = False) -> SimResult:
+    """One call for the common case: a preset or JSON topology with alpha (s) and bandwidth (B/s)."""
+    if isinstance(topology, Topology):
+        if alpha is not None or bandwidth is not None:
+            raise CollsynthError("alpha/bandwidth apply to a topology name or file, not to a built Topology")
+        topo = topology
+    else:
+        a = parse_time(alpha) if isinstance(alpha, str) else alpha
+        b = parse_rate(bandwidth) if isinstance(bandwidth, str) else bandwidth
+        topo = make_topology(topology, schedule.nranks, alpha=a, bandwidth=b)
+    return simulate(schedule, size, topo, arrivals=arrivals, timeline=timeline)
