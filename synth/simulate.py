@@ -277,8 +277,9 @@ def _run(s: Schedule, size: float, topo: Topology, arr: np.ndarray, start: np.nd
                 e = t + dur
                 send_slots[src, js] = e
                 recv_slots[dst, jr] = e
-                send_slots[src] = np.sort(send_slots[src], axis=1)
-                recv_slots[dst] = np.sort(recv_slots[dst], axis=1)
+                us, ud = src[js == 0], dst[jr == 0]  # each rank once
+                send_slots[us] = np.sort(send_slots[us], axis=1)
+                recv_slots[ud] = np.sort(recv_slots[ud], axis=1)
         else:
             if js is None:
                 js, jr = _occurrence(src), _occurrence(dst)
