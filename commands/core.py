@@ -386,7 +386,7 @@ def compare_rows(n: int, size: int, topo: Any, arrivals: dict[int, float], names
 def cmd_compare(args: argparse.Namespace) -> int:
     n = args.gpus
     if n < 2:
-        raise CollsynthError(f"--gpus must be at least 2, got {n}")
+        raise CollsynthError(f"--gpus must be an integer >= 2, got {n}")
     size, topo, arrivals = model_from_args(args, n)
     names = [a.strip() for a in args.algorithms.split(",") if a.strip()] if args.algorithms else None
     limit = parse_time(args.solver_time_limit, allow_zero=False) if args.solver_time_limit else None

@@ -84,7 +84,7 @@ def test_compare_table_and_json(capsys):
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["synth", "-a", "ring", "-n", "1"], "at least 2"),
+    (["synth", "-a", "ring", "-n", "1"], ">= 2"),
     (["synth", "-a", "nosuch", "-n", "4"], "unknown algorithm"),
     (["synth", "-a", "ring", "-n", "4", "-t", "nosuch"], "unknown topology"),
     (["compare", "-n", "8", "--size", "1GiB", "--alpha", "3us", "--bandwidth", "450GiB/s", "--arrival", "9=5ms"],
