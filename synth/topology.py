@@ -116,7 +116,7 @@ class Topology:
         self._in_links = by_dst
         self._in_ptr = np.searchsorted(self.link_dst[by_dst], np.arange(nv + 1))
         self._next_row = np.full(self.nranks, -1, np.int64)  # destination GPU -> row of _next_mat
-        self._next_mat = np.zeros((0, nv), np.int64)  # row: next node index toward that GPU
+        self._next_mat = np.zeros((0, nv), np.int32)  # row: next node index toward that GPU
         self._path_cache: dict[tuple[int, int], tuple[int, ...]] = {}
         self._graph: nx.DiGraph | None = None
 
@@ -253,7 +253,7 @@ class Topology:
             nxt = flat.reshape(m, nv)
             nxt[nxt == nv] = -1
             self._next_row[ds] = len(self._next_mat) + rows
-            self._next_mat = np.concatenate([self._next_mat, nxt])
+            self._next_mat = np.concatenate([self._next_mat, nxt.astype(np.int32)])
 
 
 def _ro(a: np.ndarray) -> np.ndarray:
