@@ -317,25 +317,34 @@ class Schedule:
         return cls.from_json_dict(d, source)
 
 
+def _digit_grid(mag: np.ndarray, neg: np.ndarray) -> np.ndarray:
+    """One row of ASCII per value: right-aligned sign and digits, then a comma; 0 marks padding."""
+    ndig = np.ones(len(mag), np.int64)
+    p = 10
+    while len(mag) and p <= int(mag.max()):
+        ndig += mag >= p
+        p *= 10
+    width = int(ndig.max(initial=1)) + 2
+    grid = np.zeros((len(mag), width), np.uint8)
+    for k in range(width - 2):
+        grid[:, width - 2 - k] = np.where(k < ndig, 48 + (mag // (10 ** k)) % 10, 0)
+    rows = np.flatnonzero(neg)
+    grid[rows, width - 2 - ndig[rows]] = ord("-")
+    grid[:, width - 1] = ord(",")
+    return grid
+
+
 def _csv_ints(values: np.ndarray) -> str:
     """Comma-separated decimal integers, vectorised (json.dumps is the bottleneck for big schedules)."""
     a = np.asarray(values, dtype=np.int64)
     if len(a) == 0:
         return ""
-    mag = np.abs(a)
-    ndig = np.ones(len(a), np.int64)
-    p = 10
-    while p <= int(mag.max()):
-        ndig += mag >= p
-        p *= 10
-    width = int(ndig.max()) + 2  # sign, digits, comma
-    grid = np.zeros((len(a), width), np.uint8)
-    for k in range(width - 2):
-        digit = (mag // (10 ** k)) % 10
-        grid[:, width - 2 - k] = np.where(k < ndig, 48 + digit, 0)
-    rows = np.flatnonzero(a < 0)
-    grid[rows, width - 2 - ndig[rows]] = ord("-")
-    grid[:, width - 1] = ord(",")
+    lo, hi = int(a.min()), int(a.max())
+    if 0 <= lo and hi < 1 << 20:  # small non-negative values: format each distinct value once
+        table = np.arange(hi + 1, dtype=np.int64)
+        grid = _digit_grid(table, np.zeros(hi + 1, np.bool_))[a]
+    else:
+        grid = _digit_grid(np.abs(a), a < 0)
     flat = grid.ravel()
     return flat[flat != 0][:-1].tobytes().decode("ascii")
 

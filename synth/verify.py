@@ -92,6 +92,55 @@ def _check_ranges(s: Schedule) -> VerifyReport | None:
     return None
 
 
+def _check_ports(s: Schedule, p: int) -> VerifyReport | None:
+    """First transfer (in step order) that exceeds p sends or p receives for its rank in its step."""
+    for col, what in ((s.src, "sends"), (s.dst, "receives")):
+        key = s.step * s.nranks + col
+        counts = np.bincount(key, minlength=s.nsteps * s.nranks)
+        over = counts[key] > p
+        if over.any():
+            # the (p+1)-th message of the first overloaded (step, rank)
+            first = int(np.argmax(over))
+            same = np.flatnonzero(key == key[first])
+            i = int(same[p])
+            r = int(col[i])
+            return _fail("ports", s, i, f"rank {r} {what} {int(counts[key[first]])} messages in one step "
+                                        f"(port limit {p})")
+    return None
+
+
+def _races(ustep: np.ndarray, rd: np.ndarray, wr: np.ndarray, red: np.ndarray, uidx: np.ndarray,
+           nloc: int) -> tuple[np.ndarray, np.ndarray]:
+    """Copy units whose destination another unit of the same step reads or writes, and the transfer
+    to blame for each (the copy itself)."""
+    copy = ~red
+    racy = np.zeros(len(rd), np.bool_)
+    if not copy.any():
+        return racy, uidx
+    wkey = ustep * nloc + wr
+    rkey = ustep * nloc + rd
+    ws = np.sort(wkey)
+    ck = wkey[copy]
+    nwrites = np.searchsorted(ws, ck, side="right") - np.searchsorted(ws, ck, side="left")
+    rs = np.sort(rkey)
+    pos = np.minimum(np.searchsorted(rs, ck), len(rs) - 1)
+    clash = (nwrites > 1) | (rs[pos] == ck)
+    racy[np.flatnonzero(copy)[clash]] = True
+    return racy, uidx
+
+
+def _reduce_rounds(w: np.ndarray) -> list[np.ndarray]:
+    """Split reduce units into rounds with distinct destinations (sequential accumulation)."""
+    rounds = []
+    pending = np.arange(len(w))
+    while len(pending):
+        _, first = np.unique(w[pending], return_index=True)
+        sel = pending[first]
+        rounds.append(sel)
+        pending = np.setdiff1d(pending, sel, assume_unique=True)
+    return rounds
+
+
 def verify(schedule: Schedule, ports: int | None = None) -> VerifyReport:
     """Prove ``schedule`` computes its collective, or return the first violation."""
     s = schedule
@@ -129,57 +178,73 @@ def verify(schedule: Schedule, ports: int | None = None) -> VerifyReport:
         r_of = rows // C
         bits[rows, rank_word[r_of]] = rank_bit[r_of]
 
+    bad = _check_ports(s, p)
+    if bad:
+        return bad
+    racy_unit, racy_by_unit = _races(s.step[uidx], uread, uwrite, ured, uidx, n * C)
+    step_has_race = np.zeros(s.nsteps, np.bool_)
+    step_has_race[s.step[uidx][racy_unit]] = True
+    # steps where two reduces land in one location need sequential accumulation
+    rkey = s.step[uidx][ured] * (n * C) + uwrite[ured]
+    rk_sorted = np.sort(rkey)
+    dup_steps = np.unique(rk_sorted[1:][np.diff(rk_sorted) == 0] // (n * C)) if len(rkey) > 1 else []
+    step_multi_reduce = np.zeros(s.nsteps, np.bool_)
+    step_multi_reduce[np.asarray(dup_steps, np.int64)] = True
+    any_taint = bool(taint.any())
+
     for k in range(s.nsteps):
-        lo, hi = int(s.step_bounds[k]), int(s.step_bounds[k + 1])
-        if lo == hi:
-            continue
-        for col, what in ((s.src, "sends"), (s.dst, "receives")):
-            per_rank = np.bincount(col[lo:hi], minlength=n)
-            if per_rank.max() > p:
-                r = int(np.argmax(per_rank))
-                i = lo + int(np.flatnonzero(col[lo:hi] == r)[p])
-                return _fail("ports", s, i, f"rank {r} {what} {int(per_rank[r])} messages in one step "
-                                            f"(port limit {p})")
         ulo, uhi = int(ubounds[k]), int(ubounds[k + 1])
+        if ulo == uhi:
+            continue
         rd, wr, red, ui = uread[ulo:uhi], uwrite[ulo:uhi], ured[ulo:uhi], uidx[ulo:uhi]
+        sb = bits[rd]
+        racy = None
+        if step_has_race[k]:
+            hit_units = racy_unit[ulo:uhi]
+            racy = wr[hit_units]
+            racy_by = racy_by_unit[ulo:uhi][hit_units]
+            st, so, sk = taint[rd], origin[rd], why[rd]
+            reads_racy = np.isin(rd, racy)
+            order = np.argsort(racy)
+            pos = order[np.searchsorted(racy[order], rd[reads_racy])]
+            fresh = ~st[reads_racy]
+            idx = np.flatnonzero(reads_racy)[fresh]
+            so[idx] = racy_by[pos[fresh]]
+            sk[idx] = _RACE
+            st[reads_racy] = True
+            any_taint = True
+        elif any_taint:
+            st, so, sk = taint[rd], origin[rd], why[rd]
+        else:
+            st = None
         copy = ~red
-        sb, st, so, sk = bits[rd], taint[rd], origin[rd], why[rd]
-        racy = np.zeros(0, np.int64)
         if copy.any():
-            cw, cui = wr[copy], ui[copy]
-            wsorted = np.sort(wr)
-            nwrites = np.searchsorted(wsorted, cw, side="right") - np.searchsorted(wsorted, cw, side="left")
-            clash = (nwrites > 1) | np.isin(cw, rd)
-            if clash.any():
-                # a race: the location and whatever reads it in this step hold garbage
-                racy, first = np.unique(cw[clash], return_index=True)
-                racy_by = cui[clash][first]
-                hit = np.isin(rd, racy)
-                pos = np.searchsorted(racy, rd[hit])
-                st, so, sk = st.copy(), so.copy(), sk.copy()
-                fresh = ~st[hit]
-                so[np.flatnonzero(hit)[fresh]] = racy_by[pos[fresh]]
-                sk[np.flatnonzero(hit)[fresh]] = _RACE
-                st[hit] = True
+            cw = wr[copy]
             bits[cw] = sb[copy]
-            taint[cw] = st[copy]
-            origin[cw] = so[copy]
-            why[cw] = sk[copy]
+            if st is not None:
+                taint[cw], origin[cw], why[cw] = st[copy], so[copy], sk[copy]
         if red.any():
-            rw, rsb, rst, rso, rsk, rui = wr[red], sb[red], st[red], so[red], sk[red], ui[red]
-            pending = np.arange(len(rw))
-            while len(pending):
-                _, first = np.unique(rw[pending], return_index=True)
-                sel = pending[first]
+            rw, rsb, rui = wr[red], sb[red], ui[red]
+            if st is not None:
+                rst, rso, rsk = st[red], so[red], sk[red]
+            groups = _reduce_rounds(rw) if step_multi_reduce[k] else [slice(None)]
+            for sel in groups:
                 w = rw[sel]
                 overlap = (bits[w] & rsb[sel]).any(axis=1)
+                if st is None and not overlap.any():
+                    bits[w] |= rsb[sel]
+                    continue
+                if st is None:
+                    rst, rso, rsk = (np.zeros(len(rw), np.bool_), np.full(len(rw), -1, np.int64),
+                                     np.zeros(len(rw), np.int8))
+                    st = True  # source flags now exist for this step
                 was = taint[w]
                 origin[w] = np.where(was, origin[w], np.where(rst[sel], rso[sel], np.where(overlap, rui[sel], -1)))
                 why[w] = np.where(was, why[w], np.where(rst[sel], rsk[sel], np.where(overlap, _DOUBLE, _UNDEF)))
                 taint[w] = was | rst[sel] | overlap
                 bits[w] |= rsb[sel]
-                pending = np.setdiff1d(pending, sel, assume_unique=True)
-        if len(racy):
+                any_taint = True
+        if racy is not None:
             fresh = ~taint[racy]
             origin[racy[fresh]] = racy_by[fresh]
             why[racy[fresh]] = _RACE
