@@ -142,8 +142,9 @@ def run_schedule(tensor: Any, schedule: Schedule, group: Any = None, *, collecti
     """Run ``schedule`` in place on ``tensor`` over ``group``; returns ``tensor``.
 
     Every rank of the group calls this with a tensor of the same length and dtype. The result of an
-    AllReduce is bitwise identical on every rank whenever the schedule reduces each chunk in one
-    place and copies it out (ring, rhd, direct, StragglAR). ``timeout`` (seconds, default 60) bounds
+    AllReduce is bitwise identical on every rank when each chunk is either reduced in one place and
+    copied out (ring, rhd, twoshot, StragglAR) or summed whole in one step (direct: several reduces
+    into one slice are added in rank order). ``timeout`` (seconds, default 60) bounds
     each wait; ``CollectiveError`` is raised when a peer dies or does not arrive in time.
     """
     torch, dist = _torch()
@@ -197,7 +198,7 @@ def _execute(torch: Any, dist: Any, flat: Any, schedule: Schedule, rank: int, gr
                 else:
                     buf = scratch[off:off + hi - lo]
                     off += hi - lo
-                    pending.append((op.kind, lo, hi, buf))
+                    pending.append((op.kind, lo, hi, buf, op.peer))
                 if op.kind == "copy":
                     written.append((lo, hi))
                 fn = dist.irecv
@@ -220,11 +221,29 @@ def _execute(torch: Any, dist: Any, flat: Any, schedule: Schedule, rank: int, gr
                     f"at step {sp.step} of {schedule.nsteps} (timeout {timeout.total_seconds():g} s): {cause}. "
                     f"Rank {peer} died or did not arrive in time; the process group is now unusable"
                 ) from e
-        for kind, lo, hi, buf in pending:
-            if kind == "reduce":
-                flat[lo:hi].add_(buf)
-            else:
-                flat[lo:hi].copy_(buf)
+        _apply(flat, rank, pending)
+
+
+def _apply(flat: Any, rank: int, pending: list[tuple[str, int, int, Any, int]]) -> None:
+    """Land a step's scratch receives. Several reduces into the same slice are summed in rank order
+    (this rank's own value at its place), so every rank that computes the same sum in one step (direct
+    AllReduce) gets the same bits."""
+    groups: dict[tuple[int, int], list[tuple[int, Any]]] = {}
+    for kind, lo, hi, buf, peer in pending:
+        if kind == "copy":
+            flat[lo:hi].copy_(buf)
+        else:
+            groups.setdefault((lo, hi), []).append((peer, buf))
+    for (lo, hi), terms in groups.items():
+        dst = flat[lo:hi]
+        if len(terms) == 1:
+            dst.add_(terms[0][1])
+            continue
+        terms = sorted(terms + [(rank, dst)], key=lambda t: t[0])
+        acc = terms[0][1].clone()
+        for _, t in terms[1:]:
+            acc.add_(t)
+        dst.copy_(acc)
 
 
 def allreduce(tensor: Any, schedule: Schedule, group: Any = None, *, timeout: float | None = None) -> Any:
@@ -267,8 +286,11 @@ class CommHookState:
         self.world = world
 
 
-def comm_hook(state: CommHookState, bucket: Any) -> Any:
+def comm_hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP rejects non-torch annotations
     """DDP communication hook: average the gradient bucket with a collsynth schedule.
+
+    ``state``: a CommHookState; ``bucket``: torch.distributed.GradBucket; returns
+    ``torch.futures.Future[torch.Tensor]``.
 
     Usage: ``ddp.register_comm_hook(CommHookState("ring"), comm_hook)``. Runs synchronously and
     returns a completed future holding the averaged bucket, as DDP expects.

@@ -128,10 +128,13 @@ class StragglerAwareAllReduce:
             proposal = f"{missing[0]}" if len(missing) == 1 and missing[0] in self.family else "ring"
             return st.compare_set(key, "", proposal).decode(), order
         if order == n - 2 and n > 2:
-            try:
-                st.wait([key], datetime.timedelta(seconds=self.window))
-            except Exception:  # no decision in time: the last two ranks are late together
-                st.compare_set(key, "", "ring")
+            # poll rather than wait(timeout): a timed-out wait makes c10d log a warning every call
+            deadline = time.perf_counter() + self.window
+            while not st.check([key]):
+                if time.perf_counter() >= deadline:  # the last two ranks are late together
+                    st.compare_set(key, "", "ring")
+                    break
+                time.sleep(0.001)
         try:
             st.wait([key], datetime.timedelta(seconds=self.timeout))
         except Exception as e:
