@@ -129,8 +129,8 @@ def model_from_args(args: argparse.Namespace, n: int) -> tuple[int, Any, dict[in
     from ..synth.topology import make_topology
 
     size = parse_size(args.size)
-    alpha = parse_time(args.alpha)
-    bw = parse_rate(args.bandwidth)
+    alpha = parse_time(args.alpha) if args.alpha is not None else None
+    bw = parse_rate(args.bandwidth) if args.bandwidth is not None else None
     topo = make_topology(args.topology, n, alpha=alpha, bandwidth=bw)
     arrivals = parse_arrivals(args.arrival, n)
     return size, topo, arrivals
