@@ -218,8 +218,9 @@ def _execute(torch: Any, dist: Any, flat: Any, schedule: Schedule, rank: int, gr
                 verb = "sending to" if kind == "send" else "receiving from"
                 raise CollectiveError(
                     f"collsynth {schedule.name or schedule.collective}: rank {rank} failed {verb} rank {peer} "
-                    f"at step {sp.step} of {schedule.nsteps} (timeout {timeout.total_seconds():g} s): {cause}. "
-                    f"Rank {peer} died or did not arrive in time; the process group is now unusable"
+                    f"at step {sp.step} of {schedule.nsteps}: rank {peer} died or did not arrive within "
+                    f"{timeout.total_seconds():g} s (raise timeout= if it is only slow); the process group is "
+                    f"now unusable. Cause: {cause}"
                 ) from e
         _apply(flat, rank, pending)
 
