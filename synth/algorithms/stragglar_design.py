@@ -165,7 +165,7 @@ def search_design(p: int, K: int, time_limit: float = 120.0) -> Design | None:
          for y in range(1, p) for a in range(1, K + 1) if (a - y) % p}
     q = {(y, a): pulp.LpVariable(f"q_{y}_{a}", cat="Binary")
          for y in range(p) for a in range(1, K + 1) if (a - y) % p and (y == 0 or a >= 2)}
-    prob += pulp.lpSum(a * v for (y, a), v in r.items())  # prefer early receives: a tie-breaker only
+    prob += 0  # feasibility only: CBC stops at the first design
     rows: dict[int, list] = defaultdict(list)
     rres: dict[int, list] = defaultdict(list)
     sres: dict[int, list] = defaultdict(list)
@@ -208,6 +208,41 @@ def search_design(p: int, K: int, time_limit: float = 120.0) -> Design | None:
     if d.problems():  # pragma: no cover - the program encodes exactly these conditions
         raise AssertionError(f"integer program returned an invalid design: {d.problems()[0]}")
     return d
+
+
+def design_from_ages(p: int, K: int, age: Sequence[int]) -> Design | None:
+    """Complete an age assignment into a design: choose, for each send residue, one holder sending at
+    one age so that every age has as many sends as receives (a max-flow); None if impossible."""
+    import networkx as nx
+
+    need = [0] * (K + 1)
+    for y in range(1, p):
+        need[age[y]] += 1
+    g = nx.DiGraph()
+    for rho in range(1, p):
+        g.add_edge("src", ("r", rho), capacity=1)
+    for a in range(1, K + 1):
+        if need[a]:
+            g.add_edge(("a", a), "snk", capacity=need[a])
+        for y in range(p):
+            rho = (a - y) % p
+            if rho and need[a] and (y == 0 or age[y] < a):
+                g.add_edge(("r", rho), ("a", a), capacity=1)
+    value, flow = nx.maximum_flow(g, "src", "snk")
+    if value != p - 1:
+        return None
+    sends: dict[int, list[int]] = defaultdict(list)
+    for rho in range(1, p):
+        for node, f in flow[("r", rho)].items():
+            if f:
+                a = node[1]
+                sends[a].append((a - rho) % p)
+    sender = [-1] * p
+    for a in range(1, K + 1):
+        for y, s in zip(sorted(y for y in range(1, p) if age[y] == a), sorted(sends[a])):
+            sender[y] = s
+    d = Design(p, K, tuple(age), tuple(sender))
+    return None if d.problems() else d
 
 
 # ---------------------------------------------------------------------------------------- plans
@@ -300,7 +335,7 @@ def plan_tail(p: int, R: int, d: Design | None, first_tail: int, time_limit: flo
                 send[t, c, g] = pulp.LpVariable(f"s_{t}_{c}_{g}", cat="Binary")
             if t >= p:
                 sends[t, c] = pulp.LpVariable(f"S_{t}_{c}", cat="Binary")
-    prob += pulp.lpSum(t * v for (t, c, g), v in recv.items())
+    prob += 0
     port_r: dict = defaultdict(list)
     port_s: dict = defaultdict(list)
     flow_in: dict = defaultdict(list)
@@ -347,15 +382,15 @@ def plan_tail(p: int, R: int, d: Design | None, first_tail: int, time_limit: flo
     return np.array(moves, np.int64).reshape(-1, 5)
 
 
-def _search_plan(n: int, time_limit: float) -> Phase2Plan:
+def _search_plan(n: int, time_limit: float, given: Design | None = None) -> Phase2Plan:
     p = n - 1
     L = ceil_log2(n)
-    K = L + 1
+    K = given.K if given is not None else L + 1
     for R in range(lower_bound(n), 2 * n + L + 2):
         first_tail = max(0, R - K)
         d = None
         if first_tail > 0:
-            d = search_design(p, K, time_limit)
+            d = given if given is not None and given.K == K else search_design(p, K, time_limit)
             if d is None:
                 K += 1
                 continue
@@ -375,9 +410,6 @@ def phase2_plan(n: int, time_limit: float = 120.0) -> Phase2Plan:
         return Phase2Plan.from_parts(2, 1, [_exchanges(1)], "swap")
     if is_pow2(n):
         return _pow2_plan(n)
-    from .stragglar_tables import cached_plan
+    from .stragglar_tables import cached_design
 
-    plan = cached_plan(n)
-    if plan is not None:
-        return plan
-    return _search_plan(n, time_limit)
+    return _search_plan(n, time_limit, cached_design(n))
