@@ -296,3 +296,38 @@ def test_cli_synth_and_family(tmp_path, capsys):
     assert len(json.loads((d / "manifest.json").read_text())["schedules"]) == 3
     assert cli_main(["synth", "-a", "stragglar", "-n", "2"]) == 0
     assert json.loads(capsys.readouterr().out)["nsteps"] == 1
+
+
+# ------------------------------------------------------------------------------------ reproduce
+def test_reproduce_json_and_plot(tmp_path, capsys):
+    png = tmp_path / "speedup.png"
+    assert cli_main(["reproduce", "stragglar", "-n", "4,6,8,16", "--json", "--plot", str(png)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = {r["n"]: r for r in out["rows"]}
+    assert sorted(rows) == [4, 6, 8, 16]
+    for n, r in rows.items():
+        assert r["phase2_rounds"] == r["lower_bound"] == lower_bound(n)
+        assert r["beta"] == pytest.approx(r["phase2_rounds"] / (n - 1))  # the straggler sends every round
+        if is_pow2(n):  # stragglar.md's closed form, to 0.5%
+            assert r["speedup_ideal"] == pytest.approx(r["closed_form_speedup_ideal"], rel=5e-3)
+        assert r["speedup_ideal"] > 1 > r["speedup_worst"]
+        assert 0 < r["critical_delay_s"] < r["stragglar_worst_s"]
+        assert r["ring_ideal_s"] == pytest.approx(r["ring_worst_s"])
+
+
+def test_critical_delay_is_the_crossover():
+    from collsynth.synth.stragglar_analysis import _after, stragglar_row
+
+    r = stragglar_row(8)
+    topo = make_topology("nvswitch", 8, alpha=3e-6, bandwidth=450 * 2**30)
+    s = build(8)
+    d = r["critical_delay_s"]
+    assert _after(s, 2**30, topo, d) < r["ring_ideal_s"] <= _after(s, 2**30, topo, d * 0.999)
+
+
+def test_reproduce_bad_input(capsys):
+    assert cli_main(["reproduce", "stragglar", "-n", "4,x"]) == 2
+    assert cli_main(["reproduce", "stragglar", "-n", "1"]) == 2
+    assert cli_main(["reproduce", "stragglar", "-n", "4", "--plot", "out.jpg"]) == 2
+    assert cli_main(["reproduce", "stragglar", "-n", "4", "--size", "-1"]) == 2

@@ -1,0 +1,92 @@
+"""`collsynth reproduce stragglar`: the StragglAR paper's analytic study from simulated schedules."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..errors import CollsynthError
+from ..units import format_time, parse_rate, parse_size, parse_time
+from .common import print_json, print_table
+
+
+def add_commands(sub: "argparse._SubParsersAction") -> None:
+    p = sub.add_parser("reproduce", help="reproduce a paper's results from schedules",
+                       description="Reproduce a paper's analytic results by building, verifying and simulating "
+                                   "schedules (not by evaluating formulas).")
+    rsub = p.add_subparsers(dest="study", metavar="STUDY", parser_class=type(p))
+    q = rsub.add_parser(
+        "stragglar", help="StragglAR (arXiv 2505.23523): rounds, beta, speedup over ring, critical delay",
+        description="For each n: phase-2 rounds, the beta coefficient (bytes a rank sends after the straggler "
+                    "arrives, per buffer byte), the simulated time after the straggler's arrival of ring, rhd, "
+                    "direct and stragglar with the straggler late enough to hide phase 1 (ideal) and on time "
+                    "(worst), stragglar's speedup over ring in both cases, and the critical delay above which "
+                    "stragglar beats ring (bisection on the simulator).",
+        epilog="example:\n  collsynth reproduce stragglar --plot speedup.png\n"
+               "  collsynth reproduce stragglar -n 8,16 --size 256MiB --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    q.add_argument("--gpus", "-n", default=None,
+                   help="comma-separated GPU counts (default 4,8,...,256 and 6,12,...,192)")
+    q.add_argument("--size", default="1GiB", help="buffer bytes per rank (default 1GiB)")
+    q.add_argument("--alpha", default="3us", help="per-message latency (default 3us)")
+    q.add_argument("--bandwidth", default="450GiB/s", help="per-port bandwidth (default 450GiB/s)")
+    q.add_argument("--topology", "-t", default="nvswitch", help="topology preset or JSON file (default nvswitch)")
+    q.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    q.add_argument("--plot", metavar="FILE.png", default=None, help="also plot speedup over ring against n")
+    q.set_defaults(func=cmd_reproduce_stragglar)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def _gpus(text: str | None) -> list[int]:
+    from ..synth.stragglar_analysis import DEFAULT_NS
+
+    if text is None:
+        return list(DEFAULT_NS)
+    out = []
+    for part in text.split(","):
+        try:
+            n = int(part)
+        except ValueError:
+            raise CollsynthError(f"--gpus must be comma-separated integers >= 2, got {text!r}") from None
+        if n < 2:
+            raise CollsynthError(f"--gpus values must be >= 2, got {n}")
+        out.append(n)
+    return out
+
+
+def cmd_reproduce_stragglar(args: argparse.Namespace) -> int:
+    from ..synth.stragglar_analysis import plot, reproduce
+
+    ns = _gpus(args.gpus)
+    model: dict[str, Any] = {"size": parse_size(args.size), "alpha": parse_time(args.alpha),
+                             "bandwidth": parse_rate(args.bandwidth), "topology": args.topology}
+    if args.plot is not None and not args.plot.lower().endswith(".png"):
+        raise CollsynthError(f"--plot writes PNG: give a file name ending in .png, got {args.plot!r}")
+    rows = reproduce(ns, **model)
+    if args.plot is not None:
+        plot(rows, args.plot)
+    if args.json:
+        print_json({"size_bytes": model["size"], "alpha_s": model["alpha"], "bandwidth_Bps": model["bandwidth"],
+                    "topology": args.topology, "rows": rows})
+        return 0
+    print(f"StragglAR study: {args.size} per rank, alpha {args.alpha}, {args.bandwidth}, {args.topology}; "
+          f"times after the straggler (rank n-1) arrives")
+    table = []
+    for r in rows:
+        t = {"n": r["n"], "rounds": r["phase2_rounds"], "bound": r["lower_bound"], "beta": round(r["beta"], 4)}
+        for case in ("ideal", "worst"):
+            for a in ("ring", "rhd", "direct", "stragglar"):
+                t[f"{a}_{case}"] = format_time(r[f"{a}_{case}_s"])
+            t[f"x_{case}"] = f"{r[f'speedup_{case}']:.3f}"
+        t["crit"] = "never" if r["critical_delay_s"] is None else format_time(r["critical_delay_s"])
+        table.append(t)
+    cols = ["n", "rounds", "bound", "beta", "ring_ideal", "rhd_ideal", "direct_ideal", "stragglar_ideal", "x_ideal",
+            "stragglar_worst", "x_worst", "crit"]
+    heads = ["n", "rounds", "bound", "beta", "ring", "rhd", "direct", "stragglar", "speedup", "stragglar(d=0)",
+             "speedup(d=0)", "critical delay"]
+    print_table(table, cols, heads)
+    print("ring/rhd/direct take the same time in both cases (every step waits for every rank); "
+          "speedup = ring / stragglar")
+    if args.plot is not None:
+        print(f"wrote {args.plot}")
+    return 0
