@@ -72,6 +72,9 @@ class StragglerAwareAllReduce:
                                  f"pass n={world}")
         if not window > 0:
             raise CollsynthError(f"window must be positive seconds, got {window!r}")
+        from ..synth.algorithms import algorithms
+
+        algorithms()  # fill the whole registry before importing one algorithm module directly
         if family is None:
             from ..synth.algorithms.stragglar import build_family
 
