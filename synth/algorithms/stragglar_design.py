@@ -156,40 +156,54 @@ def _pair_senders(p: int, K: int, age: Sequence[int], idle: set[tuple[int, int]]
     return tuple(sender)
 
 
-def search_design(p: int, K: int, time_limit: float = 120.0) -> Design | None:
-    """A design of depth K on Z_p found by integer programming (None if none was found)."""
+def search_design(p: int, K: int, time_limit: float = 120.0, attempts: int = 8,
+                  max_nodes: int = 500) -> Design | None:
+    """A design of depth K on Z_p found by integer programming (None if none was found).
+
+    Feasibility only; CBC's branch and bound is erratic on it, so each attempt minimises a different
+    pseudo-random cost (seeded by the attempt number) and stops at the first feasible point or after
+    ``max_nodes`` nodes (deterministic); a last attempt runs under ``time_limit`` seconds."""
+    import random
+
     import pulp
 
-    prob = pulp.LpProblem("stragglar_design", pulp.LpMinimize)
-    r = {(y, a): pulp.LpVariable(f"r_{y}_{a}", cat="Binary")
-         for y in range(1, p) for a in range(1, K + 1) if (a - y) % p}
-    q = {(y, a): pulp.LpVariable(f"q_{y}_{a}", cat="Binary")
-         for y in range(p) for a in range(1, K + 1) if (a - y) % p and (y == 0 or a >= 2)}
-    prob += 0  # feasibility only: CBC stops at the first design
-    rows: dict[int, list] = defaultdict(list)
-    rres: dict[int, list] = defaultdict(list)
-    sres: dict[int, list] = defaultdict(list)
-    rcol: dict[int, list] = defaultdict(list)
-    scol: dict[int, list] = defaultdict(list)
-    for (y, a), v in r.items():
-        rows[y].append(v)
-        rres[(a - y) % p].append(v)
-        rcol[a].append(v)
-    for (y, a), v in q.items():
-        sres[(a - y) % p].append(v)
-        scol[a].append(v)
-    for y in range(1, p):
-        prob += pulp.lpSum(rows[y]) == 1
-    for rho in range(1, p):
-        prob += pulp.lpSum(rres[rho]) == 1
-        prob += pulp.lpSum(sres[rho]) == 1
-    for a in range(1, K + 1):
-        prob += pulp.lpSum(scol[a]) == pulp.lpSum(rcol[a])
-    for (y, a), v in q.items():
-        if y:
-            prob += v <= pulp.lpSum(r[y, b] for b in range(1, a) if (y, b) in r)
-    status = prob.solve(pulp.PULP_CBC_CMD(msg=0, timeLimit=time_limit, threads=1))
-    if pulp.LpStatus[status] != "Optimal":
+    for attempt in range(1, attempts + 2):
+        last = attempt == attempts + 1
+        rng = random.Random(attempt)
+        prob = pulp.LpProblem("stragglar_design", pulp.LpMinimize)
+        r = {(y, a): pulp.LpVariable(f"r_{y}_{a}", cat="Binary")
+             for y in range(1, p) for a in range(1, K + 1) if (a - y) % p}
+        q = {(y, a): pulp.LpVariable(f"q_{y}_{a}", cat="Binary")
+             for y in range(p) for a in range(1, K + 1) if (a - y) % p and (y == 0 or a >= 2)}
+        prob += pulp.lpSum(rng.randint(0, 3) * v for v in r.values())
+        rows: dict[int, list] = defaultdict(list)
+        rres: dict[int, list] = defaultdict(list)
+        sres: dict[int, list] = defaultdict(list)
+        rcol: dict[int, list] = defaultdict(list)
+        scol: dict[int, list] = defaultdict(list)
+        for (y, a), v in r.items():
+            rows[y].append(v)
+            rres[(a - y) % p].append(v)
+            rcol[a].append(v)
+        for (y, a), v in q.items():
+            sres[(a - y) % p].append(v)
+            scol[a].append(v)
+        for y in range(1, p):
+            prob += pulp.lpSum(rows[y]) == 1
+        for rho in range(1, p):
+            prob += pulp.lpSum(rres[rho]) == 1
+            prob += pulp.lpSum(sres[rho]) == 1
+        for a in range(1, K + 1):
+            prob += pulp.lpSum(scol[a]) == pulp.lpSum(rcol[a])
+        for (y, a), v in q.items():
+            if y:
+                prob += v <= pulp.lpSum(r[y, b] for b in range(1, a) if (y, b) in r)
+        solver = pulp.PULP_CBC_CMD(msg=0, threads=1, gapRel=1.0, timeLimit=time_limit if last else None,
+                                   maxNodes=None if last else max_nodes)
+        status = prob.solve(solver)
+        if pulp.LpStatus[status] == "Optimal" and all(v.value() is not None for v in r.values()):
+            break
+    else:
         return None
     age = [0] * p
     for (y, a), v in r.items():
