@@ -177,7 +177,10 @@ def _execute(torch: Any, dist: Any, flat: Any, schedule: Schedule, rank: int, gr
                 need += hi - lo
         scratch_need = max(scratch_need, need)
     scratch = torch.empty(scratch_need, dtype=flat.dtype, device=flat.device) if scratch_need else None
-    use_group_peer = group is not None and group is not dist.GroupMember.WORLD
+    if group is None or group is dist.GroupMember.WORLD:
+        glob = list(range(schedule.nranks))
+    else:  # P2POp takes global ranks (group_peer= only exists in recent torch)
+        glob = [dist.get_global_rank(group, r) for r in range(schedule.nranks)]
     for sp in plan:
         if before_step is not None:
             before_step(sp.step)
@@ -202,10 +205,7 @@ def _execute(torch: Any, dist: Any, flat: Any, schedule: Schedule, rank: int, gr
                 if op.kind == "copy":
                     written.append((lo, hi))
                 fn = dist.irecv
-            if use_group_peer:
-                p2p.append(dist.P2POp(fn, buf, group=group, group_peer=op.peer))
-            else:
-                p2p.append(dist.P2POp(fn, buf, op.peer))
+            p2p.append(dist.P2POp(fn, buf, glob[op.peer], group))
             peers.append((op.kind, op.peer))
         if not p2p:
             continue

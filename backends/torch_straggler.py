@@ -60,7 +60,7 @@ class StragglerAwareAllReduce:
     """
 
     def __init__(self, group: Any = None, n: int | None = None, *, family: Mapping[int, Schedule] | None = None,
-                 fallback: Schedule | None = None, store: Any = None, window: float = 0.05,
+                 fallback: Schedule | None = None, store: Any = None, window: float = 0.1,
                  timeout: float | None = None) -> None:
         torch, dist = _torch()
         if not dist.is_initialized():
