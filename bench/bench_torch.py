@@ -6,7 +6,7 @@ Run: .venv/bin/python bench/bench_torch.py [--ranks 8] [--size 32MiB] [--delay 1
    ReduceScatter); ring, stragglar, torch and auto (run-time detection) take turns each iteration.
    Criterion: stragglar's median time after the straggler arrives <= 0.85 x torch's.
 2. no straggler: ring executor vs torch. Criterion: ring median <= 1.3 x torch's.
-3. calibrate (pattern ring) -> alpha, bandwidth -> the simulator (the lead's compare_rows, nvswitch
+3. first: calibrate (pattern ring) -> alpha, bandwidth -> the simulator (the lead's compare_rows, nvswitch
    topology, the same arrivals) predicts ring and stragglar; criterion: within 30% of run 1/run 2.
 """
 
@@ -38,12 +38,15 @@ def main() -> None:
     out: dict = {"cpus": os.cpu_count(), "ranks": n, "size_bytes": size, "delay_s": delay,
                  "loadavg_before": os.getloadavg()[0]}
 
+    # the user's order: calibrate, predict, then bench (the load of a shared machine drifts: see loadavg)
+    cal = run_calibrate("gloo", n, progress=args.progress)
+    out["loadavg_after_calibrate"] = os.getloadavg()[0]
     spec = prepare_bench("gloo", n, size, {late: delay}, ["ring", "stragglar", "torch", "auto"],
                          iters=args.iters, progress=args.progress)
     run1 = run_bench(spec)
+    out["loadavg_after_run1"] = os.getloadavg()[0]
     spec = prepare_bench("gloo", n, size, {}, ["ring", "torch"], iters=args.iters, progress=args.progress)
     run2 = run_bench(spec)
-    cal = run_calibrate("gloo", n, progress=args.progress)
 
     def med(run: dict, alg: str, key: str = "after_last_arrival_s") -> float:
         return next(r for r in run["results"] if r["algorithm"] == alg)[key]["median"]

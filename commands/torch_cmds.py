@@ -58,8 +58,9 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
         epilog="example: collsynth calibrate --backend gloo --ranks 8")
     p.add_argument("--backend", default="gloo", help="gloo (CPU, default) or nccl (one GPU per rank)")
     p.add_argument("--ranks", "-n", required=True, type=_int_arg("--ranks"), help="number of processes (>= 2)")
-    p.add_argument("--sizes", default=None, help="comma-separated message sizes (default 4KiB,16KiB,...,16MiB)")
-    p.add_argument("--iters", type=_int_arg("--iters"), default=5, help="repetitions per size (default 5)")
+    p.add_argument("--sizes", default=None, help="comma-separated message sizes, at least two (default "
+                                                   "4KiB,16KiB,...,4MiB: cover the message sizes you will run)")
+    p.add_argument("--iters", type=_int_arg("--iters"), default=7, help="repetitions per size (default 7)")
     p.add_argument("--pattern", default="ring", help="ring (all ranks at once, default) or pingpong")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
