@@ -24,7 +24,7 @@ from collsynth.synth.ir import ScheduleBuilder  # noqa: E402
 from collsynth.synth.verify import check  # noqa: E402
 
 N = 4
-LENGTHS = (1, 3, 7, 1000, 1003)
+LENGTHS = (1, 7, 1003)  # shorter than the chunk count, uneven, long and uneven
 DTYPES = ("float32", "float16", "bfloat16")
 
 
