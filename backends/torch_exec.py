@@ -23,7 +23,7 @@ import math
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from ..errors import CollsynthError
 from ..synth.ir import Schedule

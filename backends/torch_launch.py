@@ -8,7 +8,6 @@ port on 127.0.0.1 (no port guessing, loopback only); children are spawned, join 
 from __future__ import annotations
 
 import os
-import queue
 import time
 import traceback
 from typing import Any, Callable, Sequence
