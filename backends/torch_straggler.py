@@ -61,7 +61,7 @@ class StragglerAwareAllReduce:
 
     def __init__(self, group: Any = None, n: int | None = None, *, family: Mapping[int, Schedule] | None = None,
                  fallback: Schedule | None = None, store: Any = None, window: float = 0.1,
-                 timeout: float | None = None) -> None:
+                 timeout: float | None = None, _bits: int = _BITS) -> None:
         torch, dist = _torch()
         if not dist.is_initialized():
             raise CollsynthError("torch.distributed is not initialized: call init_process_group first")
@@ -100,7 +100,8 @@ class StragglerAwareAllReduce:
         self.window = float(window)
         self.timeout = DEFAULT_TIMEOUT_S if timeout is None else float(timeout)
         self._store = dist.PrefixStore(f"collsynth/sar{next(_INSTANCES)}/", store)
-        self._words = (n + _BITS - 1) // _BITS
+        self._bits = int(_bits)  # ranks per mask key (smaller only to test the several-key path)
+        self._words = (n + self._bits - 1) // self._bits
         self._calls = 0
         self.last: Agreement | None = None
 
@@ -108,17 +109,17 @@ class StragglerAwareAllReduce:
     def _arrive(self, call: int) -> tuple[int, int]:
         """Register arrival; returns (arrival order, bit set of arrived ranks)."""
         st, r = self._store, self.rank
-        bit = 1 << (r % _BITS)
+        bit = 1 << (r % self._bits)
         if self._words == 1:
             v = st.add(f"{call}/m0", bit)
             return bin(v).count("1"), v
-        st.add(f"{call}/m{r // _BITS}", bit)
+        st.add(f"{call}/m{r // self._bits}", bit)
         order = st.add(f"{call}/count", 1)
         if order != self.n - 1:
             return order, 0
         mask = 0
         for w in range(self._words):
-            mask |= st.add(f"{call}/m{w}", 0) << (w * _BITS)
+            mask |= st.add(f"{call}/m{w}", 0) << (w * self._bits)
         return order, mask
 
     def _decide(self, call: int) -> tuple[str, int]:

@@ -177,6 +177,15 @@ def world(rank: int, n: int) -> dict:
         sar(x)
         out["sar"].append((case, sar.last.straggler, sar.last.schedule, sar.last.order, sar.last.agree_s,
                            float((x - ref).abs().max()), _digest(x)))
+    # 7b. the several-key arrival mask used beyond 62 ranks (here 1 rank per key)
+    sar = StragglerAwareAllReduce(family=straggler_family(n), window=0.05, timeout=30, _bits=1)
+    x = _data(rank, 5000, 6, "float32")
+    ref = x.clone()
+    dist.all_reduce(ref)
+    dist.barrier()
+    time.sleep(0.4 if rank == 1 else 0.0)
+    sar(x)
+    out["sar_multiword"] = (sar.last.straggler, float((x - ref).abs().max()))
     # 8. DDP: a comm hook equals plain DDP after a few steps
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -268,6 +277,7 @@ def test_straggler_detected_at_run_time(results):
     assert one[2][3] == N  # the late rank arrived last and learned it is the straggler
     two = [results[r]["sar"][cases["two"]] for r in range(N)]
     assert all(g[2].startswith("ring") for g in two)
+    assert all(results[r]["sar_multiword"][0] == 1 and results[r]["sar_multiword"][1] < 1e-4 for r in range(N))
     none = [results[r]["sar"][cases["none"]] for r in range(N)]
     assert len({(g[1], g[2]) for g in none}) == 1 and all(g[5] < 1e-4 for g in none)
 
