@@ -170,9 +170,10 @@ class _Hb:
 class Executor:
     """Runs one call mode of a program; raises ExecFailure on the first problem."""
 
-    def __init__(self, program: Program, mode: str) -> None:
+    def __init__(self, program: Program, mode: str, races: bool = True) -> None:
         self.p = program
         self.mode = mode
+        self.races = races
         self.layout, self.sizes = layout_for(program, mode)
         self.mem = initial_memory(program, mode, self.sizes)
         self.tbs: list[PTb] = program.all_tbs()
@@ -242,7 +243,8 @@ class Executor:
 
     def _read(self, t: int, j: int, tb: PTb, tx: Tx, buf: str, off: int, cnt: int) -> list[Value]:
         pb, o = self._loc(tb.gpu, buf, off)
-        self._touch(t, j, tb, tx, pb, o, cnt, False)
+        if self.races:
+            self._touch(t, j, tb, tx, pb, o, cnt, False)
         return self.mem[tb.gpu][pb][o:o + cnt]
 
     def _write(self, t: int, j: int, tb: PTb, tx: Tx, buf: str, off: int, vals: list[Value]) -> None:
@@ -250,7 +252,8 @@ class Executor:
         if self.mode == "outofplace" and pb == "i":
             raise self._fail("inplace", tb, tx, f"writes the input buffer (i) in an out-of-place call: the "
                                                 f"caller's send buffer is read-only; write o or s")
-        self._touch(t, j, tb, tx, pb, o, len(vals), True)
+        if self.races:
+            self._touch(t, j, tb, tx, pb, o, len(vals), True)
         self.mem[tb.gpu][pb][o:o + len(vals)] = vals
 
     def _reduce(self, a: Value, b: Value, where_: str) -> Value:
@@ -310,6 +313,8 @@ class Executor:
             h = bisect.bisect_left(self.pub_counters[u], val)
             _, pidx, pvc = self.pubs[u][h]
             pubs.append((u, pidx))
+            if not self.races:
+                continue
             self.hb.edge((u, pidx), (t, j))
             for i, v in enumerate(pvc):
                 if v > vc[i]:
@@ -319,9 +324,10 @@ class Executor:
         self.dep_on[(t, j)] = pubs
 
     def _run(self, t: int, j: int, tb: PTb, tx: Tx, fkey: tuple[int, int, int]) -> None:
-        self.hb.add_tx(t)
-        if j > 0:
-            self.hb.edge((t, j - 1), (t, j))
+        if self.races:
+            self.hb.add_tx(t)
+            if j > 0:
+                self.hb.edge((t, j - 1), (t, j))
         if tx.deps:
             self._join_deps(t, j, tb, tx)
         kind = tx.kind
@@ -336,7 +342,8 @@ class Executor:
                                                  f"but the matching send is gpu {st.gpu} tb {st.id} step {stx.s} with "
                                                  f"cnt={cnt} (sends and receives of one connection must pair one "
                                                  f"for one, in order, with equal cnt)")
-            self.hb.edge(sender, (t, j))
+            if self.races:
+                self.hb.edge(sender, (t, j))
             self.recv_from[(t, j)] = sender
             inc = vals
         typ = tx.type
@@ -383,8 +390,9 @@ class Executor:
             if w is not None:
                 self.ready.append(w)
         if tx.hasdep:
-            vc = list(self.vc[t])
-            vc[tb.id] = j + 1
+            vc = list(self.vc[t]) if self.races else []
+            if self.races:
+                vc[tb.id] = j + 1
             self.pubs[t].append((tx.counter, j, vc))
             self.pub_counters[t].append(tx.counter)
             if tx.counter > self.published[t]:
@@ -462,6 +470,7 @@ class Executor:
                            first[0].gpu, first[0].id, first[1].s)
 
 
-def execute(program: Program, mode: str) -> ExecResult:
-    """Run ``program`` symbolically in call mode 'inplace' or 'outofplace'."""
-    return Executor(program, mode).run()
+def execute(program: Program, mode: str, races: bool = True) -> ExecResult:
+    """Run ``program`` symbolically in call mode 'inplace' or 'outofplace' (``races``: also check for
+    races; in place is the stricter mode, since aliasing only adds conflicting accesses)."""
+    return Executor(program, mode, races).run()

@@ -83,63 +83,65 @@ def _diagnose(text: str, pos: int, source: str) -> XmlFormatError:
 
 def _tree(text: str, source: str) -> _Node:
     """Tokenize into a tree of known and unknown elements; the root must be <algo>."""
-    pos, n = 0, len(text)
+    pos = 0
     root: _Node | None = None
     stack: list[_Node] = []
     line, lastpos = 1, 0
     match = _TAG.match
+    findall = _ATTR.findall
+    count_nl = text.count
     while True:
         m = match(text, pos)
         if m is None:
-            rest = text[pos:]
-            if not rest.strip(" \n\r"):
+            if not text[pos:].strip(" \n\r"):
                 break
             raise _diagnose(text, pos, source)
-        if m.group(1) is not None:  # comment
+        comment, closing, name, attrtext, selfclose = m.groups()
+        if comment is not None:
             pos = m.end()
             continue
         start = m.start(2) - 1
-        line += text.count("\n", lastpos, start)
+        line += count_nl("\n", lastpos, start)
         lastpos = start
-        closing, name, attrtext, selfclose = m.group(2), m.group(3), m.group(4), m.group(5)
         pos = m.end()
-        at = f"{source}:{line}"
-        if len(name) > MAX_TOKEN:
-            raise XmlFormatError(f"{at}: element name longer than {MAX_TOKEN} characters")
-        if name.startswith("?") or name.startswith("!"):
+        if len(name) > MAX_TOKEN or name[0] in "?!":
+            at = f"{source}:{line}"
+            if len(name) > MAX_TOKEN:
+                raise XmlFormatError(f"{at}: element name longer than {MAX_TOKEN} characters")
             raise XmlFormatError(f"{at}: remove the '<{name}...>' declaration: the runtime reads it as an "
                                  f"element and expects <algo> first")
         if closing:
-            if attrtext or selfclose:
-                raise XmlFormatError(f"{at}: malformed closing tag </{name}>")
-            if not stack or stack[-1].name != name:
+            if attrtext or selfclose or not stack or stack[-1].name != name:
+                at = f"{source}:{line}"
+                if attrtext or selfclose:
+                    raise XmlFormatError(f"{at}: malformed closing tag </{name}>")
                 expected = f"</{stack[-1].name}>" if stack else "nothing"
                 raise XmlFormatError(f"{at}: closing tag </{name}> does not match (expected {expected})")
             stack.pop()
             continue
-        attrs: dict[str, str] = {}
-        count = 0
-        for am in _ATTR.finditer(attrtext):
-            k, v = am.group(1), am.group(2)
-            if len(k) > MAX_TOKEN or len(v) > MAX_TOKEN:
-                raise XmlFormatError(f"{at}: attribute {k[:40]!r} of <{name}>: names and values are limited to "
-                                     f"{MAX_TOKEN} characters")
-            count += 1
-            if count <= MAX_ATTRS and k not in attrs:
-                attrs[k] = v
+        pairs = findall(attrtext)
+        if len(attrtext) > MAX_TOKEN:
+            for k, v in pairs:
+                if len(k) > MAX_TOKEN or len(v) > MAX_TOKEN:
+                    raise XmlFormatError(f"{source}:{line}: attribute {k[:40]!r} of <{name}>: names and values are "
+                                         f"limited to {MAX_TOKEN} characters")
+        if len(pairs) > MAX_ATTRS:
+            pairs = pairs[:MAX_ATTRS]  # the runtime ignores the rest
+        attrs = dict(reversed(pairs))  # the first of duplicate keys wins
         node = _Node(name, attrs, line)
         if stack:
             parent = stack[-1]
-            parent.children.append(node)
-            if len(parent.children) > MAX_CHILDREN:
-                raise XmlFormatError(f"{at}: <{parent.name}> (line {parent.line}) has more than {MAX_CHILDREN} "
-                                     f"children, which overflows the runtime's parser")
+            kids = parent.children
+            kids.append(node)
+            if len(kids) > MAX_CHILDREN:
+                raise XmlFormatError(f"{source}:{line}: <{parent.name}> (line {parent.line}) has more than "
+                                     f"{MAX_CHILDREN} children, which overflows the runtime's parser")
         elif root is None:
             if name != "algo":
-                raise XmlFormatError(f"{at}: the first element must be <algo>, found <{name}>")
+                raise XmlFormatError(f"{source}:{line}: the first element must be <algo>, found <{name}>")
             root = node
         else:
-            raise XmlFormatError(f"{at}: a second top-level element <{name}>: a file holds one <algo>")
+            raise XmlFormatError(f"{source}:{line}: a second top-level element <{name}>: a file holds one <algo>")
         if not selfclose:
             stack.append(node)
     if root is None:
@@ -151,6 +153,10 @@ def _tree(text: str, source: str) -> _Node:
 
 def parse_int(value: str, what: str) -> int:
     """C strtol(value, 0) on a whole attribute value."""
+    if value.isascii() and value.isdigit() and (value[0] != "0" or len(value) == 1):
+        return int(value)
+    if value == "-1":
+        return -1
     if not _INT.match(value):
         raise XmlFormatError(f"{what}: {value!r} is not an integer")
     v = value.lstrip("+-")
@@ -238,29 +244,45 @@ def parse_xml_text(text: str, source: str = "<xml>") -> XAlgo:
             for snode in tnode.children:
                 if snode.name != "step":
                     continue
-                sat = f"{source}:{snode.line}: gpu {gid} tb {tid} <step>"
-                _need(snode, STEP_ATTRS, sat)
                 sa = snode.attrs
                 try:
-                    s = parse_int(sa["s"], f"{sat}: attribute s")
-                    sat = f"{source}:{snode.line}: gpu {gid} tb {tid} step {s}"
-                    typ = sa["type"]
-                    if typ not in STEP_TYPES:
-                        raise XmlFormatError(f"{sat}: unknown step type {typ!r}: use one of "
-                                             f"{', '.join(STEP_TYPES)}")
-                    for k in ("srcbuf", "dstbuf"):
-                        if sa[k] not in BUFFERS:
-                            raise XmlFormatError(f"{sat}: {k}={sa[k]!r}: use i, o or s (even when unused)")
-                    step = XStep(s, typ, sa["srcbuf"], parse_int(sa["srcoff"], f"{sat}: srcoff"), sa["dstbuf"],
-                                 parse_int(sa["dstoff"], f"{sat}: dstoff"), parse_int(sa["cnt"], f"{sat}: cnt"),
-                                 parse_int(sa["depid"], f"{sat}: depid"), parse_int(sa["deps"], f"{sat}: deps"),
-                                 parse_int(sa["hasdep"], f"{sat}: hasdep"), snode.line)
-                except XmlFormatError:
-                    raise
+                    step = XStep(_i(sa["s"]), sa["type"], sa["srcbuf"], _i(sa["srcoff"]), sa["dstbuf"],
+                                 _i(sa["dstoff"]), _i(sa["cnt"]), _i(sa["depid"]), _i(sa["deps"]), _i(sa["hasdep"]),
+                                 snode.line)
+                    if step.type not in STEP_TYPES or step.srcbuf not in BUFFERS or step.dstbuf not in BUFFERS:
+                        raise ValueError
+                except (KeyError, ValueError):
+                    _step_error(snode, gid, tid, source)
                 tb.steps.append(step)
             gpu.tbs.append(tb)
         algo.gpus.append(gpu)
     return algo
+
+
+def _i(value: str) -> int:
+    """Fast path of parse_int for plain decimals; anything else raises ValueError (then diagnosed)."""
+    if value.isascii() and value.isdigit() and (value[0] != "0" or len(value) == 1):
+        return int(value)
+    if value == "-1":
+        return -1
+    return parse_int(value, "")
+
+
+def _step_error(snode: _Node, gid: int, tid: int, source: str) -> None:
+    """Explain what is wrong with a <step> element."""
+    sat = f"{source}:{snode.line}: gpu {gid} tb {tid} <step>"
+    _need(snode, STEP_ATTRS, sat)
+    sa = snode.attrs
+    s = parse_int(sa["s"], f"{sat}: attribute s")
+    sat = f"{source}:{snode.line}: gpu {gid} tb {tid} step {s}"
+    if sa["type"] not in STEP_TYPES:
+        raise XmlFormatError(f"{sat}: unknown step type {sa['type']!r}: use one of {', '.join(STEP_TYPES)}")
+    for k in ("srcbuf", "dstbuf"):
+        if sa[k] not in BUFFERS:
+            raise XmlFormatError(f"{sat}: {k}={sa[k]!r}: use i, o or s (even when unused)")
+    for k in ("srcoff", "dstoff", "cnt", "depid", "deps", "hasdep"):
+        parse_int(sa[k], f"{sat}: attribute {k}")
+    raise XmlFormatError(f"{sat}: malformed step")  # pragma: no cover
 
 
 def read_xml_file(path: str) -> XAlgo:

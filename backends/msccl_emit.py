@@ -1,0 +1,313 @@
+"""Emit MSCCL algorithm XML from a verified Schedule (executor/RCCL dialect by default, or legacy).
+
+``emit_xml`` lowers the Schedule (``msccl_lower``), adds dependencies (``msccl_deps``), numbers the
+steps (k-1 ``nop`` steps in front of a step with k dependencies, each carrying one; ``re`` steps that
+complete the same reduction take their dependencies up front so that the runtime fuses them),
+replicates the program over ``instances`` (each on its own channels and chunks), renders it with
+``templates/msccl.xml.j2`` (no declaration, spaces only, one element per line, double quotes), and
+checks the text with the independent XML checker before returning it. When the program needs more
+steps per thread block than the runtime allows, the Schedule's steps are spread over more channels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+import numpy as np
+
+from ..errors import CollsynthError
+from .msccl_check import check_xml_text
+from .msccl_deps import hazard_deps, order_deps
+from .msccl_lower import Lowered, Op, TbPlan, lower
+from .msccl_model import DIALECTS, MAX_CHANNELS, MAX_DEPID, MAX_INT16, MAX_STEPS, MAX_TBS, MAX_TOKEN, PROTOCOLS
+
+_TEMPLATE = None
+
+
+def _template() -> Any:
+    global _TEMPLATE
+    if _TEMPLATE is None:
+        import jinja2
+
+        env = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
+                                 autoescape=False, keep_trailing_newline=True, trim_blocks=False,
+                                 undefined=jinja2.StrictUndefined)
+        _TEMPLATE = env.get_template("msccl.xml.j2")
+    return _TEMPLATE
+
+
+def _hoist_re_chains(tb: TbPlan) -> None:
+    """Consecutive ``re`` steps into one destination wait up front, so the runtime fuses them (<= 16)."""
+    ops = tb.ops
+    i = 0
+    while i < len(ops):
+        if ops[i].type != "re":
+            i += 1
+            continue
+        j = i + 1
+        while (j < len(ops) and j - i < 16 and ops[j].type == "re" and ops[j].dst == ops[i].dst
+               and ops[j].src[0] == ops[i].src[0] and not ops[j - 1].hasdep):
+            j += 1
+        if j - i > 1:
+            extra = [d for op in ops[i + 1:j] for d in op.deps if d not in ops[i].deps]
+            ops[i].deps = ops[i].deps + extra
+            for op in ops[i + 1:j]:
+                op.deps = []
+        i = j
+
+
+def _number(low: Lowered) -> dict[int, int]:
+    """XML step index of every op (nops included); returns {id(op): s}."""
+    xs: dict[int, int] = {}
+    for tbs in low.tbs:
+        for tb in tbs:
+            _hoist_re_chains(tb)
+            s = 0
+            for op in tb.ops:
+                s += max(len(op.deps) - 1, 0)
+                xs[id(op)] = s
+                s += 1
+    return xs
+
+
+def _steps_per_tb(low: Lowered) -> tuple[int, int, int]:
+    """(max XML steps in one thread block, its rank, its thread block)."""
+    best = (0, 0, 0)
+    for r, tbs in enumerate(low.tbs):
+        for tb in tbs:
+            _hoist_re_chains(tb)
+            k = sum(max(len(op.deps), 1) for op in tb.ops)
+            if k > best[0]:
+                best = (k, r, tb.idx)
+    return best
+
+
+class _Mapper:
+    """Offsets of instance i (each instance owns a disjoint share of every buffer)."""
+
+    def __init__(self, low: Lowered, instances: int) -> None:
+        self.coll, self.n, self.N, self.K = low.collective, low.nranks, low.nchunks, instances
+        self.m = self.N // self.n
+        self.scratch = low.scratch
+
+    def loc(self, r: int, loc: tuple[str, int], i: int, cnt: int) -> tuple[str, int]:
+        buf, k = loc
+        if k < 0:
+            return loc
+        K, N, m = self.K, self.N, self.m
+        if buf == "s":
+            return ("s", i * self.scratch[r] + k)
+        blocked = (self.coll == "allgather" and buf == "o") or (self.coll == "reducescatter" and buf == "i")
+        if blocked:
+            if K > 1 and k // m != (k + cnt - 1) // m:
+                raise CollsynthError(f"--instances {K}: a step moves chunks {k}..{k + cnt - 1}, which cross rank "
+                                     f"blocks; use --instances 1 for this schedule")
+            return (buf, (k // m) * m * K + i * m + k % m)
+        if self.coll in ("allgather", "reducescatter"):  # the per-rank buffer (AG input, RS output)
+            return (buf, i * m + k)
+        return (buf, i * N + k)
+
+
+def _render(low: Lowered, xs: dict[int, int], *, algo_attrs: list[tuple[str, Any]], instances: int,
+            proto: str) -> str:
+    mp = _Mapper(low, instances)
+    sender: dict[int, Op] = {}
+    receiver: dict[int, Op] = {}
+    for rops in low.ops:
+        for op in rops:
+            if op.xout >= 0:
+                sender[op.xout] = op
+            if op.xin >= 0:
+                receiver[op.xin] = op
+    K, N, m = instances, low.nchunks, low.nchunks // low.nranks
+    icount = m * K if low.collective == "allgather" else N * K
+    ocount = m * K if low.collective == "reducescatter" else N * K
+    gpus = []
+    for r, tbs in enumerate(low.tbs):
+        ntb = len(tbs)
+        gtbs = []
+        for i in range(K):
+            for tb in tbs:
+                steps = []
+                for op in tb.ops:
+                    for d in op.deps[:-1]:
+                        steps.append((len(steps), "nop", "i", -1, "i", -1, 0, i * ntb + d.tb.idx, xs[id(d)], 0))
+                    dep = op.deps[-1] if op.deps else None
+                    depid = i * ntb + dep.tb.idx if dep is not None else -1
+                    deps = xs[id(dep)] if dep is not None else -1
+                    src, dst = op.src, op.dst
+                    if op.type in ("r", "rcs"):
+                        s_op = sender[op.xin]
+                        src = s_op.src if s_op.type in ("s", "rrs") else s_op.dst
+                        srank = s_op.rank
+                    else:
+                        srank = r
+                    if op.type == "s":
+                        d_op = receiver[op.xout]
+                        dst, drank = d_op.dst, d_op.rank
+                    elif op.type == "rrs":
+                        dst, drank = op.src, r
+                    else:
+                        drank = r
+                    sb, so = mp.loc(srank, src, i, op.cnt)
+                    db, do = mp.loc(drank, dst, i, op.cnt)
+                    steps.append((len(steps), op.type, sb, so, db, do, op.cnt, depid, deps, int(op.hasdep)))
+                gtbs.append({"id": i * ntb + tb.idx, "send": tb.send, "recv": tb.recv,
+                             "chan": i * low.nsegments + tb.seg, "steps": steps})
+        gpus.append({"id": r, "i": icount, "o": ocount, "s": low.scratch[r] * K, "tbs": gtbs})
+    return _template().render(algo=algo_attrs, gpus=gpus)
+
+
+def _attrs(s: Any, *, dialect: str, proto: str, nchannels: int, nchunks: int, name: str, inplace: bool,
+           outofplace: bool, min_bytes: int, max_bytes: int) -> list[tuple[str, Any]]:
+    coll = s.collective
+    if dialect == "legacy":
+        out: list[tuple[str, Any]] = [("name", name), ("proto", proto), ("nchannels", nchannels),
+                                      ("nchunksperloop", nchunks), ("ngpus", s.nranks),
+                                      ("coll", "reduce_scatter" if coll == "reducescatter" else coll),
+                                      ("inplace", int(inplace))]
+        if min_bytes:
+            out.append(("minBytes", min_bytes))
+        if max_bytes:
+            out.append(("maxBytes", max_bytes))
+        return out
+    return [("name", name), ("proto", proto), ("nchannels", nchannels), ("nchunksperloop", nchunks),
+            ("ngpus", s.nranks), ("coll", coll), ("inplace", int(inplace)), ("outofplace", int(outofplace)),
+            ("minBytes", min_bytes), ("maxBytes", max_bytes)]
+
+
+def _check_options(dialect: str, proto: str, min_bytes: int, max_bytes: int, inplace: bool, outofplace: bool,
+                   instances: int, name: str) -> None:
+    if dialect not in DIALECTS:
+        raise CollsynthError(f"unknown --dialect {dialect!r}: use executor or legacy")
+    if proto not in PROTOCOLS:
+        raise CollsynthError(f"unknown --proto {proto!r}: use Simple, LL or LL128")
+    for flag, v in (("--min-bytes", min_bytes), ("--max-bytes", max_bytes)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise CollsynthError(f"{flag} must be a byte count >= 0, got {v!r}")
+    if max_bytes and max_bytes < min_bytes:
+        raise CollsynthError(f"--max-bytes {max_bytes} is below --min-bytes {min_bytes} (0 means no upper limit)")
+    if not inplace and not outofplace:
+        raise CollsynthError("--no-inplace together with --no-outofplace: the runtime would never use the file")
+    if dialect == "legacy" and inplace and outofplace:
+        pass  # the old runtime serves one mode: in place (documented)
+    if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
+        raise CollsynthError(f"--instances must be an integer >= 1, got {instances!r}")
+    if instances >= MAX_CHANNELS:
+        raise CollsynthError(f"--instances {instances}: MSCCL allows fewer than {MAX_CHANNELS} channels")
+    if not name or len(name) > MAX_TOKEN or any(ch in name for ch in '"<>&\n\r\t'):
+        raise CollsynthError(f"--name {name!r}: use 1..{MAX_TOKEN} characters without quotes, <, >, & or tabs")
+
+
+def _first_guess(s: Any, max_steps: int) -> int:
+    """Segments needed at least: a connection's transfers all pass through one thread block."""
+    if not s.ntransfers:
+        return 1
+    per_conn = np.bincount(s.src * s.nranks + s.dst, minlength=s.nranks * s.nranks)
+    return max(1, min(-(-int(per_conn.max()) // max_steps), max(s.nsteps, 1)))
+
+
+def plan(s: Any, *, dialect: str = "executor", inplace: bool = True, instances: int = 1) -> tuple[Lowered, dict, dict]:
+    """Lower, add dependencies and pick the number of channel segments that fits the runtime's limits."""
+    max_steps, max_tbs = MAX_STEPS[dialect], MAX_TBS[dialect]
+    nseg = _first_guess(s, max_steps)
+    while True:
+        low = lower(s, inplace=inplace, nseg=nseg)
+        if low.nsegments * instances > MAX_CHANNELS:
+            raise CollsynthError(f"the program needs {low.nsegments * instances} channels ({low.nsegments} per instance "
+                                 f"x {instances} instance(s)); MSCCL allows at most {MAX_CHANNELS} (chan 0.."
+                                 f"{MAX_CHANNELS - 1}): use fewer --instances")
+        hazard_deps(low)
+        ntb = max(len(t) for t in low.tbs) * instances
+        if ntb > max_tbs:
+            worst = max(range(len(low.tbs)), key=lambda q: len(low.tbs[q]))
+            extra = f" (on {low.nsegments} channels, to keep steps per thread block <= {max_steps})" \
+                if low.nsegments > 1 else ""
+            raise CollsynthError(f"rank {worst} needs {ntb} thread blocks{extra}; MSCCL allows at most {max_tbs} per "
+                                 f"GPU (one per peer pair and channel; RCCL's limit, and all must be co-resident): "
+                                 f"use fewer ranks, fewer --instances, or an algorithm with fewer peers per rank")
+        steps, r, tbi = _steps_per_tb(low)
+        if steps <= max_steps:
+            stats = order_deps(low)
+            steps, r, tbi = _steps_per_tb(low)
+            if steps <= max_steps:
+                break
+        nxt = max(nseg + 1, -(-nseg * steps // max_steps))
+        if nxt > max(s.nsteps, 1):
+            raise CollsynthError(f"rank {r} thread block {tbi} needs {steps} steps; MSCCL allows {max_steps} per thread "
+                                 f"block, and the schedule's {s.nsteps} step(s) cannot be spread over more channels "
+                                 f"(one Schedule step stays in one thread block per peer pair)")
+        nseg = nxt
+    xs = _number(low)
+    for tbs in low.tbs:
+        for tb in tbs:
+            for op in tb.ops:
+                for d in op.deps:
+                    if d.tb.idx + (instances - 1) * len(tbs) > MAX_DEPID:  # type: ignore[union-attr]
+                        raise CollsynthError(f"thread block ids above {MAX_DEPID} cannot be named in a dependency")
+    if max(low.scratch) * instances > MAX_INT16 or s.nchunks * instances > MAX_INT16:
+        raise CollsynthError(f"buffer offsets above {MAX_INT16} cannot be written in MSCCL XML: use fewer chunks")
+    stats.update(low.stats, max_steps_per_tb=steps, thread_blocks_per_gpu=ntb, channels=low.nsegments * instances)
+    return low, xs, stats
+
+
+def emit_xml(schedule: Any, *, dialect: str = "executor", proto: str = "Simple", min_bytes: int = 0,
+             max_bytes: int = 0, inplace: bool = True, outofplace: bool = True, instances: int = 1,
+             name: str | None = None, check: bool = True) -> str:
+    """MSCCL XML text for a verified Schedule; raises CollsynthError naming the limit it cannot fit.
+
+    The text is checked by the independent checker (``msccl_check``) before it is returned."""
+    name = name if name is not None else (schedule.name or f"collsynth_{schedule.collective}_n{schedule.nranks}")
+    _check_options(dialect, proto, min_bytes, max_bytes, inplace, outofplace, instances, name)
+    if dialect == "legacy":
+        outofplace = outofplace and not inplace  # the old runtime serves one mode (inplace must match)
+    low, xs, stats = plan(schedule, dialect=dialect, inplace=inplace, instances=instances)
+    attrs = _attrs(schedule, dialect=dialect, proto=proto, nchannels=low.nsegments * instances,
+                   nchunks=schedule.nchunks * instances, name=name, inplace=inplace, outofplace=outofplace,
+                   min_bytes=min_bytes, max_bytes=max_bytes)
+    text = _render(low, xs, algo_attrs=attrs, instances=instances, proto=proto)
+    if check:
+        report = check_xml_text(text, f"<emitted {name}>")
+        if not report.ok:  # pragma: no cover - an emitter bug; never hand out an unverified file
+            raise CollsynthError(f"internal error: the emitted MSCCL XML does not verify: {report.message}")
+    return text
+
+
+def add_xml_options(p: argparse.ArgumentParser) -> None:
+    """The options ``synth --format msccl-xml`` and ``emit --format msccl-xml`` share."""
+    g = p.add_argument_group("MSCCL XML output")
+    g.add_argument("--dialect", default="executor", choices=DIALECTS,
+                   help="executor (MSCCL executor and RCCL, default) or legacy (microsoft/msccl)")
+    g.add_argument("--proto", default="Simple", choices=PROTOCOLS, help="NCCL protocol (default Simple)")
+    g.add_argument("--min-bytes", default="0", help="smallest call size the file serves (default 0)")
+    g.add_argument("--max-bytes", default="0", help="largest call size it serves, inclusive (default 0: no limit)")
+    g.add_argument("--inplace", dest="inplace", action="store_true", default=True,
+                   help="serve in-place calls (default)")
+    g.add_argument("--no-inplace", dest="inplace", action="store_false", help="do not serve in-place calls")
+    g.add_argument("--outofplace", dest="outofplace", action="store_true", default=True,
+                   help="serve out-of-place calls (default; the legacy dialect serves one mode)")
+    g.add_argument("--no-outofplace", dest="outofplace", action="store_false",
+                   help="do not serve out-of-place calls")
+    g.add_argument("--instances", default="1", help="replicate over K times the channels for bandwidth (default 1)")
+    g.add_argument("--name", default=None, help="algorithm name written in the file (default: the schedule's)")
+
+
+def xml_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """Keyword arguments for emit_xml from parsed options (sizes accept units, e.g. 1MiB)."""
+    from ..units import parse_size
+
+    def size(flag: str, text: Any) -> int:
+        v = parse_size(str(text))
+        if v != int(v):
+            raise CollsynthError(f"{flag} must be a whole number of bytes, got {text!r}")
+        return int(v)
+
+    try:
+        instances = int(str(args.instances))
+    except ValueError:
+        raise CollsynthError(f"--instances must be an integer >= 1, got {args.instances!r}") from None
+    return {"dialect": args.dialect, "proto": args.proto, "min_bytes": size("--min-bytes", args.min_bytes),
+            "max_bytes": size("--max-bytes", args.max_bytes), "inplace": bool(args.inplace),
+            "outofplace": bool(args.outofplace), "instances": instances, "name": args.name}
