@@ -15,7 +15,7 @@ from ...errors import CollsynthError
 from ..ir import Schedule
 
 # Modules imported (in this order) to fill the registry.
-_MODULES = ("ring", "rhd", "direct", "twoshot", "stragglar")
+_MODULES = ("ring", "rhd", "direct", "twoshot", "stragglar", "solver")
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,7 @@ class AlgorithmInfo:
 
 
 _REGISTRY: dict[str, AlgorithmInfo] = {}
+_loaded = False
 
 
 def register(name: str, description: str, collectives: tuple[str, ...] = ("allreduce",)) -> Callable:
@@ -40,6 +41,8 @@ def register(name: str, description: str, collectives: tuple[str, ...] = ("allre
 
 
 def _load() -> None:
+    global _loaded
+    _loaded = True
     for mod in _MODULES:
         try:
             importlib.import_module(f"{__name__}.{mod}")
@@ -50,7 +53,7 @@ def _load() -> None:
 
 def algorithms() -> dict[str, AlgorithmInfo]:
     """Every registered algorithm, by name, in registration order."""
-    if not _REGISTRY:
+    if not _loaded:
         _load()
     return dict(_REGISTRY)
 
