@@ -278,7 +278,7 @@ def run_plan(plan: Plan, inputs: Sequence[np.ndarray], *, inplace: bool = False)
 
     ``inputs[r]`` is rank r's send buffer (count elements for AllReduce/AllGather, n*count for
     ReduceScatter). In-place calls alias the buffers as NCCL defines it. Sums are accumulated in
-    float64 in the plan's term order and cast back to the input dtype.
+    float32 in the plan's term order and cast back to the input dtype, as the add kernel does.
     """
     n = plan.nranks
     if len(inputs) != n:
@@ -356,11 +356,11 @@ def run_plan(plan: Plan, inputs: Sequence[np.ndarray], *, inplace: bool = False)
             view(r, op.loc, op.chunk, op.nchunk, op.slot)[...] = d
         for r, st in cur.items():
             for ad in st.adds:
-                terms = [view(r, SCR, ad.chunk, ad.nchunk, sl, b).astype(np.float64) for sl, b in ad.srcs]
-                terms.insert(ad.apos, view(r, ad.a_loc, ad.chunk, ad.nchunk).astype(np.float64))
-                acc = np.zeros_like(terms[0])
-                for t in terms:
-                    acc = acc + t
+                terms = [view(r, SCR, ad.chunk, ad.nchunk, sl, b).astype(np.float32) for sl, b in ad.srcs]
+                terms.insert(ad.apos, view(r, ad.a_loc, ad.chunk, ad.nchunk).astype(np.float32))
+                acc = terms[0].copy()
+                for t in terms[1:]:
+                    acc += t
                 view(r, ad.dst_loc, ad.chunk, ad.nchunk)[...] = acc.astype(dtype)
     for r in range(n):
         for t in plan.tails[r]:
