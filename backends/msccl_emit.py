@@ -21,7 +21,7 @@ from ..errors import CollsynthError
 from .msccl_check import check_xml_text
 from .msccl_deps import hazard_deps, order_deps
 from .msccl_lower import Lowered, Op, TbPlan, lower
-from .msccl_model import DIALECTS, MAX_CHANNELS, MAX_DEPID, MAX_INT16, MAX_STEPS, MAX_TBS, MAX_TOKEN, PROTOCOLS
+from .msccl_model import DIALECTS, MAX_CHANNELS, MAX_COUNT, MAX_DEPID, MAX_INT16, MAX_STEPS, MAX_TBS, MAX_TOKEN, PROTOCOLS
 
 _TEMPLATE = None
 
@@ -85,34 +85,82 @@ def _steps_per_tb(low: Lowered) -> tuple[int, int, int]:
 
 
 class _Mapper:
-    """Offsets of instance i (each instance owns a disjoint share of every buffer)."""
+    """MSCCL offsets and counts. Schedule chunk c starts at MSCCL chunk X(c) = c*M // N of an instance's
+    M chunks (M = N unless a finer grid is asked for; then chunks get floor or ceiling shares), and
+    instance i owns a disjoint share of every buffer (blocked per rank where ranks own blocks)."""
 
-    def __init__(self, low: Lowered, instances: int) -> None:
-        self.coll, self.n, self.N, self.K = low.collective, low.nranks, low.nchunks, instances
+    def __init__(self, low: Lowered, instances: int, M: int) -> None:
+        self.coll, self.n, self.N, self.K, self.M = low.collective, low.nranks, low.nchunks, instances, M
         self.m = self.N // self.n
-        self.scratch = low.scratch
+        self.mp = M // self.n
+        self.unit = -(-M // self.N)
+        rs = self.coll == "reducescatter"
+        self.base_ir = self.N - self.m if rs else 0
+        self.base_x = M - self.mp if rs else 0
+        self.scratch = [self.base_x + max(k - self.base_ir, 0) * self.unit if k else 0 for k in low.scratch]
 
-    def loc(self, r: int, loc: tuple[str, int], i: int, cnt: int) -> tuple[str, int]:
+    def x(self, c: int) -> int:
+        return c * self.M // self.N
+
+    def width(self, c0: int, cnt: int) -> int:
+        w = self.x(c0 + cnt) - self.x(c0)
+        if w >= MAX_COUNT:
+            raise CollsynthError(f"a step would move {w} MSCCL chunks; the cnt limit is {MAX_COUNT - 1}: use a smaller "
+                                 f"--nchunksperloop")
+        return w
+
+    def loc(self, r: int, loc: tuple[str, int], i: int, c0: int, w: int) -> tuple[str, int]:
         buf, k = loc
         if k < 0:
             return loc
-        K, N, m = self.K, self.N, self.m
+        K, mp = self.K, self.mp
         if buf == "s":
-            return ("s", i * self.scratch[r] + k)
-        blocked = (self.coll == "allgather" and buf == "o") or (self.coll == "reducescatter" and buf == "i")
-        if blocked:
-            if K > 1 and k // m != (k + cnt - 1) // m:
-                raise CollsynthError(f"--instances {K}: a step moves chunks {k}..{k + cnt - 1}, which cross rank "
-                                     f"blocks; use --instances 1 for this schedule")
-            return (buf, (k // m) * m * K + i * m + k % m)
+            if k >= self.base_ir:  # a scratch slot for a reduce in flight (several reduces on one location)
+                x = self.base_x + (k - self.base_ir) * self.unit
+            else:  # a reducescatter partial sum: its chunk, the rank's own block left out
+                x = self.x(c0) if c0 < r * self.m else self.x(c0) - mp
+            return ("s", i * self.scratch[r] + x)
+        x = self.x(c0)
+        if (self.coll == "allgather" and buf == "o") or (self.coll == "reducescatter" and buf == "i"):
+            if K > 1 and x // mp != (x + w - 1) // mp:
+                raise CollsynthError(f"--instances {K}: a step moves chunks across rank blocks; use --instances 1 "
+                                     f"for this schedule")
+            return (buf, (x // mp) * mp * K + i * mp + x % mp)
         if self.coll in ("allgather", "reducescatter"):  # the per-rank buffer (AG input, RS output)
-            return (buf, i * m + k)
-        return (buf, i * N + k)
+            return (buf, i * mp + x - r * mp)
+        return (buf, i * self.M + x)
+
+
+def loop_chunks(s: Any, value: int | str | None) -> int:
+    """MSCCL chunks per instance: the Schedule's (None), a number, or 'pow2' (a power of two when the
+    Schedule's count is not one, so that power-of-two buffers are eligible: the runtime needs the element
+    count to be a multiple of nchunksperloop)."""
+    N, n = s.nchunks, s.nranks
+    cmax = max(int(s.count.max()) if s.ntransfers else 1, N // n if s.collective == "allgather" else 1)
+    if value is None:
+        return N
+    if value == "pow2":
+        if N & (N - 1) == 0:
+            return N
+        M = 1 << (N.bit_length() - 1)
+        while -(-2 * M * cmax // N) < MAX_COUNT:
+            M *= 2
+        if M < N or (s.collective != "allreduce" and M % n):
+            return N
+        return M
+    if isinstance(value, bool) or not isinstance(value, int) or value < N:
+        raise CollsynthError(f"--nchunksperloop must be at least the schedule's {N} chunks (or pow2), got {value!r}")
+    if s.collective != "allreduce" and value % n:
+        raise CollsynthError(f"--nchunksperloop {value}: {s.collective} needs a multiple of the {n} ranks")
+    if -(-value * cmax // N) >= MAX_COUNT:
+        raise CollsynthError(f"--nchunksperloop {value}: a transfer of {cmax} schedule chunks would need more than "
+                             f"{MAX_COUNT - 1} MSCCL chunks in one step (the cnt limit)")
+    return value
 
 
 def _render(low: Lowered, xs: dict[int, int], *, algo_attrs: list[tuple[str, Any]], instances: int,
-            proto: str) -> str:
-    mp = _Mapper(low, instances)
+            M: int) -> str:
+    mp = _Mapper(low, instances, M)
     sender: dict[int, Op] = {}
     receiver: dict[int, Op] = {}
     for rops in low.ops:
@@ -121,9 +169,9 @@ def _render(low: Lowered, xs: dict[int, int], *, algo_attrs: list[tuple[str, Any
                 sender[op.xout] = op
             if op.xin >= 0:
                 receiver[op.xin] = op
-    K, N, m = instances, low.nchunks, low.nchunks // low.nranks
-    icount = m * K if low.collective == "allgather" else N * K
-    ocount = m * K if low.collective == "reducescatter" else N * K
+    K = instances
+    icount = mp.mp * K if low.collective == "allgather" else M * K
+    ocount = mp.mp * K if low.collective == "reducescatter" else M * K
     gpus = []
     for r, tbs in enumerate(low.tbs):
         ntb = len(tbs)
@@ -151,12 +199,13 @@ def _render(low: Lowered, xs: dict[int, int], *, algo_attrs: list[tuple[str, Any
                         dst, drank = op.src, r
                     else:
                         drank = r
-                    sb, so = mp.loc(srank, src, i, op.cnt)
-                    db, do = mp.loc(drank, dst, i, op.cnt)
-                    steps.append((len(steps), op.type, sb, so, db, do, op.cnt, depid, deps, int(op.hasdep)))
+                    w = mp.width(op.c0, op.cnt)
+                    sb, so = mp.loc(srank, src, i, op.c0, w)
+                    db, do = mp.loc(drank, dst, i, op.c0, w)
+                    steps.append((len(steps), op.type, sb, so, db, do, w, depid, deps, int(op.hasdep)))
                 gtbs.append({"id": i * ntb + tb.idx, "send": tb.send, "recv": tb.recv,
                              "chan": i * low.nsegments + tb.seg, "steps": steps})
-        gpus.append({"id": r, "i": icount, "o": ocount, "s": low.scratch[r] * K, "tbs": gtbs})
+        gpus.append({"id": r, "i": icount, "o": ocount, "s": mp.scratch[r] * K, "tbs": gtbs})
     return _template().render(algo=algo_attrs, gpus=gpus)
 
 
@@ -255,7 +304,7 @@ def plan(s: Any, *, dialect: str = "executor", inplace: bool = True, instances: 
 
 def emit_xml(schedule: Any, *, dialect: str = "executor", proto: str = "Simple", min_bytes: int = 0,
              max_bytes: int = 0, inplace: bool = True, outofplace: bool = True, instances: int = 1,
-             name: str | None = None, check: bool = True) -> str:
+             name: str | None = None, nchunksperloop: int | str | None = None, check: bool = True) -> str:
     """MSCCL XML text for a verified Schedule; raises CollsynthError naming the limit it cannot fit.
 
     The text is checked by the independent checker (``msccl_check``) before it is returned."""
@@ -263,11 +312,14 @@ def emit_xml(schedule: Any, *, dialect: str = "executor", proto: str = "Simple",
     _check_options(dialect, proto, min_bytes, max_bytes, inplace, outofplace, instances, name)
     if dialect == "legacy":
         outofplace = outofplace and not inplace  # the old runtime serves one mode (inplace must match)
+    M = loop_chunks(schedule, nchunksperloop)
+    if M * instances > MAX_INT16:
+        raise CollsynthError(f"nchunksperloop {M * instances} is too large: MSCCL offsets stop at {MAX_INT16}")
     low, xs, stats = plan(schedule, dialect=dialect, inplace=inplace, instances=instances)
     attrs = _attrs(schedule, dialect=dialect, proto=proto, nchannels=low.nsegments * instances,
-                   nchunks=schedule.nchunks * instances, name=name, inplace=inplace, outofplace=outofplace,
+                   nchunks=M * instances, name=name, inplace=inplace, outofplace=outofplace,
                    min_bytes=min_bytes, max_bytes=max_bytes)
-    text = _render(low, xs, algo_attrs=attrs, instances=instances, proto=proto)
+    text = _render(low, xs, algo_attrs=attrs, instances=instances, M=M)
     if check:
         report = check_xml_text(text, f"<emitted {name}>")
         if not report.ok:  # pragma: no cover - an emitter bug; never hand out an unverified file
@@ -292,6 +344,10 @@ def add_xml_options(p: argparse.ArgumentParser) -> None:
                    help="do not serve out-of-place calls")
     g.add_argument("--instances", default="1", help="replicate over K times the channels for bandwidth (default 1)")
     g.add_argument("--name", default=None, help="algorithm name written in the file (default: the schedule's)")
+    g.add_argument("--nchunksperloop", default=None,
+                   help="MSCCL chunks per buffer: the schedule's (default), a larger number, or pow2 (a power of "
+                        "two when the schedule's count is not one; the runtime only runs calls whose element "
+                        "count is a multiple of it). Schedule chunks then get floor/ceiling shares")
 
 
 def xml_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -299,7 +355,13 @@ def xml_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     from ..units import parse_size
 
     def size(flag: str, text: Any) -> int:
-        v = parse_size(str(text))
+        t = str(text).strip()
+        if t.isascii() and t.isdigit():
+            return int(t)
+        try:
+            v = parse_size(t)
+        except CollsynthError as e:
+            raise CollsynthError(f"{flag}: {e}") from None
         if v != int(v):
             raise CollsynthError(f"{flag} must be a whole number of bytes, got {text!r}")
         return int(v)
@@ -308,6 +370,12 @@ def xml_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         instances = int(str(args.instances))
     except ValueError:
         raise CollsynthError(f"--instances must be an integer >= 1, got {args.instances!r}") from None
+    loop: int | str | None = getattr(args, "nchunksperloop", None)
+    if loop is not None and loop != "pow2":
+        try:
+            loop = int(str(loop))
+        except ValueError:
+            raise CollsynthError(f"--nchunksperloop must be an integer or pow2, got {loop!r}") from None
     return {"dialect": args.dialect, "proto": args.proto, "min_bytes": size("--min-bytes", args.min_bytes),
             "max_bytes": size("--max-bytes", args.max_bytes), "inplace": bool(args.inplace),
-            "outofplace": bool(args.outofplace), "instances": instances, "name": args.name}
+            "outofplace": bool(args.outofplace), "instances": instances, "name": args.name, "nchunksperloop": loop}

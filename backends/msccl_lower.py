@@ -38,7 +38,7 @@ Loc = tuple[str, int]
 class Op:
     """One step of one thread block (before nops are added)."""
 
-    __slots__ = ("rank", "step", "phase", "tie", "type", "send", "recv", "seg", "src", "dst", "cnt", "reads",
+    __slots__ = ("rank", "step", "phase", "tie", "type", "send", "recv", "seg", "src", "dst", "cnt", "c0", "reads",
                  "writes", "xin", "xout", "anchor", "tb", "pos", "deps", "known", "hasdep")
 
     def __init__(self, rank: int, step: int, phase: int, tie: int, type_: str, seg: int) -> None:
@@ -48,6 +48,7 @@ class Op:
         self.src: Loc = ("i", -1)
         self.dst: Loc = ("i", -1)
         self.cnt = 0
+        self.c0 = 0  # the Schedule chunk the run starts at (the emitter maps chunks to MSCCL offsets)
         self.reads: list[Loc] = []  # hazard keys (physical in-place locations), one per chunk
         self.writes: list[Loc] = []
         self.xin = -1  # piece received
@@ -339,29 +340,31 @@ def _ops(s: Any, lay: Layout, pieces: list[Piece], fuse: dict[int, int], chan: C
             for a0 in range(0, m, MAX_COUNT - 1):
                 op = Op(r, -1, 0, a0, "cpy", 0)
                 op.cnt = min(MAX_COUNT - 1, m - a0)
+                op.c0 = r * m + a0
                 op.src, op.dst = ("i", a0), ("o", r * m + a0)
                 op.reads = [lay.hazard(r, ("i", a0 + x)) for x in range(op.cnt)]
                 op.writes = [lay.hazard(r, ("o", r * m + a0 + x)) for x in range(op.cnt)]
                 ops[r].append(op)
     for pid, p in enumerate(pieces):
         k, seg, tie = p.step, chan(p.a, p.b, p.step), p.t * 64 + p.x0
+        c0 = int(s.chunk[p.t]) + p.x0
         if pid in fused_out:
             assert sender_of[pid].xout == pid  # the fused op of the previous step sends it
         else:
             op = Op(p.a, k, 0, tie, "s", seg)
-            op.send, op.src, op.cnt, op.xout = p.b, p.sloc, p.cnt, pid
+            op.send, op.src, op.cnt, op.xout, op.c0 = p.b, p.sloc, p.cnt, pid, c0
             op.reads = [lay.hazard(p.a, (p.sloc[0], p.sloc[1] + x)) for x in range(p.cnt)]
             ops[p.a].append(op)
             sender_of[pid] = op
         rcv = Op(p.b, k, 1, tie, "r", seg)
-        rcv.recv, rcv.cnt, rcv.xin = p.a, p.cnt, pid
+        rcv.recv, rcv.cnt, rcv.xin, rcv.c0 = p.a, p.cnt, pid, c0
         wl = [lay.hazard(p.b, (p.wloc[0], p.wloc[1] + x)) for x in range(p.cnt)]
         if p.tmp >= 0:
             rcv.dst = ("s", p.tmp)
             rcv.writes = [("s", p.tmp + x) for x in range(p.cnt)]
             ops[p.b].append(rcv)
             re = Op(p.b, k, 2, tie, "re", rrc_of[p.first].seg)
-            re.src, re.dst, re.cnt = ("s", p.tmp), p.wloc, p.cnt
+            re.src, re.dst, re.cnt, re.c0 = ("s", p.tmp), p.wloc, p.cnt, c0
             re.reads = list(rcv.writes) + wl
             re.writes = wl
             re.anchor = rrc_of[p.first]
