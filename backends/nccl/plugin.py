@@ -11,8 +11,8 @@ result is refused), reads its selection attributes and writes:
 - ``Makefile``: ``make`` builds ``libmsccl-scheduler.so`` with ``gcc -Wall -Werror -shared -fPIC``.
 
 StragglAR files are tied to one late rank; the rank comes from ``stragglers`` (file name -> rank) or,
-failing that, from the file's ``name`` attribute or file name (``stragglar..._s<RANK>``, the names
-collsynth gives its StragglAR schedules). The interface is documented in ../shared/docs/msccl-xml.md
+failing that, from the file's ``name`` attribute or file name (``stragglar..._s<RANK>`` or
+``stragglar..._straggler<RANK>``, the names collsynth gives its StragglAR schedules and library files). The interface is documented in ../shared/docs/msccl-xml.md
 section 5 (Azure/msccl-executor-nccl's ``msccl_scheduler.h``); the C declaration is written here.
 """
 
@@ -33,7 +33,7 @@ _FUNC = {"allreduce": "mscclFuncAllReduce", "reducescatter": "mscclFuncReduceSca
          "broadcast": "mscclFuncBroadcast", "gather": "mscclFuncGather", "scatter": "mscclFuncScatter",
          "send": "mscclFuncSend", "recv": "mscclFuncRecv"}
 _FILE_OK = re.compile(r"^[A-Za-z0-9._+-]+\.xml$")
-_STRAGGLAR = re.compile(r"stragglar.*?_s(\d+)(?![0-9])", re.I)
+_STRAGGLAR = re.compile(r"stragglar.*?_s(?:traggler)?(\d+)(?![0-9])", re.I)
 
 
 def straggler_of(file: str, algo_name: str | None) -> int:
