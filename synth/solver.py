@@ -1,0 +1,273 @@
+"""Straggler-aware AllReduce synthesis: an anytime MILP (pulp; CBC or HiGHS) with a certificate.
+
+``solve`` (registered as algorithm ``solver``) takes any arrival vector and topology and returns a
+verified schedule:
+
+1. Warm starts: every constructive algorithm in the registry (ring, rhd, direct, twoshot, stragglar
+   with the latest rank as straggler, ...) and a greedy list scheduler inside the MILP's model class
+   (synth/solver_greedy.py), all simulated with the given arrivals.
+2. The time-expanded MILP of synth/solver_model.py over the grid of synth/solver_grid.py (one chunk
+   per transfer, a slot = one chunk transfer, slots aligned to the arrival times), started from the
+   best warm start of its model class and limited to the horizon of that warm start.
+3. The returned schedule is the fastest verified candidate by simulated completion time. Its
+   ``meta["solver"]`` records the status (``optimal``: the MILP proved no schedule of the model class on
+   this grid finishes sooner; ``time-limit``: stopped with the gap shown; ``warm-start``: the MILP did
+   not run or found nothing), the simulated completion ``objective_s``, the universal lower bound
+   ``lower_bound_s`` of synth/solver_bounds.py with ``gap``, and the model's proven bound
+   ``model_bound_s`` with ``model_gap``.
+
+With a time limit the result depends on how far the solver got, so it can differ between machines.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from ..errors import CollsynthError
+from ..units import parse_size, parse_time
+from .algorithms import algorithm_params, algorithms, build_schedule
+from .ir import Schedule
+from .solver_bounds import lower_bound
+from .solver_greedy import greedy_schedules
+from .solver_grid import Grid, last_slot, make_grid, normalize_arrivals, place, schedule_moves, to_schedule
+from .solver_model import SOLVERS, build_model, estimate_binaries, set_start, slot_lower_bound, solve_model, symmetric_start
+
+DEFAULT_SIZE = 1 << 30
+DEFAULT_TIME_LIMIT = 30.0
+BINARIES_PER_SECOND = 1500  # model size CBC can usefully search per second of time limit (measured, 2 cores)
+MIN_BINARY_BUDGET = 20000
+
+
+def _topology(topology: Any, n: int) -> Any:
+    from .topology import make_topology
+
+    if topology is None:
+        return make_topology("nvswitch", n)
+    if isinstance(topology, str):
+        return make_topology(topology, n)
+    if not hasattr(topology, "pair_table") or getattr(topology, "nranks", None) != n:
+        raise CollsynthError(f"topology {getattr(topology, 'name', topology)!r} is for "
+                             f"{getattr(topology, 'nranks', '?')} GPUs, not {n}: give a preset name or a matching "
+                             "topology")
+    return topology
+
+
+def _size(size: Any) -> float:
+    if size is None:
+        return float(DEFAULT_SIZE)
+    if isinstance(size, bool):
+        raise CollsynthError(f"--size must be a byte count such as 1GiB, not {size!r}")
+    value = float(parse_size(size)) if isinstance(size, str) else float(size)
+    if not math.isfinite(value) or value <= 0:
+        raise CollsynthError(f"--size must be positive, e.g. 1GiB; got {size!r}")
+    return value
+
+
+def _time_limit(limit: Any) -> float:
+    if limit is None:
+        return DEFAULT_TIME_LIMIT
+    if isinstance(limit, bool):
+        raise CollsynthError(f"--time-limit must be a time such as 30s, not {limit!r}")
+    value = parse_time(limit, allow_zero=False) if isinstance(limit, str) else float(limit)
+    if not math.isfinite(value) or value <= 0:
+        raise CollsynthError(f"--time-limit must be a positive time such as 30s, got {limit!r}")
+    return value
+
+
+def _chunks(chunks: Any, n: int) -> int | None:
+    if chunks is None:
+        return None
+    if isinstance(chunks, bool) or not isinstance(chunks, int):
+        try:
+            chunks = int(str(chunks))
+        except ValueError:
+            raise CollsynthError(f"--chunks must be an integer >= 1, got {chunks!r}") from None
+    if chunks < 1:
+        raise CollsynthError(f"--chunks must be an integer >= 1, got {chunks}")
+    if chunks > 4 * n:
+        raise CollsynthError(f"--chunks {chunks} is too many for the exact model on {n} ranks: use at most {4 * n}")
+    return chunks
+
+
+class _Candidate:
+    def __init__(self, source: str, schedule: Schedule, sim: Any, placed: Any = None, grid: Grid | None = None):
+        self.source, self.schedule, self.sim, self.placed, self.grid = source, schedule, sim, placed, grid
+
+    @property
+    def time(self) -> float:
+        return float(self.sim.completion_s)
+
+
+def _simulate(schedule: Schedule, size: float, topo: Any, arrivals: tuple[float, ...]) -> Any:
+    from .simulate import simulate
+
+    return simulate(schedule, size, topo, {r: a for r, a in enumerate(arrivals)})
+
+
+def _constructive(n: int, size: float, topo: Any, arrivals: tuple[float, ...]) -> list[_Candidate]:
+    """Every registered AllReduce algorithm except the solver, verified and simulated."""
+    from .verify import check
+
+    latest = max(range(n), key=lambda r: (arrivals[r], r))
+    out = []
+    for name, info in algorithms().items():
+        if name == "solver" or "allreduce" not in info.collectives:
+            continue
+        params = {"straggler": latest} if "straggler" in algorithm_params(name) else {}
+        try:
+            s = check(build_schedule(name, n, "allreduce", **params))
+        except CollsynthError:
+            continue  # this algorithm does not exist for n (or needs options): not a warm start
+        out.append(_Candidate(name, s, _simulate(s, size, topo, arrivals)))
+    return out
+
+
+def _chunk_options(n: int, arrivals: tuple[float, ...], chunks: int | None) -> list[int]:
+    if chunks is not None:
+        return [chunks]
+    early = sum(1 for a in arrivals if a == min(arrivals))
+    return sorted({max(1, early), n - 1, n} - {0})
+
+
+def _model_candidates(n: int, size: float, topo: Any, arrivals: tuple[float, ...], options: list[int],
+                      constructive: list[_Candidate]) -> list[_Candidate]:
+    """Greedy placements for each chunk count, plus the constructive schedules that fit the model class."""
+    from .verify import check
+
+    out = []
+    for C in options:
+        grid = make_grid(n, C, size, topo, arrivals, final_slots=3 * n + 2 * C + 4)
+        for rule, placed in sorted(greedy_schedules(grid).items()):
+            s = check(to_schedule(grid, placed, {}))
+            out.append(_Candidate(f"greedy-{rule}", s, _simulate(s, size, topo, arrivals), placed, grid))
+        for cand in constructive:
+            if cand.schedule.nchunks != C:
+                continue
+            steps = schedule_moves(cand.schedule)
+            if steps is None:
+                continue
+            big = make_grid(n, C, size, topo, arrivals, final_slots=len(steps) + 1)
+            placed = place(big, steps)
+            if placed is None:
+                continue
+            s = check(to_schedule(big, placed, {}))
+            out.append(_Candidate(cand.source, s, _simulate(s, size, topo, arrivals), placed, big))
+    return out
+
+
+def largest_n(topology: Any, time_limit: float) -> int:
+    """The largest rank count whose synchronous model fits ``time_limit`` (for error messages)."""
+    from .topology import make_topology
+
+    spec = topology if isinstance(topology, str) else "nvswitch"
+    best = 2
+    for m in range(2, 65):
+        try:
+            topo = make_topology(spec, m)
+        except CollsynthError:
+            continue
+        grid = make_grid(m, m, DEFAULT_SIZE, topo, (0.0,) * m, final_slots=2 * m)
+        if estimate_binaries(grid) > max(MIN_BINARY_BUDGET, BINARIES_PER_SECOND * time_limit):
+            break
+        best = m
+    return best
+
+
+def solve(n: int, *, topology: Any = None, arrivals: Any = None, chunks: Any = None, size: Any = None,
+          time_limit: Any = None, solver: str = "cbc", threads: int = 1) -> Schedule:
+    """The fastest verified AllReduce schedule the solver finds (see the module docstring)."""
+    from .verify import check
+
+    t_start = time.monotonic()
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise CollsynthError(f"--gpus must be an integer >= 2, got {n!r}")
+    if solver not in SOLVERS:
+        raise CollsynthError(f"unknown --solver {solver!r}: use one of {', '.join(SOLVERS)}")
+    topo = _topology(topology, n)
+    nbytes = _size(size)
+    limit = _time_limit(time_limit)
+    C_opt = _chunks(chunks, n)
+    arr = normalize_arrivals(arrivals, n)
+    bound = lower_bound(n, nbytes, topo, arr)
+    constructive = _constructive(n, nbytes, topo, arr)
+    model_cands = _model_candidates(n, nbytes, topo, arr, _chunk_options(n, arr, C_opt), constructive)
+    if not model_cands:
+        raise CollsynthError(f"the solver found no schedule of its model class for {n} ranks on "
+                             f"{topo.name!r}; use a constructive algorithm (ring, stragglar)")
+    start = min(model_cands, key=lambda c: (c.time, c.source))
+    grid0 = start.grid
+    assert grid0 is not None and start.placed is not None
+    horizon = last_slot(start.placed) - grid0.first_final + 1
+    grid = make_grid(n, grid0.nchunks, nbytes, topo, arr, final_slots=horizon)
+    budget = max(MIN_BINARY_BUDGET, BINARIES_PER_SECOND * limit)
+    est = estimate_binaries(grid)
+    if est > budget:
+        raise CollsynthError(
+            f"{n} ranks need a model of about {est} binaries, too large for a {limit:g} s time limit: the "
+            f"solver handles up to about {largest_n(topology, limit)} ranks in that time; raise "
+            "--time-limit or use a constructive algorithm (stragglar, ring)")
+    placed = place(grid, schedule_moves(start.schedule) or [])
+    note = ""
+    result = None
+    model_bound_s = None
+    if placed is None:  # cannot happen: the same steps fit the larger grid
+        note = "warm start did not fit the model grid"
+    else:
+        placed = symmetric_start(grid, placed)
+        model = build_model(grid)
+        set_start(model, placed)
+        remaining = limit - (time.monotonic() - t_start)
+        if remaining < 1.0:
+            note = "time limit too short to run the MILP: returning the best warm start"
+        else:
+            result = solve_model(model, solver, remaining, warm=True, threads=threads)
+            if result.bound is not None:
+                slots = max(0, math.ceil(result.bound - 1e-6))
+                model_bound_s = grid.last_arrival + (slots + 1) * grid.tau
+    cands = list(constructive) + model_cands
+    milp = None
+    if result is not None and result.placed:
+        s = check(to_schedule(grid, result.placed, {}))
+        milp = _Candidate("milp", s, _simulate(s, nbytes, topo, arr), result.placed, grid)
+        cands.append(milp)
+    best = min(cands, key=lambda c: (c.time, c.source != "milp", c.placed is None, c.source))
+    if result is None:
+        status = "warm-start"
+    elif result.status == "optimal":
+        status = "optimal" if best.placed is not None else "warm-start"
+        if status == "warm-start":
+            note = "a constructive schedule outside the model class beats the model's optimum"
+    elif result.status == "feasible":
+        status = "time-limit"
+    else:
+        status = "warm-start"
+        note = note or f"{solver} found no schedule within the time limit: returning the best warm start"
+    if status == "optimal" and model_bound_s is None:
+        model_bound_s = best.time
+    if status == "optimal":
+        model_bound_s = min(model_bound_s, best.time)
+    obj = best.time
+    info: dict[str, Any] = {
+        "status": status,
+        "solver": solver,
+        "source": best.source,
+        "chunks": best.schedule.nchunks,
+        "slot_s": grid.tau,
+        "model_chunks": grid.nchunks,
+        "objective_s": obj,
+        "after_last_arrival_s": float(best.sim.after_last_arrival_s),
+        "lower_bound_s": bound,
+        "gap": (obj - bound) / obj if obj > 0 else 0.0,
+        "model_bound_s": model_bound_s,
+        "model_gap": None if model_bound_s is None else max(0.0, (obj - model_bound_s) / obj),
+        "time_limit_s": limit,
+        "arrivals_s": list(arr),
+        "size_bytes": nbytes,
+        "topology": topo.name,
+    }
+    if note:
+        info["note"] = note
+    out = best.schedule.replace(name=f"solver_allreduce_n{n}", meta={"algorithm": "solver", "solver": info})
+    return check(out)
