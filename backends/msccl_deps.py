@@ -118,6 +118,15 @@ def levels(low: Lowered) -> np.ndarray:
     return lv[:P]
 
 
+def _latest(by_step: dict[tuple[int, int], list[Op]], rank: int, k: int, ok: Any) -> Op | None:
+    """The rank's last op before step k that satisfies ``ok``."""
+    for j in range(k - 1, -1, -1):
+        cand = [o for o in by_step.get((rank, j), ()) if ok(o)]
+        if cand:
+            return cand[-1]
+    return None
+
+
 def order_deps(low: Lowered, recheck: bool = False) -> dict[str, Any]:
     """Add ordering dependencies so that every piece runs in its Schedule step (see module docstring);
     ``recheck`` recomputes the levels afterwards to count transfers still early or late."""
@@ -139,18 +148,23 @@ def order_deps(low: Lowered, recheck: bool = False) -> dict[str, Any]:
         for pid in early.tolist():
             p = low.pieces[pid]
             k = p.step
-            x = sender[pid]
-            anchor = None
-            if x.xin < 0:  # a plain send: wait for any transfer (or reduction) of the sender in step k-1
-                anchor = next((o for o in by_step.get((p.a, k - 1), ()) if o.tb is not x.tb), None)
-            if anchor is None:  # a receive: wait for a receive (or reduction) of the receiver in step k-1
-                x = receiver[pid]
-                anchor = next((o for o in by_step.get((p.b, k - 1), ())
-                               if o.tb is not x.tb and (o.xin >= 0 or o.type == "re")), None)
-            if anchor is not None and anchor not in x.deps:
-                x.deps.append(anchor)
-                anchor.hasdep = True
-                added += 1
+            x, r = sender[pid], receiver[pid]
+            anchors: list[tuple[Op, Op]] = []
+            # the sender's last transfer before step k (in step k-1 when it has one: then the transfer
+            # cannot run early), so that the rank's sends keep the Schedule's order ...
+            if x.xin < 0:  # (a fused send follows its own receive)
+                y = _latest(by_step, p.a, k, lambda o: o.xout >= 0 or o.xin >= 0 or o.type == "re")
+                if y is not None and y.tb is not x.tb:
+                    anchors.append((x, y))
+            # ... and the receiver's last receive before step k, so that its receives do too
+            y = _latest(by_step, p.b, k, lambda o: o.xin >= 0 or o.type == "re")
+            if y is not None and y.tb is not r.tb:
+                anchors.append((r, y))
+            for op, y in anchors:
+                if y not in op.deps:
+                    op.deps.append(y)
+                    y.hasdep = True
+                    added += 1
         if not recheck:
             return {"order_deps": added}
         lv = levels(low)

@@ -159,7 +159,7 @@ def loop_chunks(s: Any, value: int | str | None) -> int:
 
 
 def _render(low: Lowered, xs: dict[int, int], *, algo_attrs: list[tuple[str, Any]], instances: int,
-            M: int) -> str:
+            M: int, comment: str = "") -> str:
     mp = _Mapper(low, instances, M)
     sender: dict[int, Op] = {}
     receiver: dict[int, Op] = {}
@@ -206,7 +206,30 @@ def _render(low: Lowered, xs: dict[int, int], *, algo_attrs: list[tuple[str, Any
                 gtbs.append({"id": i * ntb + tb.idx, "send": tb.send, "recv": tb.recv,
                              "chan": i * low.nsegments + tb.seg, "steps": steps})
         gpus.append({"id": r, "i": icount, "o": ocount, "s": mp.scratch[r] * K, "tbs": gtbs})
-    return _template().render(algo=algo_attrs, gpus=gpus)
+    return _template().render(algo=algo_attrs, gpus=gpus, comment=comment)
+
+
+def _ranges(ranks: tuple[int, ...]) -> str:
+    out, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.append(f"{ranks[i]}-{ranks[j]}" if j > i else str(ranks[i]))
+        i = j + 1
+    return ",".join(out)
+
+
+def phases_comment(s: Any) -> str:
+    """The Schedule's phases (which ranks each step waits for), kept in a comment before <algo> so that
+    ``xml_to_schedule`` can restore them; the runtimes skip comments."""
+    parts = []
+    for ph in s.phases:
+        who = "all" if len(ph.waits_for) == s.nranks else _ranges(ph.waits_for)
+        if any(c in ph.name for c in " ;-<>&") or not ph.name:
+            return ""
+        parts.append(f"{ph.name} {ph.start} {ph.stop} {who}")
+    return "collsynth phases: " + ("; ".join(parts) if parts else "none")
 
 
 def _attrs(s: Any, *, dialect: str, proto: str, nchannels: int, nchunks: int, name: str, inplace: bool,
@@ -319,7 +342,7 @@ def emit_xml(schedule: Any, *, dialect: str = "executor", proto: str = "Simple",
     attrs = _attrs(schedule, dialect=dialect, proto=proto, nchannels=low.nsegments * instances,
                    nchunks=M * instances, name=name, inplace=inplace, outofplace=outofplace,
                    min_bytes=min_bytes, max_bytes=max_bytes)
-    text = _render(low, xs, algo_attrs=attrs, instances=instances, M=M)
+    text = _render(low, xs, algo_attrs=attrs, instances=instances, M=M, comment=phases_comment(schedule))
     if check:
         report = check_xml_text(text, f"<emitted {name}>")
         if not report.ok:  # pragma: no cover - an emitter bug; never hand out an unverified file

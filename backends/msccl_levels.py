@@ -23,6 +23,7 @@ punctual ranks run phase 1 without the straggler.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -220,7 +221,25 @@ def xml_to_schedule_from(prog: Program, res: ExecResult, name: str = "", source:
     renum = {lvl: i for i, lvl in enumerate(used)}
     cols = np.array([(renum[r[0]], r[1], r[2], r[3], r[4], int(r[5])) for r in rows], np.int64).reshape(-1, 6)
     nsteps = len(used)
-    # phases: each step waits only for the ranks that took part in it or earlier
+    phases = _phases_from_comment(a, cols, nsteps)
+    if phases is None:
+        phases = _derived_phases(a.ngpus, cols, nsteps)
+    ports = 1
+    if len(cols):
+        for col in (1, 2):
+            ports = max(ports, int(np.unique(cols[:, 0] * a.ngpus + cols[:, col], return_counts=True)[1].max()))
+    meta = {"source": source, "format": "msccl-xml", "dialect": a.dialect, "proto": a.proto,
+            "timing_model": lv.model, "nchannels": a.nchannels}
+    return Schedule.from_arrays(a.collective, a.ngpus, N, step=cols[:, 0], src=cols[:, 1], dst=cols[:, 2],
+                                chunk=cols[:, 3], count=cols[:, 4], reduce=cols[:, 5].astype(bool), nsteps=nsteps,
+                                phases=tuple(phases), ports=ports, name=name or (a.name or ""), meta=meta)
+
+
+def _derived_phases(n: int, cols: np.ndarray, nsteps: int) -> tuple:
+    """Each step waits only for the ranks that took part in it or in an earlier step (what a data-driven
+    runtime does; StragglAR's punctual phase comes out as in its Schedule)."""
+    from ..synth.ir import Phase
+
     seen: set[int] = set()
     bounds: list[tuple[int, tuple[int, ...]]] = []
     for k in range(nsteps):
@@ -232,17 +251,41 @@ def xml_to_schedule_from(prog: Program, res: ExecResult, name: str = "", source:
     phases = []
     for i, (start, ranks) in enumerate(bounds):
         stop = bounds[i + 1][0] if i + 1 < len(bounds) else nsteps
-        if len(ranks) < a.ngpus:
+        if len(ranks) < n:
             phases.append(Phase(f"ranks-{len(ranks)}", start, stop, ranks))
-    ports = 1
-    if len(cols):
-        for col in (1, 2):
-            ports = max(ports, int(np.unique(cols[:, 0] * a.ngpus + cols[:, col], return_counts=True)[1].max()))
-    meta = {"source": source, "format": "msccl-xml", "dialect": a.dialect, "proto": a.proto,
-            "timing_model": lv.model, "nchannels": a.nchannels}
-    return Schedule.from_arrays(a.collective, a.ngpus, N, step=cols[:, 0], src=cols[:, 1], dst=cols[:, 2],
-                                chunk=cols[:, 3], count=cols[:, 4], reduce=cols[:, 5].astype(bool), nsteps=nsteps,
-                                phases=tuple(phases), ports=ports, name=name or (a.name or ""), meta=meta)
+    return tuple(phases)
+
+
+def _phases_from_comment(a: Any, cols: np.ndarray, nsteps: int) -> tuple | None:
+    """Phases written by collsynth's emitter (``<!-- collsynth phases: ... -->``), if present and
+    consistent with the program (a phase must wait for every rank that takes part in it)."""
+    from ..synth.ir import Phase
+
+    text = next((c for c in a.comments if c.startswith("collsynth phases:")), None)
+    if text is None:
+        return None
+    body = text[len("collsynth phases:"):].strip()
+    if body == "none":
+        return ()
+    out = []
+    try:
+        for part in body.split(";"):
+            name, start, stop, who = part.split()
+            if who == "all":
+                ranks = tuple(range(a.ngpus))
+            else:
+                ranks = tuple(sorted({r for rg in who.split(",") for r in
+                                      range(int(rg.split("-")[0]), int(rg.split("-")[-1]) + 1)}))
+            out.append(Phase(name, int(start), int(stop), ranks))
+    except ValueError:
+        return None
+    for ph in out:
+        if not 0 <= ph.start <= ph.stop <= nsteps:
+            return None
+        sel = cols[(cols[:, 0] >= ph.start) & (cols[:, 0] < ph.stop)]
+        if not set(sel[:, 1].tolist()) | set(sel[:, 2].tolist()) <= set(ph.waits_for):
+            return None
+    return tuple(out)
 
 
 def waiting_on_rank(prog: Program, res: ExecResult, rank: int) -> set[tuple[int, int]]:

@@ -69,11 +69,13 @@ def _sha(data: bytes) -> str:
 
 def _with_proto(text: str, proto: str) -> str:
     """The same algorithm for another protocol (only the <algo> attribute differs)."""
-    head, sep, rest = text.partition("\n")
+    i = text.index("<algo ")
+    j = text.index("\n", i)
+    head = text[i:j]
     old = ' proto="Simple"'
     if old not in head:  # pragma: no cover - emit_xml always writes Simple first
         raise AssertionError("unexpected <algo> header")
-    return head.replace(old, f' proto="{proto}"', 1) + sep + rest
+    return text[:i] + head.replace(old, f' proto="{proto}"', 1) + text[j:]
 
 
 def build_files() -> tuple[dict[str, bytes], dict[str, Any]]:
@@ -91,7 +93,7 @@ def build_files() -> tuple[dict[str, bytes], dict[str, Any]]:
         jpath = f"json/{e.stem}.json"
         files[jpath] = js
         base = emit_xml(s, proto="Simple", name=e.stem, nchunksperloop="pow2")
-        loop = int(base.split('nchunksperloop="', 1)[1].split('"', 1)[0])
+        loop = int(base.split(' nchunksperloop="', 1)[1].split('"', 1)[0])
         for proto in PROTOCOLS:
             xml = (base if proto == "Simple" else _with_proto(base, proto)).encode()
             xpath = f"msccl/{e.choice(proto)}/{e.stem}_{proto}.xml"

@@ -120,6 +120,7 @@ class XAlgo:
     dialect: str
     gpus: list[XGpu] = field(default_factory=list)
     extra: dict[str, str] = field(default_factory=dict)  # other <algo> attributes, in file order
+    comments: list[str] = field(default_factory=list)  # comments before <algo> (collsynth writes its phases)
 
     @property
     def collective(self) -> str:

@@ -81,8 +81,9 @@ def _diagnose(text: str, pos: int, source: str) -> XmlFormatError:
     return XmlFormatError(f"{at}: malformed element {tag[:60]!r}")
 
 
-def _tree(text: str, source: str) -> _Node:
-    """Tokenize into a tree of known and unknown elements; the root must be <algo>."""
+def _tree(text: str, source: str, comments: list[str] | None = None) -> _Node:
+    """Tokenize into a tree of known and unknown elements; the root must be <algo>. Comments before
+    the root are appended to ``comments``."""
     pos = 0
     root: _Node | None = None
     stack: list[_Node] = []
@@ -99,6 +100,8 @@ def _tree(text: str, source: str) -> _Node:
         comment, closing, name, attrtext, selfclose = m.groups()
         if comment is not None:
             pos = m.end()
+            if root is None and comments is not None:
+                comments.append(comment.strip())
             continue
         start = m.start(2) - 1
         line += count_nl("\n", lastpos, start)
@@ -225,8 +228,9 @@ def _algo_header(node: _Node, source: str) -> dict[str, Any]:
 
 def parse_xml_text(text: str, source: str = "<xml>") -> XAlgo:
     """Parse the text of one MSCCL algorithm file (either dialect)."""
-    root = _tree(text, source)
-    algo = XAlgo(**_algo_header(root, source))
+    comments: list[str] = []
+    root = _tree(text, source, comments)
+    algo = XAlgo(**_algo_header(root, source), comments=comments)
     for gnode in root.children:
         if gnode.name != "gpu":
             continue

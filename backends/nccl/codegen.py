@@ -33,6 +33,7 @@ DTYPES: dict[str, tuple[str, int, int, str, str, str]] = {
 }
 _KINDS = ("csF32", "csF16", "csBF16")
 _COLL_ID = {"allreduce": 0, "reducescatter": 1, "allgather": 2}
+_COMMENT_LIMIT = 4096  # operations; beyond this the send/recv table rows carry no comment
 _NCCL_CALL = {"allreduce": "ncclAllReduce", "reducescatter": "ncclReduceScatter", "allgather": "ncclAllGather"}
 
 
@@ -90,6 +91,8 @@ def _tables(plan: Plan) -> dict[str, str]:
             tails.append((t.chunk, t.nchunk, t.src_loc))
             tail_c.append(f"rank {r} from {LOC_NAMES[t.src_loc]}")
         rank_tails.append(len(tails))
+    if len(p2p) > _COMMENT_LIMIT:  # keep big tables compact (a 256-rank ring has 261k operations)
+        p2p_c = None
     return {
         "p2p_rows": _rows(p2p, p2p_c),
         "add_rows": _rows(adds),
