@@ -102,7 +102,9 @@ def _three(first_src):
     b.new_step()
     b.add(2 if first_src == 0 else 0, 1, 0, reduce=True)
     b.new_step()
-    b.add_many([1, 1], [0, 2], 0)
+    b.add(1, 0, 0)
+    b.new_step()
+    b.add(0, 2, 0)
     return b.build()
 
 
