@@ -10,8 +10,9 @@ result is refused), reads its selection attributes and writes:
   from ``$COLLSYNTH_MSCCL_ALGO_DIR``);
 - ``Makefile``: ``make`` builds ``libmsccl-scheduler.so`` with ``gcc -Wall -Werror -shared -fPIC``.
 
-StragglAR files are tied to one late rank; the rank comes from ``stragglers`` (file name -> rank) or,
-failing that, from the file's ``name`` attribute or file name (``stragglar..._s<RANK>`` or
+StragglAR files are tied to one late rank; the rank comes from ``stragglers`` (file name -> rank), from
+the phase comment collsynth's emitter writes (the rank the first phase does not wait for) or, failing
+that, from the file's ``name`` attribute or file name (``stragglar..._s<RANK>`` or
 ``stragglar..._straggler<RANK>``, the names collsynth gives its StragglAR schedules and library files). The interface is documented in ../shared/docs/msccl-xml.md
 section 5 (Azure/msccl-executor-nccl's ``msccl_scheduler.h``); the C declaration is written here.
 """
@@ -36,8 +37,32 @@ _FILE_OK = re.compile(r"^[A-Za-z0-9._+-]+\.xml$")
 _STRAGGLAR = re.compile(r"stragglar.*?_s(?:traggler)?(\d+)(?![0-9])", re.I)
 
 
-def straggler_of(file: str, algo_name: str | None) -> int:
-    """The late rank a StragglAR file is built for (from its name attribute or file name), else -1."""
+def _phase_straggler(comments: list[str], ngpus: int) -> int | None:
+    """The one rank that a phase of collsynth's ``<!-- collsynth phases: ... -->`` comment does not wait
+    for (StragglAR's punctual ReduceScatter); -1 when every phase waits for everyone; None if absent."""
+    text = next((c for c in comments if c.startswith("collsynth phases:")), None)
+    if text is None:
+        return None
+    body = text[len("collsynth phases:"):].strip()
+    missing: set[int] = set()
+    try:
+        for part in ([] if body == "none" else body.split(";")):
+            who = part.split()[3]
+            if who == "all":
+                continue
+            ranks = {r for rg in who.split(",") for r in range(int(rg.split("-")[0]), int(rg.split("-")[-1]) + 1)}
+            missing |= set(range(ngpus)) - ranks
+    except (IndexError, ValueError):
+        return None
+    return missing.pop() if len(missing) == 1 else (-1 if not missing else None)
+
+
+def straggler_of(file: str, algo_name: str | None, comments: list[str] | None = None, ngpus: int = 0) -> int:
+    """The late rank a StragglAR file is built for, else -1: from collsynth's phase comment when present,
+    otherwise from its name attribute or file name."""
+    late = _phase_straggler(comments or [], ngpus)
+    if late is not None:
+        return late
     for text in (algo_name or "", os.path.basename(file)):
         m = _STRAGGLAR.search(text)
         if m:
@@ -91,7 +116,7 @@ def render_msccl_scheduler(xml_dir: str, *, stragglers: Mapping[str, int] | None
         func = _FUNC.get(algo.coll)
         if func is None:
             raise CollsynthError(f"{path}: collective {algo.coll!r} is not supported by the scheduler")
-        late = stragglers.get(f, straggler_of(f, algo.name))
+        late = stragglers.get(f, straggler_of(f, algo.name, list(getattr(algo, "comments", [])), algo.ngpus))
         if not -1 <= late < algo.ngpus:
             raise CollsynthError(f"{path}: straggler rank {late} is outside 0..{algo.ngpus - 1}")
         rows.append(f'  {{"{f}", {func}, {algo.ngpus}, {algo.nchunksperloop}, {algo.min_bytes}ULL, '
