@@ -161,7 +161,8 @@ def write(out: str, files: dict[str, bytes]) -> dict[str, int]:
                 shutil.rmtree(dst)
             elif os.path.exists(dst):
                 os.unlink(dst)
-            os.replace(src, dst)
+            if os.path.exists(src):
+                os.replace(src, dst)
     finally:
         if os.path.exists(stage):
             shutil.rmtree(stage)

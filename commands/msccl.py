@@ -123,7 +123,9 @@ def cmd_emit(args: argparse.Namespace) -> int:
             raise CollsynthError(f"--format {fmt.name} writes several files: give -o FOLDER")
         os.makedirs(args.output, exist_ok=True)
         for rel in sorted(out):
-            write_text_atomic(os.path.join(args.output, rel), out[rel])
+            path = os.path.join(args.output, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write_text_atomic(path, out[rel])
         print(f"wrote {len(out)} file(s) to {args.output} ({fmt.name}, from verified {schedule.name})",
               file=sys.stderr)
         return 0
