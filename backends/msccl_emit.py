@@ -21,7 +21,8 @@ from ..errors import CollsynthError
 from .msccl_check import check_xml_text
 from .msccl_deps import hazard_deps, order_deps
 from .msccl_lower import Lowered, Op, TbPlan, lower
-from .msccl_model import DIALECTS, MAX_CHANNELS, MAX_COUNT, MAX_DEPID, MAX_INT16, MAX_STEPS, MAX_TBS, MAX_TOKEN, PROTOCOLS
+from .msccl_model import (DIALECTS, MAX_CHANNELS, MAX_COUNT, MAX_DEPID, MAX_INT16, MAX_NODES_PER_RANK, MAX_STEPS,
+                          MAX_TBS, MAX_TOKEN, PROTOCOLS)
 
 _TEMPLATE = None
 
@@ -263,8 +264,6 @@ def _check_options(dialect: str, proto: str, min_bytes: int, max_bytes: int, inp
         raise CollsynthError(f"--max-bytes {max_bytes} is below --min-bytes {min_bytes} (0 means no upper limit)")
     if not inplace and not outofplace:
         raise CollsynthError("--no-inplace together with --no-outofplace: the runtime would never use the file")
-    if dialect == "legacy" and inplace and outofplace:
-        pass  # the old runtime serves one mode: in place (documented)
     if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
         raise CollsynthError(f"--instances must be an integer >= 1, got {instances!r}")
     if instances >= MAX_CHANNELS:
@@ -313,6 +312,12 @@ def plan(s: Any, *, dialect: str = "executor", inplace: bool = True, instances: 
                                  f"(one Schedule step stays in one thread block per peer pair)")
         nseg = nxt
     xs = _number(low)
+    for r, tbs in enumerate(low.tbs):
+        nodes = 1 + s.nranks + instances * (len(tbs) + sum(max(len(op.deps), 1) for tb in tbs for op in tb.ops))
+        if nodes > MAX_NODES_PER_RANK:
+            raise CollsynthError(f"rank {r} needs {nodes} XML elements (its thread blocks and steps, plus one per GPU); "
+                                 f"the runtime's parser holds at most {MAX_NODES_PER_RANK} per rank: use fewer "
+                                 f"--instances or fewer ranks")
     for tbs in low.tbs:
         for tb in tbs:
             for op in tb.ops:

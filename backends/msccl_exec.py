@@ -178,7 +178,6 @@ class Executor:
         self.mem = initial_memory(program, mode, self.sizes)
         self.tbs: list[PTb] = program.all_tbs()
         self.gidx: dict[tuple[int, int], int] = {(tb.gpu, tb.id): i for i, tb in enumerate(self.tbs)}
-        self.local = [tb.id for tb in self.tbs]  # index inside the gpu = tb id (ids are 0..n-1)
         ntb_of = [len(g) for g in program.tbs]
         self.vc = [[0] * ntb_of[tb.gpu] for tb in self.tbs]
         self.pubs: list[list[tuple[int, int, list[int]]]] = [[] for _ in self.tbs]  # (counter, tx idx, vc)
@@ -197,7 +196,6 @@ class Executor:
         self.scratch_writer: dict[tuple[int, int], tuple[int, int]] = {}
         self.reduced_into: set[tuple[int, int]] = set()
         self.max_fifo = 0
-        self.nsteps = len(self.tbs)
 
     # ------------------------------------------------------------------ data
     def _loc(self, g: int, buf: str, off: int) -> tuple[str, int]:

@@ -15,8 +15,9 @@ after it (``step += deps-1`` before, ``+= reductions-1`` inside, ``+1`` after).
 
 from __future__ import annotations
 
-from .msccl_model import (MAX_CHANNELS, MAX_COUNT, MAX_FUSED_RE, MAX_STEPS, MAX_TB_PER_CHANNEL, PTb, Program,
-                          STEP_TYPES, Tx, XAlgo, XmlFormatError, size_multiplier, where)
+from .msccl_model import (MAX_CHANNELS, MAX_COUNT, MAX_FUSED_RE, MAX_NODES_PER_RANK, MAX_STEPS, MAX_TB_PER_CHANNEL,
+                          PTb, Program,
+                          STEP_TYPES, Tx, XAlgo, XmlFormatError, where)
 
 
 def _declared(gpu: object) -> dict[str, int]:
@@ -57,6 +58,10 @@ def validate_load(algo: XAlgo, source: str = "") -> None:
         if tids and tids != list(range(len(tids))):
             gap = next(i for i in range(len(tids) + 1) if i not in set(tids))
             raise XmlFormatError(f"{pre}{where(g.id)}: thread block {gap} is missing (ids must run 0..n-1)")
+        nodes = 1 + len(algo.gpus) + len(g.tbs) + sum(len(tb.steps) for tb in g.tbs)
+        if nodes > MAX_NODES_PER_RANK:
+            raise XmlFormatError(f"{pre}{where(g.id, line=g.line)}: {nodes} XML nodes for this rank (algo, every gpu, its "
+                                 f"thread blocks and steps); the runtime's parser holds at most {MAX_NODES_PER_RANK}")
         decl = _declared(g)
         senders: dict[int, int] = {}
         receivers: dict[int, int] = {}
@@ -161,7 +166,3 @@ def resolve(algo: XAlgo, source: str = "") -> Program:
         tbs[g.id] = out
     return Program(algo, tbs)
 
-
-def nchunks_ok(algo: XAlgo) -> bool:
-    """True when nchunksperloop is consistent with the collective's buffers (divisible by ngpus)."""
-    return algo.nchunksperloop % size_multiplier(algo.coll, algo.ngpus) == 0

@@ -65,7 +65,6 @@ STEP_TYPES: dict[str, StepType] = {
     "re": StepType(False, False, True, True, True, True, True),
     "nop": StepType(False, False, False, False, False, False, False),
 }
-LEGACY_ONLY_TYPES = ("ra",)
 
 
 @dataclass
@@ -142,14 +141,6 @@ class XAlgo:
 def size_multiplier(coll: str, ngpus: int) -> int:
     """The runtime's sizeMultiplier: ngpus for allgather, reducescatter and alltoall (1.3)."""
     return ngpus if coll in ("allgather", "reducescatter", "reduce_scatter", "alltoall") else 1
-
-
-def buffer_chunks(coll: str, nchunks: int, ngpus: int) -> dict[str, int]:
-    """Logical input/output sizes in chunks for a collective (1.3); other collectives use nchunks."""
-    c = "reducescatter" if coll == "reduce_scatter" else coll
-    per_rank = nchunks // ngpus if ngpus else 0
-    return {"i": per_rank if c == "allgather" else nchunks,
-            "o": per_rank if c == "reducescatter" else nchunks}
 
 
 @dataclass

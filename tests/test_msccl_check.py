@@ -259,7 +259,7 @@ def test_mutated_vectors_fail(path):
     lines = text.split("\n")
     steps = [i for i, ln in enumerate(lines) if "<step" in ln and 'type="nop"' not in ln]
     caught = 0
-    for i in steps[::7]:
+    for i in steps[::23]:
         ln = lines[i]
         typ = re.search(r'type="(\w+)"', ln).group(1)
         field = "dstoff" if typ in ("r", "rcs") else "srcoff"  # the offset the step really uses
@@ -274,3 +274,10 @@ def test_mutated_vectors_fail(path):
         caught += not ok
         assert not ok, f"mutation of line {i + 1} not caught: {new.strip()}"
     assert caught > 5
+
+
+def test_too_many_nodes_for_the_runtime_parser():
+    tbs = [(-1, -1, 0, [step(s, "nop", cnt=0, dep=(0, 0)) for s in range(63)]) for _ in range(66)]
+    text = xml([tbs, [(-1, -1, 0, [])]])
+    with pytest.raises(XmlFormatError, match="at most 4096"):
+        check(text)
