@@ -266,8 +266,9 @@ def _check_options(dialect: str, proto: str, min_bytes: int, max_bytes: int, inp
         raise CollsynthError("--no-inplace together with --no-outofplace: the runtime would never use the file")
     if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
         raise CollsynthError(f"--instances must be an integer >= 1, got {instances!r}")
-    if instances >= MAX_CHANNELS:
-        raise CollsynthError(f"--instances {instances}: MSCCL allows fewer than {MAX_CHANNELS} channels")
+    if instances > MAX_CHANNELS:
+        raise CollsynthError(f"--instances {instances}: MSCCL has {MAX_CHANNELS} channels (chan 0..{MAX_CHANNELS - 1}) "
+                             f"and each instance needs at least one")
     if not name or len(name) > MAX_TOKEN or any(ch in name for ch in '"<>&\n\r\t'):
         raise CollsynthError(f"--name {name!r}: use 1..{MAX_TOKEN} characters without quotes, <, >, & or tabs")
 

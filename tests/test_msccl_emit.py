@@ -188,10 +188,11 @@ def test_fusion_matches_the_classic_ring_program():
 @pytest.mark.parametrize("build, needle", [
     (lambda: build_schedule("direct", 40), "64 per thread block"),
     (lambda: build_schedule("stragglar", 66), "at most 64 per GPU"),
-    (lambda: build_schedule("ring", 4), "fewer than 32 channels"),
+    (lambda: build_schedule("ring", 4), "32 channels"),
+    (lambda: build_schedule("ring", 64), "at most 32"),
 ])
 def test_limits_are_refused_with_the_limit_named(build, needle):
-    kw = {"instances": 40} if needle.startswith("fewer") else {}
+    kw = {"instances": 40} if needle == "32 channels" else {"instances": 17} if needle == "at most 32" else {}
     with pytest.raises(CollsynthError, match=needle):
         emit_xml(build(), **kw)
 
