@@ -32,7 +32,7 @@ from .ir import Schedule
 from .solver_bounds import lower_bound
 from .solver_greedy import greedy_schedules
 from .solver_grid import Grid, last_slot, make_grid, normalize_arrivals, place, schedule_moves, to_schedule
-from .solver_model import SOLVERS, build_model, estimate_binaries, set_start, slot_lower_bound, solve_model, symmetric_start
+from .solver_model import SOLVERS, SolveResult, build_model, estimate_binaries, set_start, slot_lower_bound, solve_model, symmetric_start
 
 DEFAULT_SIZE = 1 << 30
 DEFAULT_TIME_LIMIT = 30.0
@@ -212,8 +212,13 @@ def solve(n: int, *, topology: Any = None, arrivals: Any = None, chunks: Any = N
     note = ""
     result = None
     model_bound_s = None
+    slot_lb = slot_lower_bound(grid)
     if placed is None:  # cannot happen: the same steps fit the larger grid
         note = "warm start did not fit the model grid"
+    elif horizon <= slot_lb:
+        result = SolveResult("optimal", None, float(horizon - 1), float(horizon - 1))
+        model_bound_s = grid.last_arrival + horizon * grid.tau
+        note = f"the warm start meets the model's lower bound of {slot_lb} slots after the last arrival"
     else:
         placed = symmetric_start(grid, placed)
         model = build_model(grid)
@@ -223,9 +228,8 @@ def solve(n: int, *, topology: Any = None, arrivals: Any = None, chunks: Any = N
             note = "time limit too short to run the MILP: returning the best warm start"
         else:
             result = solve_model(model, solver, remaining, warm=True, threads=threads)
-            if result.bound is not None:
-                slots = max(0, math.ceil(result.bound - 1e-6))
-                model_bound_s = grid.last_arrival + (slots + 1) * grid.tau
+            bound_slots = max(float(slot_lb - 1), result.bound if result.bound is not None else 0.0)
+            model_bound_s = grid.last_arrival + (math.ceil(bound_slots - 1e-6) + 1) * grid.tau
     cands = list(constructive) + model_cands
     milp = None
     if result is not None and result.placed:
@@ -244,11 +248,9 @@ def solve(n: int, *, topology: Any = None, arrivals: Any = None, chunks: Any = N
     else:
         status = "warm-start"
         note = note or f"{solver} found no schedule within the time limit: returning the best warm start"
-    if status == "optimal" and model_bound_s is None:
-        model_bound_s = best.time
-    if status == "optimal":
-        model_bound_s = min(model_bound_s, best.time)
     obj = best.time
+    if model_bound_s is not None and abs(obj - model_bound_s) <= 1e-9 * max(obj, 1e-30):
+        model_bound_s = obj
     info: dict[str, Any] = {
         "status": status,
         "solver": solver,

@@ -176,30 +176,32 @@ def rounds_schedule(result: RoundsResult) -> Schedule:
     return b.build()
 
 
-def rounds_table(ns: list[int], time_limit: float = 60.0, solver: str = "cbc",
-                 check_below: bool = True) -> list[dict[str, Any]]:
-    """Per n: the lower bound, whether it is met (schedule verified), and whether one round fewer is
-    proven impossible in the model (``check_below``)."""
+def rounds_row(n: int, time_limit: float = 60.0, solver: str = "cbc",
+               check_below: bool = True) -> tuple[dict[str, Any], Schedule | None]:
+    """For one n: the lower bound, whether a schedule meets it (verified as a whole AllReduce), and
+    whether the MILP proves one round fewer impossible (``check_below``). Returns (row, schedule)."""
     from .verify import check
 
-    rows = []
-    for n in ns:
-        lb = round_lower_bound(n)
-        at = solve_rounds(n, lb, time_limit, solver, staircase=True)
-        row: dict[str, Any] = {"gpus": n, "lower_bound": lb, "rounds": None, "status": at.status,
-                               "seconds": round(at.seconds, 2)}
-        if at.status == "feasible":
-            sched = check(rounds_schedule(at))
-            row["rounds"] = lb
-            row["status"] = "optimal"
-            row["verified"] = True
-            row["transfers"] = sched.ntransfers - (n - 2) * (n - 1)
-        if check_below:
-            below = solve_rounds(n, lb - 1, time_limit, solver)
-            row["below_status"] = below.status  # infeasible = the MILP itself proves lb optimal here
-            row["below_seconds"] = round(below.seconds, 2)
-            if below.status == "feasible":  # would contradict the lower-bound proof
-                row["rounds"] = lb - 1
-                row["status"] = "beats-bound"
-        rows.append(row)
-    return rows
+    lb = round_lower_bound(n)
+    at = solve_rounds(n, lb, time_limit, solver, staircase=True)
+    row: dict[str, Any] = {"gpus": n, "lower_bound": lb, "rounds": None, "status": at.status,
+                           "seconds": round(at.seconds, 2)}
+    sched = None
+    if at.status == "feasible":
+        sched = check(rounds_schedule(at))
+        row.update(rounds=lb, status="optimal", verified=True,
+                   completion_transfers=sched.ntransfers - (n - 2) * (n - 1))
+    if check_below:
+        below = solve_rounds(n, lb - 1, time_limit, solver)
+        row["below_status"] = below.status  # infeasible: the MILP itself proves the bound tight here
+        row["below_seconds"] = round(below.seconds, 2)
+        if below.status == "feasible":  # would contradict the lower-bound proof
+            row.update(rounds=lb - 1, status="beats-bound")
+            sched = check(rounds_schedule(below))
+    return row, sched
+
+
+def rounds_table(ns: list[int], time_limit: float = 60.0, solver: str = "cbc",
+                 check_below: bool = True) -> list[dict[str, Any]]:
+    """``rounds_row`` for every n."""
+    return [rounds_row(n, time_limit, solver, check_below)[0] for n in ns]
