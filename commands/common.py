@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import tempfile
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..errors import CollsynthError
 
@@ -48,6 +48,16 @@ def write_text_atomic(path: str, text: str | bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def int_arg(flag: str) -> Callable[[str], int]:
+    """argparse type: an integer, with a message that names the flag."""
+    def conv(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {text!r}") from None
+    return conv
 
 
 def add_model_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:

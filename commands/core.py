@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import CollsynthError, ScheduleFileError
 from ..units import format_time, parse_arrivals, parse_rate, parse_size, parse_time
-from .common import add_model_args, print_json, print_table, write_text_atomic
+from .common import add_model_args, int_arg, print_json, print_table, write_text_atomic
 
 
 def add_commands(sub: "argparse._SubParsersAction") -> None:
@@ -30,7 +30,7 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
                "  collsynth synth -a ring -n 8 --format msccl-xml -o ring8.xml",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--algorithm", "-a", required=True, help="algorithm name (see `collsynth algorithms`)")
-    p.add_argument("--gpus", "-n", required=True, type=_int_arg("--gpus"), help="number of ranks (>= 2)")
+    p.add_argument("--gpus", "-n", required=True, type=int_arg("--gpus"), help="number of ranks (>= 2)")
     p.add_argument("--collective", "-c", default="allreduce",
                    choices=["allreduce", "reducescatter", "allgather"], help="collective (default allreduce)")
     p.add_argument("--topology", "-t", default=None,
@@ -55,7 +55,7 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
                        description="Exit 0 with `OK ...` when the schedule computes its collective, 1 with the "
                                    "first violation when not, 2 when the file cannot be read.")
     p.add_argument("file")
-    p.add_argument("--ports", type=_int_arg("--ports"), default=None,
+    p.add_argument("--ports", type=int_arg("--ports"), default=None,
                    help="messages a rank may send and receive per step (default: the schedule's own)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_verify)
@@ -77,7 +77,7 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
                                    "arrival as its straggler.",
                        epilog="example: collsynth compare --gpus 8 --size 1GiB --alpha 3us --bandwidth 450GiB/s "
                               "--arrival 7=5ms")
-    p.add_argument("--gpus", "-n", required=True, type=_int_arg("--gpus"), help="number of ranks (>= 2)")
+    p.add_argument("--gpus", "-n", required=True, type=int_arg("--gpus"), help="number of ranks (>= 2)")
     add_model_args(p)
     p.add_argument("--algorithms", default=None, help="comma-separated subset (default: every allreduce algorithm)")
     p.add_argument("--solver-time-limit", default=None, help="also run the MILP solver with this time limit")
@@ -86,13 +86,6 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
 
 
 # ---------------------------------------------------------------------------------------- helpers
-def _int_arg(flag: str) -> Any:
-    def conv(text: str) -> int:
-        try:
-            return int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {text!r}") from None
-    return conv
 
 
 def _xml_module() -> Any:

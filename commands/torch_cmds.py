@@ -7,18 +7,11 @@ import sys
 from typing import Any
 
 from ..units import format_time, parse_size, parse_time
-from .common import print_json, print_table
+from .common import int_arg, print_json, print_table
 
 DEFAULT_ALGORITHMS = "ring,rhd,stragglar,torch"
 
 
-def _int_arg(flag: str) -> Any:
-    def conv(text: str) -> int:
-        try:
-            return int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {text!r}") from None
-    return conv
 
 
 def add_commands(sub: "argparse._SubParsersAction") -> None:
@@ -32,7 +25,7 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
         epilog="example: collsynth bench --backend gloo --ranks 8 --size 32MiB --delay 7=3s "
                "--algorithms ring,stragglar,torch --iters 5")
     p.add_argument("--backend", default="gloo", help="gloo (CPU, default) or nccl (one GPU per rank)")
-    p.add_argument("--ranks", "-n", required=True, type=_int_arg("--ranks"), help="number of processes (>= 2)")
+    p.add_argument("--ranks", "-n", required=True, type=int_arg("--ranks"), help="number of processes (>= 2)")
     p.add_argument("--size", required=True, help="buffer bytes per rank, e.g. 32MiB")
     p.add_argument("--delay", action="append", default=[], metavar="RANK=TIME",
                    help="sleep RANK for TIME before each collective, e.g. --delay 7=3s (repeatable)")
@@ -40,8 +33,8 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
                    help=f"comma-separated registry algorithms plus torch and auto (default {DEFAULT_ALGORITHMS})")
     p.add_argument("--schedule", action="append", default=[], metavar="FILE",
                    help="also run this AllReduce schedule file (repeatable)")
-    p.add_argument("--iters", type=_int_arg("--iters"), default=5, help="timed iterations (default 5)")
-    p.add_argument("--warmup", type=_int_arg("--warmup"), default=1, help="untimed iterations first (default 1)")
+    p.add_argument("--iters", type=int_arg("--iters"), default=5, help="timed iterations (default 5)")
+    p.add_argument("--warmup", type=int_arg("--warmup"), default=1, help="untimed iterations first (default 1)")
     p.add_argument("--dtype", default="float32", help="float32 (default), float16, bfloat16 or float64")
     p.add_argument("--timeout", default=None, help="per-wait fault timeout (default 60s + the largest delay)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -57,10 +50,10 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
                     "pingpong: ranks 0 and 1 alone.",
         epilog="example: collsynth calibrate --backend gloo --ranks 8")
     p.add_argument("--backend", default="gloo", help="gloo (CPU, default) or nccl (one GPU per rank)")
-    p.add_argument("--ranks", "-n", required=True, type=_int_arg("--ranks"), help="number of processes (>= 2)")
+    p.add_argument("--ranks", "-n", required=True, type=int_arg("--ranks"), help="number of processes (>= 2)")
     p.add_argument("--sizes", default=None, help="comma-separated message sizes, at least two (default "
                                                    "4KiB,16KiB,...,4MiB: cover the message sizes you will run)")
-    p.add_argument("--iters", type=_int_arg("--iters"), default=7, help="repetitions per size (default 7)")
+    p.add_argument("--iters", type=int_arg("--iters"), default=7, help="repetitions per size (default 7)")
     p.add_argument("--pattern", default="ring", help="ring (all ranks at once, default) or pingpong")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
