@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from ..units import format_time, parse_size, parse_time
 from .common import int_arg, print_json, print_table
