@@ -22,11 +22,10 @@ from collsynth.synth.algorithms import build_schedule  # noqa: E402
 
 NVCC = lib.nvcc()
 NCCL_HOME = lib.nccl_home()
-pytestmark = [
-    pytest.mark.skipif(NVCC is None, reason="nvcc not found: install the CUDA toolkit to compile the generated code"),
-    pytest.mark.skipif(NCCL_HOME is None, reason="NCCL headers not found: pip install nvidia-nccl-cu13 "
-                                                 "(or nvidia-nccl-cu12)"),
-]
+pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found: install the CUDA toolkit to compile the "
+                                                     "generated code")
+needs_nccl = pytest.mark.skipif(NCCL_HOME is None, reason="NCCL headers not found: pip install nvidia-nccl-cu13 "
+                                                          "(or nvidia-nccl-cu12)")
 
 SCHEDULES = {
     "ring4": lambda: build_schedule("ring", 4),
@@ -38,8 +37,8 @@ SCHEDULES = {
 
 def _make(d: str, *targets: str, **var: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": os.path.dirname(NVCC) + os.pathsep + os.environ.get("PATH", "")}
-    args = ["make", "-C", d, f"NCCL_HOME={NCCL_HOME}", f"NVCC={NVCC}", *(f"{k}={v}" for k, v in var.items()),
-            *targets]
+    home = [f"NCCL_HOME={NCCL_HOME}"] if NCCL_HOME else []
+    args = ["make", "-C", d, *home, f"NVCC={NVCC}", *(f"{k}={v}" for k, v in var.items()), *targets]
     return subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
 
 
@@ -55,6 +54,7 @@ def built(tmp_path_factory):
     return out
 
 
+@needs_nccl
 @pytest.mark.parametrize("key", sorted(SCHEDULES))
 def test_library_and_benchmark_compile_for_sm90(built, key):
     d, r = built[key]
@@ -68,6 +68,7 @@ def test_library_and_benchmark_compile_for_sm90(built, key):
         assert f" collsynth_{key}{sym}\n" in nm
 
 
+@needs_nccl
 def test_benchmark_runs_without_a_gpu_as_far_as_its_options(built):
     d, r = built["stragglar8"]
     assert r.returncode == 0
@@ -80,6 +81,7 @@ def test_benchmark_runs_without_a_gpu_as_far_as_its_options(built):
     assert bad.returncode == 2 and "unknown dtype double" in bad.stderr
 
 
+@needs_nccl
 def test_sm80_build(tmp_path):
     d = tmp_path / "r"
     generate_nccl_cuda(build_schedule("ring", 4, "reducescatter"), str(d), name="rs", dtypes="half,bfloat16")
@@ -87,6 +89,7 @@ def test_sm80_build(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
 
 
+@needs_nccl
 def test_mpi_variant_compiles_against_a_stub_mpi_header(tmp_path):
     """No MPI here: a stub header with the few declarations the benchmark uses checks its MPI code path."""
     inc = tmp_path / "mpi" / "include"
@@ -106,3 +109,19 @@ def test_mpi_variant_compiles_against_a_stub_mpi_header(tmp_path):
     r = _make(str(d), "bench_sg.o", ARCH="sm_90", MPI="1", MPI_HOME=str(tmp_path / "mpi"))
     assert r.returncode == 0, r.stderr[-3000:]
     assert "-DCOLLSYNTH_MPI" in r.stdout
+
+
+def test_loopback_only_benchmark_needs_no_nccl(tmp_path):
+    """`make bench_<name>_loopback` builds without NCCL (so that the binary can be carried to a GPU machine)."""
+    d = tmp_path / "l"
+    generate_nccl_cuda(build_schedule("ring", 8), str(d), name="r8")
+    env = {**os.environ, "PATH": os.path.dirname(NVCC) + os.pathsep + os.environ.get("PATH", "")}
+    r = subprocess.run(["make", "-C", str(d), f"NVCC={NVCC}", "NCCL_HOME=/nonexistent", "bench_r8_loopback"],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "warning" not in (r.stdout + r.stderr).lower()
+    exe = str(d / "bench_r8_loopback")
+    ldd = subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
+    assert "libnccl" not in ldd
+    r = subprocess.run([exe], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "run it with --loopback" in r.stderr
