@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from typing import Any, Callable, Sequence
 
 from ..errors import CollsynthError
+from ..fileio import write_text_atomic  # noqa: F401 (re-exported for commands)
 
 
 def print_json(obj: Any) -> None:
@@ -32,22 +31,6 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.6g}"
     return "" if v is None else str(v)
-
-
-def write_text_atomic(path: str, text: str | bytes) -> None:
-    """Write the whole file or nothing."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise CollsynthError(f"cannot write {path}: directory {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".collsynth-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(text.encode() if isinstance(text, str) else text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def int_arg(flag: str) -> Callable[[str], int]:

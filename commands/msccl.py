@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import CollsynthError
-from .common import print_json, print_table, write_text_atomic
+from ..fileio import write_text_atomic, write_tree
+from .common import print_json, print_table
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class EmitFormat:
     help: str
     emit: Callable[[Any, argparse.Namespace], Any]
     add_options: Callable[[argparse.ArgumentParser], None] | None = None
+    reads: str = "schedule"  # "schedule": emit(verified Schedule, args) -> output; "path": emit(path, args) -> exit code
 
 
 EMIT_FORMATS: dict[str, EmitFormat] = {}
@@ -42,11 +44,14 @@ _EMIT_PARSER: list[argparse.ArgumentParser] = []
 
 
 def register_emit_format(name: str, help: str, emit: Callable[[Any, argparse.Namespace], Any],
-                         add_options: Callable[[argparse.ArgumentParser], None] | None = None) -> None:
-    """Make ``collsynth emit --format NAME`` call ``emit(schedule, args)``; see the module docstring."""
+                         add_options: Callable[[argparse.ArgumentParser], None] | None = None,
+                         reads: str = "schedule") -> None:
+    """Make ``collsynth emit --format NAME`` call ``emit(schedule, args)``; see the module docstring.
+    With ``reads="path"`` the format takes the input path as given (e.g. a folder of XML files), writes
+    its own output and returns the exit code."""
     if name in EMIT_FORMATS:
         raise ValueError(f"emit format {name!r} registered twice")
-    EMIT_FORMATS[name] = EmitFormat(name, help, emit, add_options)
+    EMIT_FORMATS[name] = EmitFormat(name, help, emit, add_options, reads)
     if add_options is not None:
         for p in _EMIT_PARSER:  # the parser exists already: give it the options now
             add_options(p)
@@ -113,6 +118,8 @@ def cmd_emit(args: argparse.Namespace) -> int:
     fmt = EMIT_FORMATS.get(args.format)
     if fmt is None:
         raise CollsynthError(f"unknown --format {args.format!r}: use one of {', '.join(sorted(EMIT_FORMATS))}")
+    if fmt.reads == "path":
+        return int(fmt.emit(args.schedule, args) or 0)
     if args.schedule.lower().endswith(".xml"):
         raise CollsynthError(f"{args.schedule}: emit reads a schedule JSON file (to check an MSCCL XML file use "
                              f"`collsynth verify {args.schedule}`)")
@@ -121,11 +128,7 @@ def cmd_emit(args: argparse.Namespace) -> int:
     if isinstance(out, dict):
         if not args.output or args.output == "-":
             raise CollsynthError(f"--format {fmt.name} writes several files: give -o FOLDER")
-        os.makedirs(args.output, exist_ok=True)
-        for rel in sorted(out):
-            path = os.path.join(args.output, rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            write_text_atomic(path, out[rel])
+        write_tree(args.output, out, force=bool(getattr(args, "force", False)))
         print(f"wrote {len(out)} file(s) to {args.output} ({fmt.name}, from verified {schedule.name})",
               file=sys.stderr)
         return 0

@@ -5,9 +5,7 @@ Both formats are registered in the emit format registry of commands/msccl.py:
     collsynth emit SCHEDULE.json --format nccl-cuda -o DIR [--name C_NAME] [--dtypes float,half] [--force]
     collsynth emit --format msccl-scheduler DIR_OF_XML -o DIR [--force]
 
-msccl-scheduler reads a folder of MSCCL XML files, not a schedule, so this module wraps the `emit`
-handler to send that format here before a schedule is loaded (the registry passes only schedules);
-this module must therefore come after "msccl" in COMMAND_MODULES.
+msccl-scheduler reads a folder of MSCCL XML files, not a schedule: it registers with reads="path".
 """
 
 from __future__ import annotations
@@ -37,11 +35,6 @@ def _emit_nccl_cuda(schedule: Any, args: argparse.Namespace) -> dict[str, str]:
     return render_nccl_cuda(schedule, name=getattr(args, "name", None), dtypes=args.dtypes)
 
 
-def _emit_scheduler_from_schedule(schedule: Any, args: argparse.Namespace) -> Any:
-    raise CollsynthError("--format msccl-scheduler reads a folder of MSCCL XML files, not a schedule: "
-                         "collsynth emit --format msccl-scheduler DIR_OF_XML -o DIR")
-
-
 def _options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("nccl-cuda and msccl-scheduler output (-o FOLDER; --name sets the C name)")
     g.add_argument("--dtypes", default="float,half,bfloat16",
@@ -54,7 +47,7 @@ register_emit_format("nccl-cuda", "CUDA + NCCL library (grouped ncclSend/ncclRec
                                   "for any stock NCCL; -o FOLDER", _emit_nccl_cuda, _options)
 register_emit_format("msccl-scheduler", "C source of an MSCCL scheduler plugin choosing among a folder of MSCCL "
                                         "XML files (give the folder instead of SCHEDULE); -o FOLDER",
-                     _emit_scheduler_from_schedule)
+                     lambda path, args: cmd_emit_scheduler(args), reads="path")
 
 
 def cmd_emit_scheduler(args: argparse.Namespace) -> int:
@@ -73,14 +66,4 @@ def cmd_emit_scheduler(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: "argparse._SubParsersAction") -> None:
-    emit = sub.choices.get("emit")
-    if emit is None:  # pragma: no cover - a COMMAND_MODULES ordering mistake
-        raise RuntimeError("commands.nccl_cmds must be listed after commands.msccl in COMMAND_MODULES")
-    inner = emit.get_default("func")
-
-    def dispatch(args: argparse.Namespace) -> int:
-        if args.format == "msccl-scheduler":
-            return cmd_emit_scheduler(args)
-        return inner(args)
-
-    emit.set_defaults(func=dispatch)
+    """Nothing to add: both formats live in the `emit` registry (registered at import)."""

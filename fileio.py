@@ -1,0 +1,89 @@
+"""Writing files the way every command does: whole or not at all.
+
+``write_text_atomic`` for one file, ``write_tree`` for a folder of generated files (built in a
+temporary sibling and renamed into place, so a failure leaves nothing behind), ``check_outdir`` for
+the "exists and is not empty: pass --force" rule.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Mapping
+
+from .errors import CollsynthError
+
+
+def write_text_atomic(path: str, text: str | bytes) -> None:
+    """Write the whole file or nothing."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise CollsynthError(f"cannot write {path}: directory {directory} does not exist")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".collsynth-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode() if isinstance(text, str) else text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def check_outdir(outdir: str, force: bool) -> None:
+    if os.path.exists(outdir) and not os.path.isdir(outdir):
+        raise CollsynthError(f"output {outdir} exists and is not a directory: choose another -o")
+    if os.path.isdir(outdir) and os.listdir(outdir) and not force:
+        raise CollsynthError(f"output directory {outdir} exists and is not empty: choose another -o or pass --force")
+
+
+def write_tree(outdir: str, files: Mapping[str, str | bytes], *, force: bool) -> list[str]:
+    """Write ``files`` (relative path -> content) under ``outdir``: all of them or, on failure, none
+    when the directory is new (built in a temporary sibling and renamed); file by file atomically when
+    ``force`` reuses an existing directory. Returns the written paths, sorted."""
+    check_outdir(outdir, force)
+    outdir = os.path.abspath(outdir)
+    parent = os.path.dirname(outdir)
+    if not os.path.isdir(parent):
+        raise CollsynthError(f"cannot write {outdir}: directory {parent} does not exist")
+    fresh = not os.path.isdir(outdir) or not os.listdir(outdir)
+    if fresh:
+        tmp = tempfile.mkdtemp(dir=parent, prefix=".collsynth-")
+        try:
+            for rel, content in files.items():
+                _write(os.path.join(tmp, rel), content)
+            if os.path.isdir(outdir):
+                os.rmdir(outdir)  # empty
+            os.rename(tmp, outdir)
+            os.chmod(outdir, 0o777 & ~_umask())
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    else:
+        for rel, content in files.items():
+            path = os.path.join(outdir, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd, tmpf = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".collsynth-", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(content.encode() if isinstance(content, str) else content)
+                os.chmod(tmpf, 0o666 & ~_umask())
+                os.replace(tmpf, path)
+            except BaseException:
+                if os.path.exists(tmpf):
+                    os.unlink(tmpf)
+                raise
+    return sorted(os.path.join(outdir, rel) for rel in files)
+
+
+def _write(path: str, content: str | bytes) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(content.encode() if isinstance(content, str) else content)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
