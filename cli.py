@@ -23,8 +23,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="collsynth",
         description="Synthesize, verify, simulate and compile straggler-aware collective schedules.",
-        epilog="Start with: collsynth compare --gpus 8 --size 1GiB --alpha 3us --bandwidth 450GiB/s "
-               "--arrival 7=5ms",
+        epilog="start with:\n  collsynth compare --gpus 8 --size 1GiB --alpha 3us --bandwidth 450GiB/s --arrival 7=5ms\n"
+               "  collsynth synth -a stragglar -n 8 --straggler 7 -o s8.json && collsynth verify s8.json\n"
+               "every command has --help",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     add_all_commands(sub)
