@@ -53,9 +53,11 @@ def ceil_log2(n: int) -> int:
     return (n - 1).bit_length()
 
 
-def lower_bound(n: int) -> int:
-    """Phase-2 rounds no schedule can beat: n - 2 + ceil(log2 n) (stragglar.md)."""
-    return n - 2 + ceil_log2(n)
+def lower_bound(n: int, k: int = 1) -> int:
+    """Phase-2 rounds no schedule can beat with k(n-1) chunks: k(n-1) - 1 + ceil(log2 n) (stragglar.md:
+    S sends each of its k(n-1) raw chunks at least once, one per round, and the last one then needs
+    ceil(log2 n) - 1 doubling rounds); n - 2 + ceil(log2 n) for k = 1."""
+    return k * (n - 1) - 1 + ceil_log2(n)
 
 
 def is_pow2(n: int) -> bool:
@@ -93,8 +95,9 @@ class Design:
 
 @dataclass(frozen=True, eq=False)
 class Phase2Plan:
-    """The completion collective for n GPUs in local labels (S = n-1): parallel arrays of moves
-    (round, src, dst, chunk, reduce), sorted by round."""
+    """The completion collective for n GPUs in local labels (S = n-1) over k(n-1) chunks (chunk c is
+    reduced in round c by GPU c mod (n-1) and S): parallel arrays of moves (round, src, dst, chunk,
+    reduce), sorted by round."""
 
     n: int
     rounds: int
@@ -105,16 +108,26 @@ class Phase2Plan:
     reduce: np.ndarray
     method: str
     design: Design | None = None
+    k: int = 1
 
     @classmethod
     def from_parts(cls, n: int, rounds: int, parts: Sequence[np.ndarray], method: str,
-                   design: Design | None = None) -> "Phase2Plan":
+                   design: Design | None = None, k: int = 1) -> "Phase2Plan":
         m = np.concatenate([np.asarray(x, np.int64).reshape(-1, 5) for x in parts])
         m = m[np.lexsort((m[:, 2], m[:, 1], m[:, 0]))]
         cols = [np.ascontiguousarray(m[:, i]) for i in range(5)]
         for col in cols:
             col.flags.writeable = False
-        return cls(n, rounds, cols[0], cols[1], cols[2], cols[3], cols[4].astype(bool), method, design)
+        return cls(n, rounds, cols[0], cols[1], cols[2], cols[3], cols[4].astype(bool), method, design, k)
+
+    @property
+    def nchunks(self) -> int:
+        return self.k * (self.n - 1)
+
+    @property
+    def gap(self) -> int:
+        """Rounds above the lower bound k(n-1) - 1 + ceil(log2 n)."""
+        return self.rounds - lower_bound(self.n, self.k)
 
     def moves(self) -> list[Move]:
         """The moves as tuples (round, src, dst, chunk, reduce)."""
@@ -260,12 +273,15 @@ def design_from_ages(p: int, K: int, age: Sequence[int]) -> Design | None:
 
 
 # ---------------------------------------------------------------------------------------- plans
-def _exchanges(p: int) -> np.ndarray:
-    """X(c, c) in round c for every chunk: GPU c and S swap chunk c and both reduce."""
-    c = np.arange(p)
-    s = np.full(p, p)
-    one = np.ones(p, np.int64)
-    return np.concatenate([np.stack([c, c, s, c, one], 1), np.stack([c, s, c, c, one], 1)])
+def _exchanges(p: int, nchunks: int | None = None) -> np.ndarray:
+    """X(c mod p, c) in round c for every chunk c < nchunks (default p): GPU c mod p and S swap chunk c
+    and both reduce."""
+    C = p if nchunks is None else nchunks
+    c = np.arange(C)
+    g = c % p
+    s = np.full(C, p)
+    one = np.ones(C, np.int64)
+    return np.concatenate([np.stack([c, g, s, c, one], 1), np.stack([c, s, g, c, one], 1)])
 
 
 def _tree_moves(d: Design, chunk: np.ndarray, root: np.ndarray, start: np.ndarray, depth: int) -> np.ndarray:
@@ -284,27 +300,54 @@ def _tree_moves(d: Design, chunk: np.ndarray, root: np.ndarray, start: np.ndarra
 
 
 def _design_moves(d: Design, nchunks: int) -> np.ndarray:
+    """Chunks 0..nchunks-1, chunk c born at GPU c mod p in round c, each spread by the whole design."""
     c = np.arange(nchunks)
-    return _tree_moves(d, c, c, c, d.K)
+    return _tree_moves(d, c, c % d.p, c, d.K)
 
 
-def _pow2_plan(n: int) -> Phase2Plan:
+def _pow2_plan(n: int, k: int = 1) -> Phase2Plan:
     K = n.bit_length() - 1
     p = n - 1
+    C = k * p
     d = pow2_design(K)
-    last = p - 1
-    # tail: chunk p-1 by its own tree (ages < K) and by virtual trees: S hands it to GPU i-1 in round
-    # p-1+i (i = 1..K-1), which spreads it to ages <= K-1-i
-    parts = [_exchanges(p), _design_moves(d, p - 1),
-             _tree_moves(d, np.array([last]), np.array([last]), np.array([last]), K - 1)]
+    last = C - 1  # born at GPU p-1 whatever k is
+    # tail: chunk C-1 by its own tree (ages < K) and by virtual trees: S hands it to GPU i-1 in round
+    # C-1+i (i = 1..K-1), which spreads it to ages <= K-1-i along the cells of the nonexistent chunk
+    # C-1+i (born at GPU (C-1+i) mod p = i-1); every condition is a residue mod p, so this is the
+    # k = 1 construction shifted by (k-1)p rounds
+    parts = [_exchanges(p, C), _design_moves(d, C - 1),
+             _tree_moves(d, np.array([last]), np.array([p - 1]), np.array([last]), K - 1)]
     for i in range(1, K):
         parts.append(np.array([[last + i, p, i - 1, last, 0]]))
         parts.append(_tree_moves(d, np.array([last]), np.array([i - 1]), np.array([last + i]), K - 1 - i))
-    return Phase2Plan.from_parts(n, lower_bound(n), parts, "pow2-closed-form", d)
+    return Phase2Plan.from_parts(n, lower_bound(n, k), parts, "pow2-closed-form", d, k)
 
 
-def _free_ports(d: Design | None, p: int, R: int, first_tail: int) -> tuple[dict, dict]:
-    """For rounds after ``first_tail``: which GPUs' receive and send ports the design leaves free."""
+def _three_plan(k: int) -> Phase2Plan:
+    """n = 3, k >= 2 chunks per punctual GPU (no cyclic design exists for p = 2). A rotation keeps all
+    six ports busy: in round t S reduces its raw chunk t into its owner a = t mod 2 (one-way), the other
+    GPU b (owner of chunk t-1, complete since round t-1) copies chunk t-1 to S, and a copies chunk t-2
+    (its own, complete since round t-2) to b. The last chunks drain in two more rounds: 2k + 2 rounds,
+    one above the lower bound 2k + 1 (which the exchange pattern would miss by k - 1)."""
+    C = 2 * k
+    m: list[tuple[int, int, int, int, int]] = []
+    for t in range(C):
+        a, b = t % 2, 1 - t % 2
+        m.append((t, 2, a, t, 1))
+        if t >= 1:
+            m.append((t, b, 2, t - 1, 0))
+        if t >= 2:
+            m.append((t, a, b, t - 2, 0))
+    a = (C - 1) % 2
+    b = 1 - a
+    m += [(C, a, 2, C - 1, 0), (C, b, a, C - 2, 0), (C + 1, 2, b, C - 1, 0)]
+    return Phase2Plan.from_parts(3, C + 2, [np.array(m, np.int64)], "n3-rotation", None, k)
+
+
+def _free_ports(d: Design | None, p: int, R: int, first_tail: int, nchunks: int | None = None) -> tuple[dict, dict]:
+    """For rounds after ``first_tail``: which GPUs' receive and send ports the design leaves free
+    (S exchanges in rounds 0..nchunks-1, nchunks = p by default)."""
+    C = p if nchunks is None else nchunks
     recv_age = {0: 0}
     send_age = {0: 0}
     if d is not None:
@@ -317,7 +360,7 @@ def _free_ports(d: Design | None, p: int, R: int, first_tail: int) -> tuple[dict
         fr[t], fs[t] = [], []
         for g in range(p):
             rho = (t - g) % p
-            if rho == 0 and t < p:
+            if rho == 0 and t < C:
                 continue  # GPU g exchanges with S in round t
             # a port is free when the chunk the design puts there is a tail (or nonexistent) chunk;
             # without a design (every chunk is a tail chunk) every port is free
@@ -328,14 +371,17 @@ def _free_ports(d: Design | None, p: int, R: int, first_tail: int) -> tuple[dict
     return fr, fs
 
 
-def plan_tail(p: int, R: int, d: Design | None, first_tail: int, time_limit: float = 120.0) -> np.ndarray | None:
-    """Copies that spread chunks first_tail..p-1 to every GPU by round R-1 on the free ports and S's
-    send port (rounds >= p), by integer programming; None if infeasible (or not found in time)."""
+def plan_tail(p: int, R: int, d: Design | None, first_tail: int, time_limit: float = 120.0,
+              nchunks: int | None = None) -> np.ndarray | None:
+    """Copies that spread chunks first_tail..C-1 (C = nchunks, default p; chunk c is born at GPU c mod
+    p) to every GPU by round R-1 on the free ports and S's send port (rounds >= C), by integer
+    programming; None if infeasible (or not found in time)."""
     import pulp
 
     n = p + 1
-    tails = list(range(first_tail, p))
-    fr, fs = _free_ports(d, p, R, first_tail)
+    C = p if nchunks is None else nchunks
+    tails = list(range(first_tail, C))
+    fr, fs = _free_ports(d, p, R, first_tail, C)
     prob = pulp.LpProblem("stragglar_tail", pulp.LpMinimize)
     recv, send, sends = {}, {}, {}
     for t in fr:
@@ -343,11 +389,11 @@ def plan_tail(p: int, R: int, d: Design | None, first_tail: int, time_limit: flo
             if c >= t:
                 continue
             for g in fr[t]:
-                if g != c:
+                if g != c % p:
                     recv[t, c, g] = pulp.LpVariable(f"r_{t}_{c}_{g}", cat="Binary")
             for g in fs[t]:
                 send[t, c, g] = pulp.LpVariable(f"s_{t}_{c}_{g}", cat="Binary")
-            if t >= p:
+            if t >= C:
                 sends[t, c] = pulp.LpVariable(f"S_{t}_{c}", cat="Binary")
     prob += 0
     port_r: dict = defaultdict(list)
@@ -371,11 +417,11 @@ def plan_tail(p: int, R: int, d: Design | None, first_tail: int, time_limit: flo
     for key in set(flow_in) | set(flow_out):
         prob += pulp.lpSum(flow_out.get(key, [])) == pulp.lpSum(flow_in.get(key, []))
     for (t, c, g), v in send.items():
-        if g != c:
+        if g != c % p:
             prob += v <= pulp.lpSum(w for tt, w in got[c, g] if tt < t)
     for c in tails:
         for g in range(p):
-            if g != c:
+            if g != c % p:
                 if not got[c, g]:
                     return None
                 prob += pulp.lpSum(w for _, w in got[c, g]) == 1
@@ -396,11 +442,12 @@ def plan_tail(p: int, R: int, d: Design | None, first_tail: int, time_limit: flo
     return np.array(moves, np.int64).reshape(-1, 5)
 
 
-def _search_plan(n: int, time_limit: float, given: Design | None = None) -> Phase2Plan:
+def _search_plan(n: int, time_limit: float, given: Design | None = None, k: int = 1) -> Phase2Plan:
     p = n - 1
+    C = k * p
     L = ceil_log2(n)
     K = given.K if given is not None else L + 1
-    for R in range(lower_bound(n), 2 * n + L + 2):
+    for R in range(lower_bound(n, k), lower_bound(n, k) + n + L + 3):
         first_tail = max(0, R - K)
         d = None
         if first_tail > 0:
@@ -408,22 +455,26 @@ def _search_plan(n: int, time_limit: float, given: Design | None = None) -> Phas
             if d is None:
                 K += 1
                 continue
-        tail = plan_tail(p, R, d, first_tail, time_limit)
+        tail = plan_tail(p, R, d, first_tail, time_limit, C)
         if tail is not None:
-            parts = [_exchanges(p), tail] + ([_design_moves(d, first_tail)] if d else [])
-            return Phase2Plan.from_parts(n, R, parts, f"design-K{K}+tail-ilp" if d else "ilp", d)
+            parts = [_exchanges(p, C), tail] + ([_design_moves(d, first_tail)] if d else [])
+            return Phase2Plan.from_parts(n, R, parts, f"design-K{K}+tail-ilp" if d else "ilp", d, k)
     raise CollsynthError(f"stragglar: no phase-2 schedule found for n={n}")  # pragma: no cover
 
 
-@functools.lru_cache(maxsize=64)
-def phase2_plan(n: int, time_limit: float = 120.0) -> Phase2Plan:
-    """The completion collective for n GPUs (local labels, straggler = n-1)."""
+@functools.lru_cache(maxsize=128)
+def phase2_plan(n: int, time_limit: float = 120.0, k: int = 1) -> Phase2Plan:
+    """The completion collective for n GPUs over k(n-1) chunks (local labels, straggler = n-1)."""
     if n < 2:
         raise CollsynthError(f"stragglar needs at least 2 GPUs, got {n}")
+    if k < 1:
+        raise CollsynthError(f"--pipeline must be at least 1, got {k}")
     if n == 2:
-        return Phase2Plan.from_parts(2, 1, [_exchanges(1)], "swap")
+        return Phase2Plan.from_parts(2, k, [_exchanges(1, k)], "swap", None, k)
     if is_pow2(n):
-        return _pow2_plan(n)
+        return _pow2_plan(n, k)
+    if n == 3 and k > 1:
+        return _three_plan(k)
     from .stragglar_tables import cached_design
 
-    return _search_plan(n, time_limit, cached_design(n))
+    return _search_plan(n, time_limit, cached_design(n), k)
