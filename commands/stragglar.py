@@ -23,7 +23,8 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
                     "(worst), stragglar's speedup over ring in both cases, and the critical delay above which "
                     "stragglar beats ring (bisection on the simulator).",
         epilog="example:\n  collsynth reproduce stragglar --plot speedup.png\n"
-               "  collsynth reproduce stragglar -n 8,16 --size 256MiB --json",
+               "  collsynth reproduce stragglar -n 8,16 --size 256MiB --json\n"
+               "  collsynth reproduce stragglar -n 4,8,16,32,64 --pipeline auto",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("--gpus", "-n", default=None,
                    help="comma-separated GPU counts (default 4,8,...,256 and 6,12,...,192)")
@@ -31,6 +32,9 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
     q.add_argument("--alpha", default="3us", help="per-message latency (default 3us)")
     q.add_argument("--bandwidth", default="450GiB/s", help="per-port bandwidth (default 450GiB/s)")
     q.add_argument("--topology", "-t", default="nvswitch", help="topology preset or JSON file (default nvswitch)")
+    q.add_argument("--pipeline", default=None, metavar="K|auto",
+                   help="also the pipelined schedule with K(n-1) chunks (auto: K from the alpha-beta model); "
+                        "adds K, its rounds, time, speedup over ring and time over the s/B + alpha floor")
     q.add_argument("--json", action="store_true", help="print JSON instead of a table")
     q.add_argument("--plot", metavar="FILE.png", default=None, help="also plot speedup over ring against n")
     q.set_defaults(func=cmd_reproduce_stragglar)
@@ -54,12 +58,26 @@ def _gpus(text: str | None) -> list[int]:
     return out
 
 
+def _pipeline(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        k = int(text)
+    except ValueError:
+        k = 0
+    if k < 1:
+        raise CollsynthError(f"--pipeline must be a positive integer or auto, got {text!r}")
+    return k
+
+
 def cmd_reproduce_stragglar(args: argparse.Namespace) -> int:
     from ..synth.stragglar_analysis import plot, reproduce
 
     ns = _gpus(args.gpus)
     model: dict[str, Any] = {"size": parse_size(args.size), "alpha": parse_time(args.alpha),
                              "bandwidth": parse_rate(args.bandwidth), "topology": args.topology}
+    if args.pipeline is not None:
+        model["pipeline"] = _pipeline(args.pipeline)
     if args.plot is not None and not args.plot.lower().endswith(".png"):
         raise CollsynthError(f"--plot writes PNG: give a file name ending in .png, got {args.plot!r}")
     rows = reproduce(ns, **model)
@@ -79,14 +97,26 @@ def cmd_reproduce_stragglar(args: argparse.Namespace) -> int:
                 t[f"{a}_{case}"] = format_time(r[f"{a}_{case}_s"])
             t[f"x_{case}"] = f"{r[f'speedup_{case}']:.3f}"
         t["crit"] = "never" if r["critical_delay_s"] is None else format_time(r["critical_delay_s"])
+        if "pipelined_k" in r:
+            t.update(K=r["pipelined_k"], rounds_k=f"{r['pipelined_rounds']}/{r['pipelined_lower_bound']}",
+                     strag_k=format_time(r["stragglar_pipelined_ideal_s"]),
+                     x_k=f"{r['speedup_pipelined_ideal']:.3f}", x_k_worst=f"{r['speedup_pipelined_worst']:.3f}",
+                     floor_k=f"{r['pipelined_over_floor']:.3f}",
+                     crit_k="never" if r["pipelined_critical_delay_s"] is None
+                     else format_time(r["pipelined_critical_delay_s"]))
         table.append(t)
     cols = ["n", "rounds", "bound", "beta", "ring_ideal", "rhd_ideal", "direct_ideal", "stragglar_ideal", "x_ideal",
             "stragglar_worst", "x_worst", "crit"]
     heads = ["n", "rounds", "bound", "beta", "ring", "rhd", "direct", "stragglar", "speedup", "stragglar(d=0)",
              "speedup(d=0)", "critical delay"]
+    if "pipeline" in model:
+        cols += ["K", "rounds_k", "strag_k", "x_k", "x_k_worst", "floor_k", "crit_k"]
+        heads += ["K", "rounds(K)/bound", "stragglar(K)", "speedup(K)", "speedup(K,d=0)", "(K)/floor",
+                  "critical delay(K)"]
     print_table(table, cols, heads)
     print("ring/rhd/direct take the same time in both cases (every step waits for every rank); "
-          "speedup = ring / stragglar")
+          "speedup = ring / stragglar" + ("; (K) = pipelined with K(n-1) chunks, floor = s/B + alpha"
+                                          if "pipeline" in model else ""))
     if args.plot is not None:
         print(f"wrote {args.plot}")
     return 0

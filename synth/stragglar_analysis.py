@@ -5,6 +5,10 @@ topology with the straggler late by a delay long enough to hide phase 1 (the "id
 no delay (the "worst" case), and search the simulator for the critical delay above which stragglar
 finishes sooner after the straggler's arrival than ring. Defaults are the paper's large-n study
 (docs/stragglar.md): s = 1 GiB, alpha = 3 us, 450 GiB/s per direction, an NVSwitch.
+
+With ``pipeline`` (K or "auto", issue 9) each row also has the pipelined schedule (K(n-1) chunks, K
+chosen from the alpha-beta model for "auto"): its rounds, times, speedups over ring, critical delay,
+and its time after arrival over the one-straggler floor s/B + alpha.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ def _after(schedule: Any, size: float, topo: Any, delay: float) -> float:
 
 
 def stragglar_row(n: int, size: float = 2**30, alpha: float = 3e-6, bandwidth: float = 450 * 2**30,
-                  topology: str = "nvswitch", rel_tol: float = 1e-6) -> dict[str, Any]:
+                  topology: str = "nvswitch", rel_tol: float = 1e-6, pipeline: int | str | None = None) -> dict[str, Any]:
     """One row of the study for n GPUs (see the module docstring)."""
     algorithms()
     topo = make_topology(topology, n, alpha=alpha, bandwidth=bandwidth)
@@ -61,7 +65,25 @@ def stragglar_row(n: int, size: float = 2**30, alpha: float = 3e-6, bandwidth: f
         row[f"speedup_{case}"] = times[case]["ring"] / times[case]["stragglar"]
     row["closed_form_speedup_ideal"] = closed_form_speedup(n, size, alpha, bandwidth)
     row["critical_delay_s"] = critical_delay(s, size, topo, times["ideal"]["ring"], ideal_delay, rel_tol)
+    row["floor_s"] = size / bandwidth + alpha
+    if pipeline is not None:
+        row.update(_pipelined(n, size, alpha, bandwidth, topo, pipeline, times, ideal_delay, rel_tol))
     return row
+
+
+def _pipelined(n: int, size: float, alpha: float, bandwidth: float, topo: Any, pipeline: int | str,
+               times: dict[str, dict[str, float]], ideal_delay: float, rel_tol: float) -> dict[str, Any]:
+    """The pipelined columns of a row (keys prefixed ``pipelined_``)."""
+    s = check(build_schedule("stragglar", n, pipeline=pipeline, size=size, alpha=alpha, bandwidth=bandwidth))
+    ideal = _after(s, size, topo, ideal_delay)
+    worst = _after(s, size, topo, 0.0)
+    return {"pipelined_k": s.meta["pipeline"], "pipelined_rounds": s.meta["phase2_rounds"],
+            "pipelined_lower_bound": s.meta["lower_bound"],
+            "stragglar_pipelined_ideal_s": ideal, "stragglar_pipelined_worst_s": worst,
+            "speedup_pipelined_ideal": times["ideal"]["ring"] / ideal,
+            "speedup_pipelined_worst": times["worst"]["ring"] / worst,
+            "pipelined_over_floor": ideal / (size / bandwidth + alpha),
+            "pipelined_critical_delay_s": critical_delay(s, size, topo, times["ideal"]["ring"], ideal_delay, rel_tol)}
 
 
 def critical_delay(s: Any, size: float, topo: Any, ring_after: float, hi: float, rel_tol: float = 1e-6) -> float | None:
