@@ -191,8 +191,17 @@ def solve(n: int, *, topology: Any = None, arrivals: Any = None, chunks: Any = N
     C_opt = _chunks(chunks, n)
     arr = normalize_arrivals(arrivals, n)
     bound = lower_bound(n, nbytes, topo, arr)
+    options = _chunk_options(n, arr, C_opt)
+    budget = max(MIN_BINARY_BUDGET, BINARIES_PER_SECOND * limit)
+    probe = make_grid(n, min(options), nbytes, topo, arr, final_slots=1)
+    smallest = estimate_binaries(make_grid(n, min(options), nbytes, topo, arr, final_slots=slot_lower_bound(probe)))
+    if smallest > budget:
+        raise CollsynthError(
+            f"{n} ranks need a model of at least {smallest} binaries, too large for a {limit:g} s time limit: "
+            f"the solver handles up to about {largest_n(topology, limit)} ranks in that time; raise "
+            "--time-limit or use a constructive algorithm (stragglar, ring)")
     constructive = _constructive(n, nbytes, topo, arr)
-    model_cands = _model_candidates(n, nbytes, topo, arr, _chunk_options(n, arr, C_opt), constructive)
+    model_cands = _model_candidates(n, nbytes, topo, arr, options, constructive)
     if not model_cands:
         raise CollsynthError(f"the solver found no schedule of its model class for {n} ranks on "
                              f"{topo.name!r}; use a constructive algorithm (ring, stragglar)")
@@ -201,13 +210,7 @@ def solve(n: int, *, topology: Any = None, arrivals: Any = None, chunks: Any = N
     assert grid0 is not None and start.placed is not None
     horizon = last_slot(start.placed) - grid0.first_final + 1
     grid = make_grid(n, grid0.nchunks, nbytes, topo, arr, final_slots=horizon)
-    budget = max(MIN_BINARY_BUDGET, BINARIES_PER_SECOND * limit)
     est = estimate_binaries(grid)
-    if est > budget:
-        raise CollsynthError(
-            f"{n} ranks need a model of about {est} binaries, too large for a {limit:g} s time limit: the "
-            f"solver handles up to about {largest_n(topology, limit)} ranks in that time; raise "
-            "--time-limit or use a constructive algorithm (stragglar, ring)")
     placed = place(grid, schedule_moves(start.schedule) or [])
     note = ""
     result = None
@@ -219,6 +222,9 @@ def solve(n: int, *, topology: Any = None, arrivals: Any = None, chunks: Any = N
         result = SolveResult("optimal", None, float(horizon - 1), float(horizon - 1))
         model_bound_s = grid.last_arrival + horizon * grid.tau
         note = f"the warm start meets the model's lower bound of {slot_lb} slots after the last arrival"
+    elif est > budget:
+        note = (f"the model ({est} binaries) is too large for a {limit:g} s time limit: returning the best "
+                "warm start; raise --time-limit to search")
     else:
         placed = symmetric_start(grid, placed)
         model = build_model(grid)

@@ -65,8 +65,8 @@ def estimate_binaries(grid: Grid) -> int:
     return int(total)
 
 
-def build_model(grid: Grid) -> Model:
-    """The MILP for ``grid`` (see the module docstring)."""
+def build_model(grid: Grid, slot_bound: bool = True) -> Model:
+    """The MILP for ``grid`` (see the module docstring); ``slot_bound`` adds the cut sum q >= LB - 1."""
     n, C, p = grid.n, grid.nchunks, grid.ports
     T, t0 = grid.nslots, grid.first_final
     prob = pulp.LpProblem("collsynth_allreduce", pulp.LpMinimize)
@@ -190,7 +190,7 @@ def build_model(grid: Grid) -> Model:
         if everything and t > t0:
             prob += pulp.lpSum(everything) <= p * len(grid.present(t)) * q[t - 1]
     lb = slot_lower_bound(grid)
-    if T > t0 and lb > 1:
+    if slot_bound and T > t0 and lb > 1:
         prob += pulp.lpSum(q.values()) >= lb - 1
     for group in interchangeable_ranks(grid):
         for a, b in zip(group, group[1:]):
