@@ -9,7 +9,7 @@ port, so the time after the straggler arrives (phase 1 hidden) is, in the alpha-
 T falls with K while the ramp-up and the last doubling rounds dominate and rises once the per-message
 alpha does; the minimum sits near K* = sqrt((ceil(log2 n) - 1) s / (alpha B)) / (n-1).
 ``pipeline="auto"`` evaluates T(K) for K = 1..AUTO_MAX (and no more than the size allows) and takes
-the smallest K within 0.1% of the best (ties go to fewer, larger messages). Without a model it
+the K with the least T (ties, within 1e-9, go to the smaller K). Without a model it
 uses the paper's: s = 1 GiB, alpha = 3 us, 450 GiB/s.
 
 Limits on an explicit K: K >= 1; with a known size, a chunk must hold at least one element
@@ -63,10 +63,10 @@ def max_pipeline_for_build(n: int) -> int:
 
 
 def best_pipeline(n: int, size: float, alpha: float, bandwidth: float, kmax: int = AUTO_MAX) -> int:
-    """The K in 1..kmax minimising phase2_time (smallest K within 0.1% of the minimum)."""
+    """The K in 1..kmax minimising phase2_time (the smallest on a tie)."""
     ks = np.arange(1, max(1, kmax) + 1)
     t = np.array([phase2_time(n, int(k), size, alpha, bandwidth) for k in ks])
-    return int(ks[np.nonzero(t <= t.min() * (1 + 1e-3))[0][0]])
+    return int(ks[np.nonzero(t <= t.min() * (1 + 1e-9))[0][0]])
 
 
 def _model(size: Any, alpha: Any, bandwidth: Any) -> tuple[float | None, float, float]:
