@@ -297,3 +297,28 @@ def test_torch_executor_runs_pipelined_schedules():
     assert len(results) == 4
     for r, res in results.items():
         assert res and all(res.values()), (r, res)
+
+
+def test_compare_call_for_the_lead():
+    """The call compare_rows makes for stragglar: pipeline auto with the topology's alpha and bandwidth."""
+    from collsynth.synth.algorithms import algorithm_params
+    from collsynth.synth.algorithms.stragglar_pipeline import topology_model
+
+    assert {"pipeline", "size", "alpha", "bandwidth"} <= set(algorithm_params("stragglar"))
+    topo = make_topology("nvswitch", 8, alpha=3e-6, bandwidth=450 * 2**30)
+    al, bw = topology_model(topo, 7)
+    assert (al, bw) == pytest.approx((3e-6, 450 * 2**30))
+    s = build_schedule("stragglar", 8, "allreduce", straggler=7, pipeline="auto", size=2**30, alpha=al, bandwidth=bw)
+    assert s.meta["pipeline"] == best_pipeline(8, **PAPER) > 1
+    ring = make_topology("ring", 8, alpha=3e-6, bandwidth=450 * 2**30)
+    assert topology_model(ring, 0)[0] == pytest.approx(4 * 3e-6)  # the farthest rank is 4 hops away
+
+
+def test_family_with_pipeline(tmp_path):
+    from collsynth.synth.algorithms.stragglar import write_family
+
+    manifest = write_family(5, str(tmp_path / "fam"), pipeline=3)
+    assert manifest["pipeline"] == 3 and manifest["phase2_rounds"] == lower_bound(5, 3)
+    assert [e["file"] for e in manifest["schedules"]] == [f"stragglar_n5_s{r}.json" for r in range(5)]
+    d = json.loads((tmp_path / "fam" / "stragglar_n5_s2.json").read_text())
+    assert d["meta"]["pipeline"] == 3 and d["name"] == "stragglar_n5_k3_s2"

@@ -106,3 +106,15 @@ def resolve_pipeline(n: int, pipeline: Any, size: Any = None, alpha: Any = None,
                                  f"K(n-1) chunks must hold at least one {ELEMENT_BYTES}-byte element; the largest "
                                  f"K that fits is {max(fit, 1)}")
     return PipelineChoice(k)
+
+
+def topology_model(topology: Any, straggler: int) -> tuple[float, float]:
+    """The (alpha, bandwidth) the straggler sees on a Topology, for ``pipeline="auto"``: the largest
+    route latency and the smallest route bottleneck bandwidth from the straggler to any other rank
+    (on nvswitch: exactly the alpha and bandwidth it was built with)."""
+    n = topology.nranks
+    others = np.array([r for r in range(n) if r != straggler], np.int64)
+    pairs = np.stack([np.full(len(others), straggler), others], 1)
+    links, alpha = topology.pair_table(pairs)
+    bw = np.where(links >= 0, topology.link_bw[np.maximum(links, 0)], np.inf).min(axis=1)
+    return float(alpha.max()), float(bw.min())
