@@ -32,6 +32,14 @@ the free ports and S) are found by two small integer programs (pulp/CBC), each a
 few thousand binaries; the round count starts at the lower bound and grows only if a program is
 infeasible. Odd n works the same way: the model allows one-way sends, so the parity problem of the
 paper's pairwise swaps never arises.
+
+Pipelining (k(n-1) chunks, issue 9): chunk c is born at GPU c mod p in round c, and the same design
+is copied for every chunk; the port conditions are residues mod p, so the steady state is unchanged
+and only the tail differs. Powers of two: the virtual-tree tail of the last chunk k p - 1 (born at
+GPU p-1 like chunk p-1) shifted by (k-1)p rounds. Other n: the tail program over the last two chunks
+with the exchanges running to round k p - 1. Both reach the bound k(n-1) - 1 + ceil(log2 n) for every
+n <= 64 and k <= 8 tried except n = 3, where no design exists (p = 2) and a rotation (_three_plan)
+takes one round more.
 """
 
 from __future__ import annotations
