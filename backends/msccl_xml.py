@@ -18,7 +18,8 @@ from typing import Any
 
 from ..errors import CollsynthError
 from .msccl_check import XmlReport, check_program, check_xml_file, check_xml_text, load_program
-from .msccl_emit import add_xml_options, emit_xml, plan, xml_options_from_args
+from .msccl_emit import add_xml_options, plan, xml_options_from_args
+from .stragglar_xml import emit_stragglar_xml as emit_xml  # names the largest --pipeline that fits
 from .msccl_levels import compute_levels, waiting_on_rank, xml_to_schedule_from
 from .msccl_load import resolve
 from .msccl_model import Program, XmlFormatError

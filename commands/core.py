@@ -39,6 +39,10 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
                                                      "schedule per rank plus a manifest in the -o directory")
     p.add_argument("--phase1", default=None, help="stragglar: ReduceScatter among punctual ranks: ring|direct|rhd")
     p.add_argument("--pipeline", default=None, help="stragglar: chunks per punctual rank (K >= 1 or auto)")
+    p.add_argument("--size", default=None, help="stragglar --pipeline auto: buffer bytes per rank (default 1GiB)")
+    p.add_argument("--alpha", default=None, help="stragglar --pipeline auto: per-message latency (default 3us)")
+    p.add_argument("--bandwidth", default=None, help="stragglar --pipeline auto: per-port bandwidth "
+                                                     "(default 450GiB/s)")
     p.add_argument("--format", "-f", default="json", help="json (default) or msccl-xml")
     p.add_argument("-o", "--output", default=None, help="output file (stdout when omitted)")
     p.add_argument("--force", action="store_true", help="with --straggler all: overwrite a non-empty directory")
@@ -159,6 +163,12 @@ def _synth_params(args: argparse.Namespace) -> dict[str, Any]:
         params["phase1"] = args.phase1
     if args.pipeline is not None:
         params["pipeline"] = args.pipeline if args.pipeline == "auto" else _pipeline_int(args.pipeline)
+    if args.size is not None:
+        params["size"] = parse_size(args.size)
+    if args.alpha is not None:
+        params["alpha"] = parse_time(args.alpha)
+    if args.bandwidth is not None:
+        params["bandwidth"] = parse_rate(args.bandwidth)
     return params
 
 
@@ -359,6 +369,10 @@ def compare_rows(n: int, size: int, topo: Any, arrivals: dict[int, float], names
         if "straggler" in accepted:
             params["straggler"] = latest
             note = f"straggler={latest}"
+        if a == "stragglar":  # pipeline depth from the model the straggler sees on this topology
+            from ..synth.algorithms.stragglar_pipeline import topology_model
+            al, bw = topology_model(topo, latest)
+            params.update(pipeline="auto", size=size, alpha=al, bandwidth=bw)
         if a == "solver":
             params.update(arrivals=arrivals, time_limit=solver_time_limit, size=size, topology=topo)
         s = check(build_schedule(a, n, "allreduce", **{k: v for k, v in params.items() if k in accepted}))
