@@ -38,6 +38,7 @@ DEFAULT_SIZE = 1 << 30
 DEFAULT_TIME_LIMIT = 30.0
 BINARIES_PER_SECOND = 1500  # model size CBC can usefully search per second of time limit (measured, 2 cores)
 MIN_BINARY_BUDGET = 20000
+MAX_CHUNKS_PER_RANK = 8  # the fastest constructive's chunking joins the model's options up to 8n chunks
 
 
 def _topology(topology: Any, n: int) -> Any:
@@ -106,8 +107,12 @@ def _simulate(schedule: Schedule, size: float, topo: Any, arrivals: tuple[float,
     return simulate(schedule, size, topo, {r: a for r, a in enumerate(arrivals)})
 
 
+PIPELINES = (2, 4, "auto")  # extra pipeline depths tried for algorithms that take --pipeline
+
+
 def _constructive(n: int, size: float, topo: Any, arrivals: tuple[float, ...]) -> list[_Candidate]:
-    """Every registered AllReduce algorithm except the solver, verified and simulated."""
+    """Every registered AllReduce algorithm except the solver (stragglar with the latest rank as its
+    straggler, pipelined variants too), verified and simulated."""
     from .verify import check
 
     latest = max(range(n), key=lambda r: (arrivals[r], r))
@@ -115,12 +120,17 @@ def _constructive(n: int, size: float, topo: Any, arrivals: tuple[float, ...]) -
     for name, info in algorithms().items():
         if name == "solver" or "allreduce" not in info.collectives:
             continue
-        params = {"straggler": latest} if "straggler" in algorithm_params(name) else {}
-        try:
-            s = check(build_schedule(name, n, "allreduce", **params))
-        except CollsynthError:
-            continue  # this algorithm does not exist for n (or needs options): not a warm start
-        out.append(_Candidate(name, s, _simulate(s, size, topo, arrivals)))
+        accepted = algorithm_params(name)
+        base = {"straggler": latest} if "straggler" in accepted else {}
+        variants = [("", base)]
+        if "pipeline" in accepted:
+            variants += [(f" pipeline={k}", {**base, "pipeline": k}) for k in PIPELINES]
+        for label, params in variants:
+            try:
+                s = check(build_schedule(name, n, "allreduce", **params))
+            except CollsynthError:
+                continue  # this variant does not exist for n (or needs options): not a warm start
+            out.append(_Candidate(name + label, s, _simulate(s, size, topo, arrivals)))
     return out
 
 
@@ -201,6 +211,10 @@ def solve(n: int, *, topology: Any = None, arrivals: Any = None, chunks: Any = N
             f"the solver handles up to about {largest_n(topology, limit)} ranks in that time; raise "
             "--time-limit or use a constructive algorithm (stragglar, ring)")
     constructive = _constructive(n, nbytes, topo, arr)
+    if C_opt is None and constructive:  # also model the chunking of the fastest constructive schedule
+        fastest = min(constructive, key=lambda c: (c.time, c.source))
+        if fastest.schedule.nchunks <= MAX_CHUNKS_PER_RANK * n:
+            options = sorted(set(options) | {fastest.schedule.nchunks})
     model_cands = _model_candidates(n, nbytes, topo, arr, options, constructive)
     if not model_cands:
         raise CollsynthError(f"the solver found no schedule of its model class for {n} ranks on "
@@ -242,13 +256,17 @@ def solve(n: int, *, topology: Any = None, arrivals: Any = None, chunks: Any = N
         s = check(to_schedule(grid, result.placed, {}))
         milp = _Candidate("milp", s, _simulate(s, nbytes, topo, arr), result.placed, grid)
         cands.append(milp)
-    best = min(cands, key=lambda c: (c.time, c.source != "milp", c.placed is None, c.source))
+    best = min(cands, key=lambda c: (c.time, c.schedule.ntransfers, c.source != "milp", c.source))
+    in_model = [c.time for c in cands if c.placed is not None and c.schedule.nchunks == grid.nchunks]
+    model_time = min(in_model) if in_model else math.inf
+    reached = best.time >= model_time * (1 - 1e-12)  # the returned time is the model's best time
     if result is None:
         status = "warm-start"
     elif result.status == "optimal":
-        status = "optimal" if best.placed is not None else "warm-start"
+        status = "optimal" if reached else "warm-start"
         if status == "warm-start":
-            note = "a constructive schedule outside the model class beats the model's optimum"
+            note = ("a constructive schedule with other chunking or outside the model class beats the "
+                    "model's optimum")
     elif result.status == "feasible":
         status = "time-limit"
     else:
@@ -269,7 +287,7 @@ def solve(n: int, *, topology: Any = None, arrivals: Any = None, chunks: Any = N
         "lower_bound_s": bound,
         "gap": (obj - bound) / obj if obj > 0 else 0.0,
         "model_bound_s": model_bound_s,
-        "model_gap": None if model_bound_s is None else max(0.0, (obj - model_bound_s) / obj),
+        "model_gap": None if model_bound_s is None or not reached else max(0.0, (obj - model_bound_s) / obj),
         "time_limit_s": limit,
         "arrivals_s": list(arr),
         "size_bytes": nbytes,

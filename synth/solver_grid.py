@@ -286,25 +286,30 @@ class ModelState:
 
 # ---------------------------------------------------------------------------------- encode / decode
 def schedule_moves(schedule: Schedule) -> list[list[Move]] | None:
-    """Per-step moves of a schedule, or None when it is outside the model class's vocabulary."""
-    if schedule.collective != "allreduce" or (len(schedule.count) and int(schedule.count.max()) != 1):
+    """Per-step moves of a schedule, or None when it is not an AllReduce. A transfer of a run of k
+    chunks becomes k one-chunk moves in k consecutive sub-steps (its i-th chunk in sub-step i); the
+    placement and the verifier then decide whether the split schedule is still valid."""
+    if schedule.collective != "allreduce":
         return None
     steps: list[list[Move]] = []
     for k in range(schedule.nsteps):
-        moves: list[Move] = []
-        reduces: dict[tuple[int, int, int], bool] = {}
+        subs: dict[int, tuple[list[Move], dict[tuple[int, int, int], bool]]] = {}
         for t in schedule.transfers(k):
-            if t.reduce:
-                reduces[(t.chunk, t.src, t.dst)] = True
-            else:
-                moves.append((COPY, t.chunk, t.src, t.dst))
-        for (c, u, v) in sorted(reduces):
-            if (c, v, u) in reduces:
-                if u < v:
-                    moves.append((EXCHANGE, c, u, v))
-            else:
-                moves.append((REDUCE, c, u, v))
-        steps.append(sorted(moves, key=lambda m: (m[1], m[2], m[3], m[0])))
+            for i in range(t.count):
+                moves, reduces = subs.setdefault(i, ([], {}))
+                if t.reduce:
+                    reduces[(t.chunk + i, t.src, t.dst)] = True
+                else:
+                    moves.append((COPY, t.chunk + i, t.src, t.dst))
+        for i in sorted(subs):
+            moves, reduces = subs[i]
+            for (c, u, v) in sorted(reduces):
+                if (c, v, u) in reduces:
+                    if u < v:
+                        moves.append((EXCHANGE, c, u, v))
+                else:
+                    moves.append((REDUCE, c, u, v))
+            steps.append(sorted(moves, key=lambda m: (m[1], m[2], m[3], m[0])))
     return steps
 
 
