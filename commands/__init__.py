@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-COMMAND_MODULES = ("core", "torch_cmds", "stragglar", "msccl", "nccl_cmds", "solver_cmds")
+COMMAND_MODULES = ("core", "torch_cmds", "stragglar", "msccl", "nccl_cmds", "solver_cmds", "training_cmds")
 
 
 def add_all_commands(sub: "argparse._SubParsersAction") -> None:
