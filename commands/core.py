@@ -39,10 +39,16 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
                                                      "schedule per rank plus a manifest in the -o directory")
     p.add_argument("--phase1", default=None, help="stragglar: ReduceScatter among punctual ranks: ring|direct|rhd")
     p.add_argument("--pipeline", default=None, help="stragglar: chunks per punctual rank (K >= 1 or auto)")
-    p.add_argument("--size", default=None, help="stragglar --pipeline auto: buffer bytes per rank (default 1GiB)")
-    p.add_argument("--alpha", default=None, help="stragglar --pipeline auto: per-message latency (default 3us)")
-    p.add_argument("--bandwidth", default=None, help="stragglar --pipeline auto: per-port bandwidth "
-                                                     "(default 450GiB/s)")
+    g = p.add_argument_group("model inputs (stragglar --pipeline auto, solver)")
+    g.add_argument("--size", default=None, help="buffer bytes per rank, e.g. 1GiB (default 1GiB)")
+    g.add_argument("--alpha", default=None, help="per-message latency, e.g. 3us (default: the topology's)")
+    g.add_argument("--bandwidth", default=None, help="per-port bandwidth, e.g. 450GiB/s (default: the topology's)")
+    g = p.add_argument_group("solver")
+    g.add_argument("--arrival", action="append", metavar="RANK=TIME", default=None,
+                   help="solver: when RANK arrives (default 0); repeat per rank")
+    g.add_argument("--chunks", default=None, type=int_arg("--chunks"), help="solver: chunks per buffer")
+    g.add_argument("--time-limit", default=None, help="solver: wall-clock limit, e.g. 60s")
+    g.add_argument("--solver", default=None, choices=["cbc", "highs"], help="solver: MILP backend (default cbc)")
     p.add_argument("--format", "-f", default="json", help="json (default) or msccl-xml")
     p.add_argument("-o", "--output", default=None, help="output file (stdout when omitted)")
     p.add_argument("--force", action="store_true", help="with --straggler all: overwrite a non-empty directory")
@@ -169,6 +175,19 @@ def _synth_params(args: argparse.Namespace) -> dict[str, Any]:
         params["alpha"] = parse_time(args.alpha)
     if args.bandwidth is not None:
         params["bandwidth"] = parse_rate(args.bandwidth)
+    if args.arrival is not None:
+        params["arrivals"] = parse_arrivals(args.arrival, args.gpus)
+    if args.chunks is not None:
+        params["chunks"] = args.chunks
+    if args.time_limit is not None:
+        params["time_limit"] = parse_time(args.time_limit, allow_zero=False)
+    if args.solver is not None:
+        params["solver"] = args.solver
+    accepted = _accepts(args.algorithm)
+    if "topology" in accepted:  # the topology carries the model: fold --alpha/--bandwidth into it
+        from ..synth.topology import make_topology
+        params["topology"] = make_topology(args.topology or "nvswitch", args.gpus,
+                                           alpha=params.pop("alpha", None), bandwidth=params.pop("bandwidth", None))
     return params
 
 
@@ -188,8 +207,6 @@ def cmd_synth(args: argparse.Namespace) -> int:
         from ..synth.topology import make_topology
         make_topology(args.topology, n)
     params = _synth_params(args)
-    if args.topology is not None and "topology" in _accepts(args.algorithm):
-        params["topology"] = args.topology
     if args.format not in ("json", "msccl-xml"):
         raise CollsynthError(f"unknown --format {args.format!r}: use json or msccl-xml")
     if args.straggler == "all":
