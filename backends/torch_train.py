@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -60,7 +60,9 @@ class TrainSpec:
     fixed_groups: bool = False
     eval_samples: int = 512
     trace: Any = None  # optional (micro-batches, nranks) array instead of compute_s
-    extra: dict[str, Any] = field(default_factory=dict)
+    calib_sizes: tuple[int, ...] = ()  # before each collsynth run: `collsynth calibrate`'s ring pattern
+    torch_sizes: tuple[int, ...] = ()  # before each torch run: time dist.all_reduce at these sizes
+    calib_reps: int = 5
 
     @property
     def params(self) -> int:
@@ -138,13 +140,19 @@ class _Data:
 
 
 class _Pad:
-    """Run a micro-batch, sleeping first so that it lasts about tau (estimate of the real part: EMA)."""
+    """Run a micro-batch, sleeping first so that it lasts about tau (estimate of the real part: EMA).
+
+    ``durations`` keeps what each micro-batch really took (sleep + forward + backward), in order: when
+    the machine is too loaded for the real part to fit in tau, these are the compute times that
+    happened, and ``train-bench`` predicts from them too (a measured trace).
+    """
 
     def __init__(self, spec: TrainSpec, rank: int) -> None:
         self.cm = spec.compute_model()
         self.rank = rank
         self.est = 0.0
-        self.over = []  # seconds by which a measured micro-batch exceeded its target
+        self.over: list[float] = []  # seconds by which a measured micro-batch exceeded its target
+        self.durations: list[float] = []
 
     def sleep_for(self, k: int) -> float:
         target = float(self.cm.times(self.rank, k, 1)[0])
@@ -156,6 +164,10 @@ class _Pad:
     def measured(self, t0: float, target: float, t_real0: float, t1: float) -> None:
         self.est = (t1 - t_real0) if self.est == 0 else 0.8 * self.est + 0.2 * (t1 - t_real0)
         self.over.append(max(0.0, (t1 - t0) - target))
+        self.durations.append(t1 - t0)
+
+    def report(self) -> dict[str, Any]:
+        return {"over_s": float(np.mean(self.over)) if self.over else 0.0, "compute_s": self.durations}
 
 
 # ---------------------------------------------------------------------------------------------- DDP
@@ -233,8 +245,7 @@ def _run_ddp(spec: TrainSpec, rank: int, algorithm: str, data: _Data) -> dict[st
             chosen.append(runner.last.schedule)
     loss = data.eval_loss(net)
     dist.barrier()
-    return {"steps": steps, "loss": loss, "agree_s": agree, "chosen": chosen,
-            "over_s": float(np.mean(pad.over)) if pad.over else 0.0}
+    return {"steps": steps, "loss": loss, "agree_s": agree, "chosen": chosen, **pad.report()}
 
 
 # ---------------------------------------------------------------------------------------------- ACCO
@@ -273,11 +284,21 @@ class _AccoComm:
         self.m = -(-self.P // self.nch) + 1  # per chunk: data, then one count slot
         self.buf = torch.zeros(self.nch * self.m)
         self.bufm = self.buf.view(self.nch, self.m)
-        flat = torch.nn.utils.parameters_to_vector(params).detach()
-        self.spans = [(c, c * (self.m - 1), min((c + 1) * (self.m - 1), self.P)) for c in self.mine]
-        self.shard = torch.nn.Parameter(torch.cat([flat[lo:hi] for _, lo, hi in self.spans]).clone())
+        # the model lives in one flat vector and its gradients in another (acco.md 1.1): parameters and
+        # .grad are views, so backward accumulates straight into ``gflat`` and a swap is one copy each way
+        self.flat = torch.nn.utils.parameters_to_vector(params).detach().clone()
+        self.gflat = torch.zeros_like(self.flat)
+        off = 0
+        for p in params:
+            k = p.numel()
+            p.data = self.flat[off:off + k].view_as(p)
+            p.grad = self.gflat[off:off + k].view_as(p)
+            off += k
+        self.all_spans = [(c, min(c * (self.m - 1), self.P), min((c + 1) * (self.m - 1), self.P))
+                          for c in range(self.nch)]
+        self.spans = [self.all_spans[c] for c in self.mine]
+        self.shard = torch.nn.Parameter(torch.cat([self.flat[lo:hi] for _, lo, hi in self.spans]).clone())
         self.opt = torch.optim.AdamW([self.shard], lr=spec.lr, fused=True)
-        self.tmp = torch.zeros(self.nch * (self.m - 1))
         self.start_evt, self.done_evt = threading.Event(), threading.Event()
         self.estimate = True
         self.stop = False
@@ -286,14 +307,15 @@ class _AccoComm:
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
 
-    # buffer <-> flat vector
-    def pack(self, flat: Any, count: int) -> None:
-        self.tmp[:self.P] = flat
-        self.bufm[:, :self.m - 1] = self.tmp.view(self.nch, self.m - 1)
+    # gradients -> buffer, buffer -> parameters (chunk c: its slice, then the count slot)
+    def pack(self, count: int) -> None:
+        for c, lo, hi in self.all_spans:
+            self.bufm[c, :hi - lo] = self.gflat[lo:hi]
         self.bufm[:, self.m - 1] = float(count)
 
-    def unpack(self) -> Any:
-        return self.bufm[:, :self.m - 1].reshape(-1)[:self.P]
+    def unpack(self) -> None:
+        for c, lo, hi in self.all_spans:
+            self.flat[lo:hi] = self.bufm[c, :hi - lo]
 
     def launch(self, estimate: bool) -> None:
         self.estimate = estimate
@@ -362,7 +384,6 @@ class _AccoComm:
 def _run_acco(spec: TrainSpec, rank: int, algorithm: str, data: _Data) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
-    from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
     net = _model(spec, spec.seed)
     params = list(net.parameters())
@@ -386,13 +407,10 @@ def _run_acco(spec: TrainSpec, rank: int, algorithm: str, data: _Data) -> dict[s
             pad.measured(t0, target, t1, time.perf_counter())
             count += 1
 
-    def grads() -> Any:
-        return torch.cat([p.grad.reshape(-1) for p in params])
-
     try:
         dist.barrier()
         group()  # seed: gradients at theta_0 fill the first buffer (not zeroed)
-        comm.pack(grads(), count)
+        comm.pack(count)
         comm.launch(estimate=True)
         for r in range(2 * spec.steps):
             g = 0
@@ -408,14 +426,13 @@ def _run_acco(spec: TrainSpec, rank: int, algorithm: str, data: _Data) -> dict[s
                 raise comm.error
             t0 = time.perf_counter()
             with torch.no_grad():
-                vector_to_parameters(comm.unpack().clone(), params)
+                comm.unpack()
             if r == 2 * spec.steps - 1:
                 groups.append(g)
                 break
-            comm.pack(grads(), count)
+            comm.pack(count)
             if r % 2 == 0:  # an estimate round ended: the next (commit) round takes both halves
-                for p in params:
-                    p.grad.zero_()
+                comm.gflat.zero_()
                 count = 0
             comm.launch(estimate=(r + 1) % 2 == 0)
             swaps.append(time.perf_counter() - t0)
@@ -426,20 +443,48 @@ def _run_acco(spec: TrainSpec, rank: int, algorithm: str, data: _Data) -> dict[s
     if comm.error is not None:
         raise comm.error
     loss = data.eval_loss(net)
-    check = float(parameters_to_vector(params).detach().double().sum())
+    check = float(comm.flat.double().sum())
     dist.barrier()
     return {"rounds": comm.rounds, "groups": groups, "swap_s": swaps, "loss": loss, "param_sum": check,
-            "over_s": float(np.mean(pad.over)) if pad.over else 0.0}
+            **pad.report()}
 
 
 # ---------------------------------------------------------------------------------------------- worker
+def _time_torch_allreduce(spec: TrainSpec) -> dict[str, list[float]]:
+    """Seconds per ``dist.all_reduce`` of each size (after a barrier; one list entry per repetition)."""
+    import torch
+    import torch.distributed as dist
+
+    out: dict[str, list[float]] = {}
+    for size in spec.torch_sizes:
+        x = torch.ones(max(1, size // 4))
+        dist.all_reduce(x)
+        times = []
+        for _ in range(spec.calib_reps):
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.all_reduce(x)
+            times.append(time.perf_counter() - t0)
+        out[str(size)] = times
+    return out
+
+
 def train_worker(rank: int, nranks: int, spec: TrainSpec) -> dict[str, Any]:
     """Every run of ``spec`` in turn on this rank (module level: spawned by torch_launch.launch)."""
+    from .torch_bench import _calib_worker
+
     data = _Data(spec)
-    out = {}
+    out: dict[str, Any] = {}
     for method, algorithm in spec.runs:
+        # calibrate right before each run, in the same processes, so that the model sees this load
+        cal: dict[str, Any] = {}
+        if algorithm == "torch" and spec.torch_sizes:
+            cal["torch_allreduce_s"] = _time_torch_allreduce(spec)
+        elif algorithm != "torch" and spec.calib_sizes:
+            cal["calibrate_s"] = _calib_worker(rank, nranks, "gloo", list(spec.calib_sizes), spec.calib_reps,
+                                               "ring", False)
         fn = _run_ddp if method == "ddp" else _run_acco
-        out[f"{method}:{algorithm}"] = fn(spec, rank, algorithm, data)
+        out[f"{method}:{algorithm}"] = {**fn(spec, rank, algorithm, data), **cal}
     return out
 
 

@@ -1,11 +1,16 @@
 """``collsynth train-bench``: real training runs on gloo, measured next to ``train-sim``'s prediction.
 
-Steps: check the request (nothing starts on bad input); calibrate alpha and bandwidth of a process
-group of the same size (``torch_bench.run_calibrate``, ring pattern) unless both are given; run every
-``METHOD:ALGORITHM`` in one set of processes (``torch_train.train_worker``); then simulate the same
-settings with ``synth.training.simulate_training`` on an nvswitch model with the calibrated alpha and
+Steps: check the request (nothing starts on bad input); run every ``METHOD:ALGORITHM`` in one set of
+processes (``torch_train.train_worker``), each right after a calibration in the same processes (the
+ring pattern of ``collsynth calibrate``, ``torch_bench``'s worker, on the job's message sizes), so that
+the model sees the machine's load of that moment (this 2-core machine is shared); then simulate the
+same settings with ``synth.training.simulate_training`` on an nvswitch model with that run's alpha and
 bandwidth and the costs measured in the run that are not communication (optimizer step, ACCO buffer
-swap, run-time detection). Throughput is measured as the simulator measures it: samples of steps
+swap, run-time detection). ``ddp:torch`` runs torch's own all_reduce, not a collsynth schedule, so it
+is modelled as a ring whose alpha and bandwidth are fitted to timed ``dist.all_reduce`` calls of the
+job's sizes instead. ``--alpha``/``--bandwidth`` skip every calibration. Two predictions per run: ``predicted`` takes the compute times each
+micro-batch really took as a trace (on a loaded machine forward+backward can outgrow the injected
+time), ``predicted_nominal`` the nominal --compute/--slow/--jitter draws. Throughput is measured as the simulator measures it: samples of steps
 ``warmup..steps-1`` over the time from the end of step ``warmup-1`` (latest rank) to the end of the
 last step, on the machine-wide monotonic clock.
 """
@@ -16,6 +21,7 @@ import math
 import statistics
 import sys
 import time
+from dataclasses import replace
 from typing import Any, Sequence
 
 from ..errors import CollsynthError
@@ -73,18 +79,12 @@ def prepare(nranks: int, runs: Sequence[tuple[str, str]], *, grad_bytes: int, co
                      batch=batch, vocab=vocab_for(grad_bytes), compute_s=compute_s, jitter=float(jitter),
                      slow=tuple(sorted((slow or {}).items())), seed=seed, lr=float(lr), window_s=float(window_s),
                      timeout_s=float(timeout_s), fixed_groups=bool(fixed_groups), trace=trace)
+    full = 4 * spec.params
+    chunk = max(4096, full // nranks)  # a ring step's message
+    spec = replace(spec, calib_sizes=tuple(sorted({4096, 65536, max(4096, chunk // 4), chunk, 2 * chunk})),
+                   torch_sizes=(max(4096, full // 16), max(8192, full // 4), full))
     spec.compute_model()  # validates compute, jitter, slow ranks and trace shape
     return spec
-
-
-def calibration_sizes(spec: TrainSpec) -> list[int]:
-    """Message sizes from 4 KiB up to past the largest ring chunk of this job."""
-    top = max(4 << 20, 2 * spec.params * 4 // spec.nranks)
-    sizes, s = [], 4096
-    while s <= top:
-        sizes.append(s)
-        s *= 4
-    return sizes
 
 
 # ---------------------------------------------------------------------------------------------- measure
@@ -119,19 +119,53 @@ def measure(spec: TrainSpec, results: dict[int, Any], label: str) -> dict[str, A
             out["agree_s"] = _median(agree)
     t0 = ends[w - 1] if w > 0 else start
     steady = samples[w:]
+    length = min(len(p["compute_s"]) for p in per)
     out.update({
         "throughput_samples_s": sum(steady) / (ends[-1] - t0),
         "samples_per_step": sum(steady) / len(steady),
         "loss": per[0]["loss"],
+        "compute_mean_s": [float(sum(p["compute_s"]) / max(1, len(p["compute_s"]))) for p in per],
         "compute_overrun_s": max(p["over_s"] for p in per),
+        "compute_trace_s": [[p["compute_s"][k] for p in per] for k in range(length)],
     })
     return out
 
 
-def predict(spec: TrainSpec, label: str, measured: dict[str, Any], alpha: float, bandwidth: float) -> dict[str, Any]:
-    """train-sim for the same settings (same compute draws) with this run's measured costs."""
+def fit_run(spec: TrainSpec, results: dict[int, Any], label: str) -> tuple[float, float] | None:
+    """(alpha, bandwidth) from the calibration made right before run ``label``: for a collsynth run,
+    ``collsynth calibrate``'s fit (slowest rank per repetition, median over repetitions, least squares
+    on relative error); for torch's all_reduce, T(M) = 2(n-1)(alpha + M/(n B)) fitted the same way.
+    None when the run was not calibrated or the fit failed."""
+    from .torch_bench import fit_alpha_beta
+
+    n = spec.nranks
+    per = [results[r][label] for r in range(n)]
+    if "torch_allreduce_s" in per[0]:
+        key, sizes = "torch_allreduce_s", list(spec.torch_sizes)
+    elif "calibrate_s" in per[0]:
+        key, sizes = "calibrate_s", list(spec.calib_sizes)
+    else:
+        return None
+    med = [_median([max(p[key][str(s)][i] for p in per) for i in range(spec.calib_reps)]) for s in sizes]
+    if key == "torch_allreduce_s":  # per message of a 2(n-1)-step ring: size M/n, time T/(2(n-1))
+        sizes, med = [s // n for s in sizes], [t / (2 * (n - 1)) for t in med]
+    try:
+        return fit_alpha_beta(sizes, med)
+    except CollsynthError:
+        return None
+
+
+def predict(spec: TrainSpec, label: str, measured: dict[str, Any], alpha: float, bandwidth: float,
+            *, trace: bool = True) -> dict[str, Any]:
+    """train-sim for the same settings with this run's measured costs (optimizer step, ACCO swap, run-time
+    detection). Compute: the per-micro-batch times the run measured (``trace=True``, a trace file in
+    train-sim's terms; what happened, including CPU contention) or the nominal --compute/--slow/--jitter
+    draws the run was padded to (``trace=False``)."""
+    import numpy as np
+
     from ..synth.topology import make_topology
     from ..synth.training import TrainingSetup, simulate_training
+    from ..synth.training_compute import ComputeModel
 
     method, alg = label.split(":", 1)
     n = spec.nranks
@@ -141,8 +175,10 @@ def predict(spec: TrainSpec, label: str, measured: dict[str, Any], alpha: float,
     else:
         nch = n  # ring ReduceScatter chunks; one count slot per chunk
         grad = 4.0 * nch * (-(-spec.params // nch) + 1)
+    rows = measured.get("compute_trace_s") if trace else None
+    compute = ComputeModel(n, trace=np.asarray(rows)) if rows else spec.compute_model()
     setup = TrainingSetup(
-        compute=spec.compute_model(), topology=make_topology("nvswitch", n, alpha=alpha, bandwidth=bandwidth),
+        compute=compute, topology=make_topology("nvswitch", n, alpha=alpha, bandwidth=bandwidth),
         grad_bytes=grad, microbatches=spec.microbatches, batch=spec.batch, optimizer_s=measured["optimizer_s"],
         swap_s=measured.get("swap_s", 0.0), count_allreduce=False, steps=spec.steps, warmup=spec.warmup,
         record=0, window_s=spec.window_s, agree_s=measured.get("agree_s", 0.0))
@@ -154,19 +190,16 @@ def predict(spec: TrainSpec, label: str, measured: dict[str, Any], alpha: float,
 # ---------------------------------------------------------------------------------------------- run
 def run_train_bench(spec: TrainSpec, *, alpha: float | None = None, bandwidth: float | None = None,
                     progress: bool = True) -> dict[str, Any]:
-    """Calibrate (unless alpha and bandwidth are given), run, measure and predict; JSON-ready."""
-    from .torch_bench import format_alpha, format_rate, run_calibrate
+    """Run (each run calibrated first unless alpha and bandwidth are given), measure and predict;
+    JSON-ready."""
+    from .torch_bench import format_alpha, format_rate
     from .torch_launch import launch
 
-    calib: dict[str, Any] | None = None
-    if alpha is None or bandwidth is None:
-        if progress:
-            sys.stderr.write(f"train-bench: calibrating gloo with {spec.nranks} ranks\n")
-        calib = run_calibrate("gloo", spec.nranks, sizes=calibration_sizes(spec), progress=False)
-        alpha = calib["alpha_s"] if alpha is None else alpha
-        bandwidth = calib["bandwidth_Bps"] if bandwidth is None else bandwidth
+    fixed = alpha is not None and bandwidth is not None
+    if fixed:
+        spec = replace(spec, calib_sizes=(), torch_sizes=())
     mean = max(spec.compute_model().mean_s())
-    budget = 120.0 + len(spec.runs) * spec.steps * (4 * spec.microbatches * mean + 5.0)
+    budget = 120.0 + len(spec.runs) * (spec.steps * (4 * spec.microbatches * mean + 5.0) + 60.0)
 
     def done(rank: int, payload: Any) -> None:
         if progress and rank == 0:
@@ -174,7 +207,7 @@ def run_train_bench(spec: TrainSpec, *, alpha: float | None = None, bandwidth: f
 
     if progress:
         sys.stderr.write(f"train-bench: {', '.join(f'{m}:{a}' for m, a in spec.runs)} on {spec.nranks} ranks, "
-                         f"{spec.steps} steps each\n")
+                         f"{spec.steps} steps each" + ("" if fixed else ", each calibrated first") + "\n")
     t = time.perf_counter()
     results = launch(train_worker, spec.nranks, (spec,), backend="gloo", timeout=budget,
                      pg_timeout=max(300.0, spec.timeout_s * 2), on_result=done)
@@ -183,14 +216,23 @@ def run_train_bench(spec: TrainSpec, *, alpha: float | None = None, bandwidth: f
     for method, alg in spec.runs:
         label = f"{method}:{alg}"
         meas = measure(spec, results, label)
-        pred = predict(spec, label, meas, alpha, bandwidth)
-        err = pred["throughput_samples_s"] / meas["throughput_samples_s"] - 1.0
-        rows.append({"run": label, "measured": meas, "predicted": pred, "error": err})
+        fit = (alpha, bandwidth) if fixed else fit_run(spec, results, label)
+        if fit is None:
+            raise CollsynthError(f"could not calibrate run {label} (no bandwidth cost visible): pass --alpha and "
+                                 f"--bandwidth, or use a larger --grad-bytes")
+        a, b = fit
+        pred = predict(spec, label, meas, a, b)
+        nominal = predict(spec, label, meas, a, b, trace=False)
+        rows.append({"run": label, "alpha_s": a, "bandwidth_Bps": b, "alpha": format_alpha(a),
+                     "bandwidth": format_rate(b), "calibrated": not fixed, "measured": meas, "predicted": pred,
+                     "error": pred["throughput_samples_s"] / meas["throughput_samples_s"] - 1.0,
+                     "predicted_nominal": nominal,
+                     "error_nominal": nominal["throughput_samples_s"] / meas["throughput_samples_s"] - 1.0})
     return {
         "backend": "gloo", "ranks": spec.nranks, "params": spec.params, "grad_bytes": 4 * spec.params,
         "compute": spec.compute_model().describe(), "microbatches": spec.microbatches, "batch": spec.batch,
-        "steps": spec.steps, "warmup": spec.warmup, "alpha_s": alpha, "bandwidth_Bps": bandwidth,
-        "alpha": format_alpha(alpha), "bandwidth": format_rate(bandwidth), "calibration": calib,
+        "steps": spec.steps, "warmup": spec.warmup, "calibrated": not fixed,
+        "calibration_sizes": list(spec.calib_sizes), "torch_allreduce_sizes": list(spec.torch_sizes),
         "wall_s": wall, "runs": rows, "gains": gains(rows),
     }
 
@@ -202,10 +244,12 @@ def gains(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         for b in rows[:i]:
             if not b["run"].startswith("ddp:"):
                 continue
-            out.append({"run": a["run"], "over": b["run"],
-                        "measured": a["measured"]["throughput_samples_s"] / b["measured"]["throughput_samples_s"],
-                        "predicted": a["predicted"]["throughput_samples_s"] / b["predicted"]["throughput_samples_s"]})
+            g = {"run": a["run"], "over": b["run"]}
+            for key in ("measured", "predicted", "predicted_nominal"):
+                if key in a and key in b:
+                    g[key] = a[key]["throughput_samples_s"] / b[key]["throughput_samples_s"]
+            out.append(g)
     return out
 
 
-__all__ = ["calibration_sizes", "gains", "measure", "parse_runs", "predict", "prepare", "run_train_bench"]
+__all__ = ["fit_run", "gains", "measure", "parse_runs", "predict", "prepare", "run_train_bench"]

@@ -103,8 +103,9 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
                     "stragglar detects the late rank at run time), acco:ring (ACCO loop: a communication thread "
                     "does ReduceScatter, shard AdamW, AllGather while the main thread keeps computing). Prints "
                     "measured throughput next to train-sim's prediction for the same settings, with alpha and "
-                    "bandwidth from `collsynth calibrate` (run first unless --alpha and --bandwidth are given) and "
-                    "the measured optimizer and swap costs.",
+                    "bandwidth measured right before each run with `collsynth calibrate`'s ring pattern (torch's "
+                    "all_reduce: timed on the job's sizes), the measured optimizer and swap costs, and the compute "
+                    "times each micro-batch really took (and, as a second figure, the nominal compute).",
         epilog="example: collsynth train-bench --ranks 4 --compute 40ms --slow 3=1.3 --grad-bytes 8MiB --steps 20")
     p.add_argument("--ranks", "-n", type=int_arg("--ranks"), default=4, help="processes (default 4)")
     p.add_argument("--runs", default=DEFAULT_RUNS, help=f"comma-separated METHOD:ALGORITHM (default {DEFAULT_RUNS})")
@@ -281,19 +282,26 @@ def cmd_train_bench(args: argparse.Namespace) -> int:
         return 0
     print(f"gloo, {res['ranks']} ranks, {res['params']} parameters ({res['grad_bytes'] / 2**20:.3g} MiB fp32 "
           f"gradients), compute {res['compute']}, {res['microbatches']} micro-batch(es) of {res['batch']} samples, "
-          f"{res['steps']} steps ({res['warmup']} warm-up); model: alpha {res['alpha']}, bandwidth {res['bandwidth']}"
-          + (" (calibrated)" if res["calibration"] else ""))
+          f"{res['steps']} steps ({res['warmup']} warm-up); alpha and bandwidth "
+          + ("calibrated right before each run" if res["calibrated"] else "as given"))
     rows = []
     for r in res["runs"]:
         m, p = r["measured"], r["predicted"]
+        q = r["predicted_nominal"]
         rows.append({"run": r["run"], "measured": f"{m['throughput_samples_s']:.4g}",
                      "predicted": f"{p['throughput_samples_s']:.4g}", "error": f"{r['error']:+.1%}",
+                     "nominal": f"{q['throughput_samples_s']:.4g} ({r['error_nominal']:+.1%})",
+                     "compute": format_time(sum(m["compute_mean_s"]) / len(m["compute_mean_s"])),
                      "batch": f"{m['samples_per_step']:.4g} / {p['samples_per_step']:.4g}",
-                     "opt": format_time(m["optimizer_s"]), "loss": f"{m['loss']:.4f}"})
-    print_table(rows, ["run", "measured", "predicted", "error", "batch", "opt", "loss"],
-                ["run", "measured samples/s", "predicted", "error", "batch/step meas/pred", "optimizer", "final loss"])
+                     "opt": format_time(m["optimizer_s"]), "loss": f"{m['loss']:.4f}",
+                     "model": f"{r['alpha']}, {r['bandwidth']}"})
+    print_table(rows, ["run", "measured", "predicted", "error", "nominal", "compute", "batch", "opt", "model", "loss"],
+                ["run", "measured samples/s", "predicted", "error", "predicted, nominal compute",
+                 "measured compute", "batch/step meas/pred", "optimizer", "alpha, bandwidth", "final loss"])
+    print("predicted: train-sim with the compute times the run measured; nominal: with --compute/--slow/--jitter")
     for g in res["gains"]:
-        print(f"{g['run']} over {g['over']}: measured {g['measured']:.3f}x, predicted {g['predicted']:.3f}x")
+        print(f"{g['run']} over {g['over']}: measured {g['measured']:.3f}x, predicted {g['predicted']:.3f}x, "
+              f"nominal {g['predicted_nominal']:.3f}x")
     return 0
 
 

@@ -128,5 +128,5 @@ def test_cli_small_run_prints_json(capsys):
     out, err = capsys.readouterr()
     assert code == 0, err
     d = json.loads(out)
-    assert [r["run"] for r in d["runs"]] == ["ddp:ring", "acco:ring"] and d["calibration"] is None
+    assert [r["run"] for r in d["runs"]] == ["ddp:ring", "acco:ring"] and d["calibrated"] is False
     assert all(r["predicted"]["throughput_samples_s"] > 0 for r in d["runs"])
