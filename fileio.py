@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Mapping
+from typing import Any, Mapping
 
 from .errors import CollsynthError
 
@@ -87,3 +87,19 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def save_figure(fig: Any, path: str, *, dpi: int = 120) -> None:
+    """Save a matplotlib figure as PNG, whole or not at all (no timestamp: byte-identical reruns)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise CollsynthError(f"cannot write {path}: directory {directory} does not exist")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".collsynth-", suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png", dpi=dpi, metadata={"Software": None})
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

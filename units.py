@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import re
+from typing import Callable, Sequence, TypeVar
 
 from .errors import CollsynthError
+
+T = TypeVar("T")
 
 _SIZE_UNITS = {
     "": 1, "b": 1,
@@ -65,21 +68,34 @@ def parse_rate(text: str | float) -> float:
     return value
 
 
-def parse_arrivals(items: list[str] | None, nranks: int) -> dict[int, float]:
-    """RANK=TIME pairs into {rank: seconds}; ranks must exist."""
-    out: dict[int, float] = {}
+def parse_rank_map(items: Sequence[str] | None, nranks: int, *, flag: str = "--arrival",
+                   value: Callable[[str], T] | None = None, what: str = "TIME",
+                   example: str = "7=5ms") -> dict[int, T]:
+    """RANK=VALUE pairs (repeated, or comma-separated) into {rank: value}; every rank must exist.
+    ``value`` parses the right-hand side (default: a time in seconds)."""
+    parse = value or parse_time  # type: ignore[assignment]
+    out: dict[int, T] = {}
     for item in items or []:
-        rank_text, sep, time_text = str(item).partition("=")
-        if not sep:
-            raise CollsynthError(f"cannot read arrival {item!r}: write RANK=TIME, e.g. 7=5ms")
-        try:
-            rank = int(rank_text)
-        except ValueError:
-            raise CollsynthError(f"arrival {item!r}: rank {rank_text!r} is not an integer") from None
-        if not 0 <= rank < nranks:
-            raise CollsynthError(f"arrival {item!r}: rank {rank} does not exist; ranks are 0..{nranks - 1}")
-        out[rank] = parse_time(time_text)
+        for part in str(item).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            rank_text, sep, value_text = part.partition("=")
+            if not sep:
+                raise CollsynthError(f"cannot read {flag} {part!r}: write RANK={what}, e.g. {flag} {example}")
+            try:
+                rank = int(rank_text)
+            except ValueError:
+                raise CollsynthError(f"{flag} {part!r}: rank {rank_text!r} is not an integer") from None
+            if not 0 <= rank < nranks:
+                raise CollsynthError(f"{flag} {part!r}: rank {rank} does not exist; ranks are 0..{nranks - 1}")
+            out[rank] = parse(value_text)  # type: ignore[operator]
     return out
+
+
+def parse_arrivals(items: Sequence[str] | None, nranks: int) -> dict[int, float]:
+    """--arrival RANK=TIME pairs into {rank: seconds}; ranks must exist."""
+    return parse_rank_map(items, nranks, flag="--arrival")
 
 
 def format_time(seconds: float) -> str:

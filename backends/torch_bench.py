@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 from ..errors import CollsynthError
 from ..synth.ir import Schedule
-from ..units import parse_time
+from ..units import parse_rank_map
 from .torch_launch import check_backend, launch
 
 DTYPES = ("float32", "float16", "bfloat16", "float64")
@@ -33,21 +33,8 @@ SPECIAL = ("torch", "auto")
 
 
 def parse_delays(items: Sequence[str] | None, nranks: int) -> dict[int, float]:
-    """``RANK=TIME`` pairs (``7=2s``) into {rank: seconds}; the rank must exist."""
-    out: dict[int, float] = {}
-    for item in items or []:
-        rank_text, sep, time_text = str(item).partition("=")
-        if not sep:
-            raise CollsynthError(f"cannot read --delay {item!r}: write RANK=TIME, e.g. --delay 7=2s")
-        try:
-            rank = int(rank_text)
-        except ValueError:
-            raise CollsynthError(f"--delay {item!r}: rank {rank_text!r} is not an integer") from None
-        if not 0 <= rank < nranks:
-            raise CollsynthError(f"--delay {item!r}: rank {rank} does not exist with --ranks {nranks}; "
-                                 f"ranks are 0..{nranks - 1}")
-        out[rank] = parse_time(time_text)
-    return out
+    """``--delay RANK=TIME`` pairs (``7=2s``) into {rank: seconds}; the rank must exist."""
+    return parse_rank_map(items, nranks, flag="--delay", example="7=2s")
 
 
 @dataclass

@@ -110,13 +110,12 @@ def reproduce(ns: Sequence[int] = DEFAULT_NS, **model: Any) -> list[dict[str, An
 
 def plot(rows: Sequence[dict[str, Any]], path: str) -> None:
     """Speedup over ring against n, ideal and worst case, written to ``path`` (PNG) atomically."""
-    import os
-    import tempfile
-
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from ..fileio import save_figure
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for series, keep in (("n = 2^k", lambda n: n & (n - 1) == 0), ("n = 3 * 2^k", lambda n: n & (n - 1) != 0)):
@@ -134,16 +133,8 @@ def plot(rows: Sequence[dict[str, Any]], path: str) -> None:
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".collsynth-", suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, format="png", dpi=120, metadata={"Software": None})
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        save_figure(fig, path, dpi=120)
     finally:
         plt.close(fig)
 
