@@ -24,6 +24,7 @@ def write_text_atomic(path: str, text: str | bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(text.encode() if isinstance(text, str) else text)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -98,6 +99,7 @@ def save_figure(fig: Any, path: str, *, dpi: int = 120) -> None:
     os.close(fd)
     try:
         fig.savefig(tmp, format="png", dpi=dpi, metadata={"Software": None})
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -363,20 +363,9 @@ def load_schedule(path: str) -> Schedule:
 
 def save_schedule(schedule: Schedule, path: str) -> None:
     """Write atomically: a failure never leaves a half-written file."""
-    import os
-    import tempfile
+    from ..fileio import write_text_atomic
 
-    text = schedule.to_json()
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".collsynth-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_text_atomic(path, schedule.to_json())
 
 
 class ScheduleBuilder:
