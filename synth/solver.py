@@ -36,8 +36,9 @@ from .solver_model import SOLVERS, SolveResult, build_model, estimate_binaries, 
 
 DEFAULT_SIZE = 1 << 30
 DEFAULT_TIME_LIMIT = 30.0
-BINARIES_PER_SECOND = 1500  # model size CBC can usefully search per second of time limit (measured, 2 cores)
+BINARIES_PER_SECOND = 500  # model size CBC can usefully search per second of time limit (measured, 2 cores)
 MIN_BINARY_BUDGET = 20000
+MAX_GREEDY_CHUNKS = 48
 MAX_CHUNKS_PER_RANK = 8  # the fastest constructive's chunking joins the model's options up to 8n chunks
 
 
@@ -134,11 +135,19 @@ def _constructive(n: int, size: float, topo: Any, arrivals: tuple[float, ...]) -
     return out
 
 
-def _chunk_options(n: int, arrivals: tuple[float, ...], chunks: int | None) -> list[int]:
+def _chunk_options(n: int, arrivals: tuple[float, ...], chunks: int | None, limit: float) -> list[int]:
+    """Chunk counts the greedy warm start tries: the first arrivals' count, n-1 and n, and (finer
+    pipelining, as in pipelined StragglAR) multiples of the first group, more of them for longer time
+    limits (one per 10 s, at most 6) while C <= MAX_GREEDY_CHUNKS. Deterministic for given inputs."""
     if chunks is not None:
         return [chunks]
-    early = sum(1 for a in arrivals if a == min(arrivals))
-    return sorted({max(1, early), n - 1, n} - {0})
+    early = max(1, sum(1 for a in arrivals if a == min(arrivals)))
+    out = {early, n - 1, n}
+    if len(set(arrivals)) > 1:  # pipelining pays off while late ranks are awaited
+        for k in range(2, 2 + min(5, int(limit // 10))):
+            if k * early <= MAX_GREEDY_CHUNKS:
+                out.add(k * early)
+    return sorted(c for c in out if c >= 1)
 
 
 def _model_candidates(n: int, size: float, topo: Any, arrivals: tuple[float, ...], options: list[int],
@@ -201,7 +210,7 @@ def solve(n: int, *, topology: Any = None, arrivals: Any = None, chunks: Any = N
     C_opt = _chunks(chunks, n)
     arr = normalize_arrivals(arrivals, n)
     bound = lower_bound(n, nbytes, topo, arr)
-    options = _chunk_options(n, arr, C_opt)
+    options = _chunk_options(n, arr, C_opt, limit)
     budget = max(MIN_BINARY_BUDGET, BINARIES_PER_SECOND * limit)
     probe = make_grid(n, min(options), nbytes, topo, arr, final_slots=1)
     smallest = estimate_binaries(make_grid(n, min(options), nbytes, topo, arr, final_slots=slot_lower_bound(probe)))
@@ -237,8 +246,9 @@ def solve(n: int, *, topology: Any = None, arrivals: Any = None, chunks: Any = N
         model_bound_s = grid.last_arrival + horizon * grid.tau
         note = f"the warm start meets the model's lower bound of {slot_lb} slots after the last arrival"
     elif est > budget:
+        model_bound_s = grid.last_arrival + slot_lb * grid.tau
         note = (f"the model ({est} binaries) is too large for a {limit:g} s time limit: returning the best "
-                "warm start; raise --time-limit to search")
+                "warm start with the model's slot bound; raise --time-limit to search")
     else:
         placed = symmetric_start(grid, placed)
         model = build_model(grid)

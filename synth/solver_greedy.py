@@ -18,10 +18,18 @@ import networkx as nx
 from .solver_grid import COPY, EXCHANGE, REDUCE, Grid, ModelState, Move
 
 
-def owners_by_arrival(grid: Grid) -> list[int]:
-    """Chunk c's owner: ranks in (arrival, rank) order, cycled."""
+def owners_by_arrival(grid: Grid, policy: str = "all") -> list[int]:
+    """Chunk c's owner: ranks in (arrival, rank) order, cycled. ``policy`` picks the ranks cycled
+    through: ``all``, ``first`` (those arriving first) or ``early`` (all but the last arrivals)."""
     order = sorted(range(grid.n), key=lambda r: (grid.arrivals[r], r))
-    return [order[c % grid.n] for c in range(grid.nchunks)]
+    if policy == "first":
+        order = [r for r in order if grid.arrivals[r] == grid.arrivals[order[0]]]
+    elif policy == "early":
+        order = [r for r in order if grid.arrivals[r] < grid.arrivals[order[-1]]] or order
+    return [order[c % len(order)] for c in range(grid.nchunks)]
+
+
+OWNER_POLICIES = ("all", "first", "early")
 
 
 def in_trees(grid: Grid, owners: Sequence[int]) -> list[list[int]]:
@@ -148,10 +156,17 @@ def greedy(grid: Grid, rule: CopyRule, owners: Sequence[int] | None = None) -> l
 
 
 def greedy_schedules(grid: Grid) -> dict[str, list[tuple[int, list[Move]]]]:
-    """Every copy rule's placement that finishes in the grid, by rule name."""
+    """Every (owner policy, copy rule) placement that finishes in the grid, by name; owner policies
+    that give the same owners run once."""
     out = {}
-    for name, rule in COPY_RULES.items():
-        placed = greedy(grid, rule)
-        if placed is not None:
-            out[name] = placed
+    seen = set()
+    for policy in OWNER_POLICIES:
+        owners = tuple(owners_by_arrival(grid, policy))
+        if owners in seen:
+            continue
+        seen.add(owners)
+        for name, rule in COPY_RULES.items():
+            placed = greedy(grid, rule, owners)
+            if placed is not None:
+                out[name if policy == "all" else f"{name}-{policy}"] = placed
     return out

@@ -370,24 +370,51 @@ class SolveResult:
     bound: float | None  # proven lower bound on the objective
 
 
-def _cbc(model: Model, time_limit: float, warm: bool, threads: int) -> SolveResult:
-    fd, log = tempfile.mkstemp(prefix="collsynth-cbc-", suffix=".log")
-    os.close(fd)
-    try:
-        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1.0, float(time_limit)), warmStart=warm,
-                                   threads=threads, logPath=log)
-        model.prob.solve(solver)
+def _run_cbc(model: Model, time_limit: float, warm: bool, threads: int) -> tuple[str | None, str]:
+    """Run pulp's bundled CBC on the model with a hard deadline; (solution file text or None, log)."""
+    import subprocess
+
+    solver = pulp.PULP_CBC_CMD(msg=False, warmStart=warm, threads=threads)
+    if not solver.available():
+        raise CollsynthError("CBC is not available (it ships with pulp): reinstall pulp or use --solver highs")
+    with tempfile.TemporaryDirectory(prefix="collsynth-cbc-") as tmp:
+        mps, mst, sol, log = (os.path.join(tmp, f) for f in ("m.mps", "m.mst", "m.sol", "m.log"))
+        vs, vnames, cnames, _ = model.prob.writeMPS(mps, rename=1)
+        args = [solver.path, mps]
+        if warm:
+            solver.writesol(mst, model.prob, vs, vnames, cnames)
+            args += ["-mips", mst]
+        soft = max(1.0, 0.85 * time_limit)
+        args += ["-sec", f"{soft:.1f}", "-threads", str(threads), "-timeMode", "elapsed", "-solve",
+                 "-printingOptions", "all", "-solution", sol]
+        with open(log, "w") as pipe:
+            proc = subprocess.Popen(args, stdout=pipe, stderr=pipe, stdin=subprocess.DEVNULL)
+            try:
+                proc.wait(timeout=time_limit + 5.0)  # CBC's own limit is not always honoured
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                return None, "killed at the time limit"
         with open(log, encoding="utf-8", errors="replace") as f:
             text = f.read()
-    finally:
-        if os.path.exists(log):
-            os.unlink(log)
-    status = pulp.LpStatus.get(model.prob.status, "")
-    sol = model.prob.sol_status
+        if not os.path.exists(sol):
+            return None, text
+        status, values, _, _, _, sol_status = solver.readsol_MPS(sol, model.prob, vs, vnames, cnames)
+        model.prob.assignVarsVals(values)
+        model.prob.assignStatus(status, sol_status)
+        return "ok", text
+
+
+def _cbc(model: Model, time_limit: float, warm: bool, threads: int) -> SolveResult:
+    ok, text = _run_cbc(model, time_limit, warm, threads)
     bound = None
     m = re.search(r"Lower bound:\s*([-0-9.eE+]+)", text)
     if m:
         bound = float(m.group(1))
+    if ok is None:
+        return SolveResult("none", None, None, bound)
+    status = pulp.LpStatus.get(model.prob.status, "")
+    sol = model.prob.sol_status
     stopped = "Stopped on time" in text or "Result - Stopped" in text
     if status == "Infeasible" and not stopped:
         return SolveResult("infeasible", None, None, None)

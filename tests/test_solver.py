@@ -241,3 +241,15 @@ def test_lower_bound_straggler_formula():
     alpha, bw = 3e-6, 450 * 2**30
     assert lower_bound(n, GiB, t, a) == pytest.approx(5 * MS + alpha + GiB / bw)
     assert lower_bound(n, GiB, t, (0.0,) * n) == pytest.approx(2 * (n - 1) / n * GiB / bw)
+
+
+def test_runs_of_chunks_are_split_into_sub_steps():
+    s = build_schedule("stragglar", 4, straggler=3, pipeline=2)
+    assert int(s.count.max()) > 1
+    steps = schedule_moves(s)
+    assert sum(2 if m[0] == EXCHANGE else 1 for step in steps for m in step) == int(s.count.sum())
+    _, _, g = grid_for(4, {3: 5 * MS}, s.nchunks)
+    placed = place(g, steps)
+    assert placed is not None
+    assert last_slot(placed) - g.first_final + 1 == slot_lower_bound(g)  # pipelined StragglAR meets the bound
+    check(to_schedule(g, placed, {}))
