@@ -1,7 +1,8 @@
 """Picture of a train-sim run: throughput per method and algorithm, and per-rank timelines.
 
 Top: grouped bars, one group per method, one bar per algorithm, labelled with samples/s. Below: for
-each method, the recorded steps of its fastest algorithm, one row per rank. The lower lane of a row
+each method, the recorded steps of its fastest algorithm (within 0.5%: the one listed first), one row
+per rank. The lower lane of a row
 is the compute stream (micro-batches, optimizer, ACCO buffer swap; idle in red), the upper lane the
 communication (transfers in orange, grey while the rank waits inside a collective for its peers).
 All timelines share one time scale, starting at the first recorded step, so lengths compare.
@@ -51,7 +52,11 @@ def plot_training(results: Sequence[MethodResult], path: str, title: str = "") -
 
     methods = list(dict.fromkeys(r.method for r in results))
     algs = list(dict.fromkeys(r.algorithm for r in results))
-    best = {m: max((r for r in results if r.method == m), key=lambda r: r.throughput) for m in methods}
+    best = {}
+    for m in methods:  # the fastest algorithm; within 0.5% of it, the one listed first
+        rs = [r for r in results if r.method == m]
+        top_m = max(r.throughput for r in rs)
+        best[m] = next(r for r in rs if r.throughput >= top_m * 0.995)
     n = 1 + max((e["rank"] for r in results for e in r.timeline), default=0)
     ranks = _ranks_shown(n)
     row_h = 0.32 * len(ranks) + 0.9
