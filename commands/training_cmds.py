@@ -246,11 +246,13 @@ def cmd_train_sim(args: argparse.Namespace) -> int:
 
 
 def _title(setup: Any) -> str:
-    from ..units import format_time as ft
-
-    bw = setup.topology.link_bw.min()
-    return (f"{setup.nranks} GPUs ({setup.topology.name}, alpha {ft(float(setup.topology.link_alpha.max()) * (2 if setup.topology.name.startswith('nvswitch') else 1))}, "
-            f"{bw / 2**30:.4g} GiB/s), gradients {setup.grad_bytes / 1e6:.4g} MB, compute {setup.compute.describe()}, "
+    """One line: GPUs, topology (rank 0 -> 1 latency and the narrowest link), workload."""
+    t = setup.topology
+    links, alpha = t.pair_table([[0, 1]])
+    path = [k for k in links[0].tolist() if k >= 0]
+    bw = float(min(t.link_bw[path])) if path else float(t.link_bw.min())
+    return (f"{setup.nranks} GPUs ({t.name}, alpha {format_time(float(alpha[0]))}, {bw / 2**30:.4g} GiB/s), "
+            f"gradients {setup.grad_bytes / 1e6:.4g} MB, compute {setup.compute.describe()}, "
             f"{setup.microbatches} micro-batch(es)/step, {setup.steps} steps")
 
 

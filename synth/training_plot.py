@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any, Sequence
+from typing import Sequence
 
 from ..errors import CollsynthError
 from .training import MethodResult
