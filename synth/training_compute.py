@@ -28,38 +28,24 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import CollsynthError
-from ..units import parse_time
+from ..units import parse_rank_map, parse_time
 
 _BLOCK = 4096
 
 
 def parse_slow(items: Sequence[str] | None, nranks: int) -> dict[int, float]:
     """``RANK=FACTOR`` items (repeatable or comma-separated, ``7=1.3``) into {rank: factor >= 1}."""
-    out: dict[int, float] = {}
-    for item in items or []:
-        for part in str(item).split(","):
-            part = part.strip()
-            if not part:
-                continue
-            rank_text, sep, fac_text = part.partition("=")
-            if not sep:
-                raise CollsynthError(f"cannot read --slow {part!r}: write RANK=FACTOR, e.g. --slow 7=1.3")
-            try:
-                rank = int(rank_text)
-            except ValueError:
-                raise CollsynthError(f"--slow {part!r}: rank {rank_text!r} is not an integer") from None
-            try:
-                fac = float(fac_text)
-            except ValueError:
-                raise CollsynthError(f"--slow {part!r}: factor {fac_text!r} is not a number, e.g. 1.3") from None
-            if not 0 <= rank < nranks:
-                raise CollsynthError(f"--slow {part!r}: rank {rank} does not exist with {nranks} GPUs; "
-                                     f"ranks are 0..{nranks - 1}")
-            if not math.isfinite(fac) or fac < 1:
-                raise CollsynthError(f"--slow {part!r}: factor {fac_text} is below 1; a slow rank takes FACTOR "
-                                     f"times --compute, so use a factor >= 1 (e.g. 1.3 = 30% slower)")
-            out[rank] = fac
-    return out
+    def factor(text: str) -> float:
+        try:
+            fac = float(text)
+        except ValueError:
+            raise CollsynthError(f"--slow: factor {text!r} is not a number, e.g. 1.3") from None
+        if not math.isfinite(fac) or fac < 1:
+            raise CollsynthError(f"--slow: factor {text} is below 1; a slow rank takes FACTOR times --compute, "
+                                 f"so use a factor >= 1 (e.g. 1.3 = 30% slower)")
+        return fac
+
+    return parse_rank_map(items, nranks, flag="--slow", value=factor, what="FACTOR", example="7=1.3")
 
 
 def load_trace(path: str, nranks: int) -> np.ndarray:

@@ -11,10 +11,10 @@ All timelines share one time scale, starting at the first recorded step, so leng
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Sequence
 
 from ..errors import CollsynthError
+from ..fileio import save_figure
 from .training import MethodResult
 
 COLORS = {"compute": "#4C72B0", "optimizer": "#55A868", "swap": "#8172B2", "idle": "#E8A0A0",
@@ -148,15 +148,8 @@ def plot_training(results: Sequence[MethodResult], path: str, title: str = "") -
         ("idle", "compute idle"), ("comm", "communicating"), ("wait", "waiting for peers in a collective"))]
     fig.legend(handles=handles, loc="lower center", ncol=6, fontsize=8, frameon=False)
     fig.subplots_adjust(left=0.08, right=0.98, top=0.96, bottom=0.35 / (3.4 + row_h * len(methods)) + 0.03)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".collsynth-", suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, format="png", dpi=110, metadata={"Software": None})
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        save_figure(fig, path, dpi=110)
     finally:
         plt.close(fig)
 
