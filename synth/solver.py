@@ -4,19 +4,23 @@
 verified schedule:
 
 1. Warm starts: every constructive algorithm in the registry (ring, rhd, direct, twoshot, stragglar
-   with the latest rank as straggler, ...) and a greedy list scheduler inside the MILP's model class
-   (synth/solver_greedy.py), all simulated with the given arrivals.
+   with the latest rank as straggler, pipelined variants) and a greedy list scheduler inside the MILP's
+   model class (synth/solver_greedy.py) for several chunk counts, all simulated with the given arrivals.
 2. The time-expanded MILP of synth/solver_model.py over the grid of synth/solver_grid.py (one chunk
-   per transfer, a slot = one chunk transfer, slots aligned to the arrival times), started from the
-   best warm start of its model class and limited to the horizon of that warm start.
+   per transfer, a slot = one chunk transfer, slots aligned to the arrival times), for the chunk count
+   of the best warm start of its model class, started from it and limited to its horizon. It is not
+   run when that warm start already meets the model's slot lower bound (``slot_lower_bound``: then it
+   is optimal in the model) or when the model is too large for the time limit (CBC would not get past
+   its root node); CBC gets a hard deadline.
 3. The returned schedule is the fastest verified candidate by simulated completion time. Its
-   ``meta["solver"]`` records the status (``optimal``: the MILP proved no schedule of the model class on
-   this grid finishes sooner; ``time-limit``: stopped with the gap shown; ``warm-start``: the MILP did
-   not run or found nothing), the simulated completion ``objective_s``, the universal lower bound
-   ``lower_bound_s`` of synth/solver_bounds.py with ``gap``, and the model's proven bound
-   ``model_bound_s`` with ``model_gap``.
+   ``meta["solver"]`` records the status (``optimal``: no schedule of the model class on this grid
+   finishes sooner; ``time-limit``: stopped with the gap shown; ``warm-start``: the MILP did not run,
+   found nothing, or something outside its model is faster, see ``note``), the simulated completion
+   ``objective_s``, the universal lower bound ``lower_bound_s`` of synth/solver_bounds.py with ``gap``,
+   and the model's proven bound ``model_bound_s`` with ``model_gap``.
 
-With a time limit the result depends on how far the solver got, so it can differ between machines.
+With a time limit the result depends on how far the solver got, so it can differ between machines;
+without the MILP running (the common case for n >= 8) it is deterministic.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ DEFAULT_SIZE = 1 << 30
 DEFAULT_TIME_LIMIT = 30.0
 BINARIES_PER_SECOND = 500  # model size CBC can usefully search per second of time limit (measured, 2 cores)
 MIN_BINARY_BUDGET = 20000
+HOPELESS = 50  # refuse when even the smallest model is this many times the budget (the MILP cannot help)
 MAX_GREEDY_CHUNKS = 48
 MAX_CHUNKS_PER_RANK = 8  # the fastest constructive's chunking joins the model's options up to 8n chunks
 
@@ -176,27 +181,35 @@ def _model_candidates(n: int, size: float, topo: Any, arrivals: tuple[float, ...
     return out
 
 
+def _smallest_model(n: int, C: int, size: float, topo: Any, arrivals: tuple[float, ...]) -> int:
+    """Binaries of the smallest model the solver could build: C chunks, the slot lower bound as horizon."""
+    probe = make_grid(n, C, size, topo, arrivals, final_slots=1)
+    return estimate_binaries(make_grid(n, C, size, topo, arrivals, final_slots=slot_lower_bound(probe)))
+
+
 def largest_n(topology: Any, time_limit: float) -> int:
-    """The largest rank count whose synchronous model fits ``time_limit`` (for error messages)."""
+    """The largest rank count (synchronous arrivals) the solver accepts for ``time_limit`` (for messages)."""
     from .topology import make_topology
 
     spec = topology if isinstance(topology, str) else "nvswitch"
+    budget = HOPELESS * max(MIN_BINARY_BUDGET, BINARIES_PER_SECOND * time_limit)
     best = 2
-    for m in range(2, 65):
+    for m in range(2, 257):
         try:
             topo = make_topology(spec, m)
         except CollsynthError:
             continue
-        grid = make_grid(m, m, DEFAULT_SIZE, topo, (0.0,) * m, final_slots=2 * m)
-        if estimate_binaries(grid) > max(MIN_BINARY_BUDGET, BINARIES_PER_SECOND * time_limit):
+        if _smallest_model(m, m, DEFAULT_SIZE, topo, (0.0,) * m) > budget:
             break
         best = m
     return best
 
 
 def solve(n: int, *, topology: Any = None, arrivals: Any = None, chunks: Any = None, size: Any = None,
-          time_limit: Any = None, solver: str = "cbc", threads: int = 1) -> Schedule:
-    """The fastest verified AllReduce schedule the solver finds (see the module docstring)."""
+          time_limit: Any = None, solver: str = "cbc", threads: int = 1,
+          constructive_starts: bool = True) -> Schedule:
+    """The fastest verified AllReduce schedule the solver finds (see the module docstring).
+    ``constructive_starts=False`` uses only the greedy warm start (to measure the MILP on its own)."""
     from .verify import check
 
     t_start = time.monotonic()
@@ -212,14 +225,13 @@ def solve(n: int, *, topology: Any = None, arrivals: Any = None, chunks: Any = N
     bound = lower_bound(n, nbytes, topo, arr)
     options = _chunk_options(n, arr, C_opt, limit)
     budget = max(MIN_BINARY_BUDGET, BINARIES_PER_SECOND * limit)
-    probe = make_grid(n, min(options), nbytes, topo, arr, final_slots=1)
-    smallest = estimate_binaries(make_grid(n, min(options), nbytes, topo, arr, final_slots=slot_lower_bound(probe)))
-    if smallest > budget:
+    smallest = _smallest_model(n, min(options), nbytes, topo, arr)
+    if smallest > HOPELESS * budget:
         raise CollsynthError(
             f"{n} ranks need a model of at least {smallest} binaries, too large for a {limit:g} s time limit: "
             f"the solver handles up to about {largest_n(topology, limit)} ranks in that time; raise "
             "--time-limit or use a constructive algorithm (stragglar, ring)")
-    constructive = _constructive(n, nbytes, topo, arr)
+    constructive = _constructive(n, nbytes, topo, arr) if constructive_starts else []
     if C_opt is None and constructive:  # also model the chunking of the fastest constructive schedule
         fastest = min(constructive, key=lambda c: (c.time, c.source))
         if fastest.schedule.nchunks <= MAX_CHUNKS_PER_RANK * n:
