@@ -262,7 +262,7 @@ PATTERNS = ("ring", "pingpong")
 DEFAULT_SIZES = tuple(4096 * 4**i for i in range(6))
 
 
-def _calib_worker(rank: int, nranks: int, backend: str, sizes: Sequence[int], reps: int,
+def calibrate_in_group(rank: int, nranks: int, backend: str, sizes: Sequence[int], reps: int,
                   pattern: str, progress: bool) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
@@ -369,7 +369,7 @@ def run_calibrate(backend: str, nranks: int, *, sizes: Sequence[int] = DEFAULT_S
         raise CollsynthError("--sizes needs at least two different sizes of 4 bytes or more")
     if reps < 1:
         raise CollsynthError(f"--iters must be >= 1, got {reps}")
-    results = launch(_calib_worker, nranks, (backend, sizes, reps, pattern, progress), backend=backend,
+    results = launch(calibrate_in_group, nranks, (backend, sizes, reps, pattern, progress), backend=backend,
                      timeout=600.0)
     med = []
     for s in sizes:

@@ -471,7 +471,7 @@ def _time_torch_allreduce(spec: TrainSpec) -> dict[str, list[float]]:
 
 def train_worker(rank: int, nranks: int, spec: TrainSpec) -> dict[str, Any]:
     """Every run of ``spec`` in turn on this rank (module level: spawned by torch_launch.launch)."""
-    from .torch_bench import _calib_worker
+    from .torch_bench import calibrate_in_group
 
     data = _Data(spec)
     out: dict[str, Any] = {}
@@ -481,7 +481,7 @@ def train_worker(rank: int, nranks: int, spec: TrainSpec) -> dict[str, Any]:
         if algorithm == "torch" and spec.torch_sizes:
             cal["torch_allreduce_s"] = _time_torch_allreduce(spec)
         elif algorithm != "torch" and spec.calib_sizes:
-            cal["calibrate_s"] = _calib_worker(rank, nranks, "gloo", list(spec.calib_sizes), spec.calib_reps,
+            cal["calibrate_s"] = calibrate_in_group(rank, nranks, "gloo", list(spec.calib_sizes), spec.calib_reps,
                                                "ring", False)
         fn = _run_ddp if method == "ddp" else _run_acco
         out[f"{method}:{algorithm}"] = {**fn(spec, rank, algorithm, data), **cal}
