@@ -263,7 +263,7 @@ DEFAULT_SIZES = tuple(4096 * 4**i for i in range(6))
 
 
 def calibrate_in_group(rank: int, nranks: int, backend: str, sizes: Sequence[int], reps: int,
-                  pattern: str, progress: bool) -> dict[str, Any]:
+                       pattern: str, progress: bool) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
