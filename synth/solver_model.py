@@ -27,11 +27,13 @@ Objective: minimise sum_t q(t) = final slots before completion.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import sys
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import pulp
 
@@ -426,6 +428,21 @@ def _cbc(model: Model, time_limit: float, warm: bool, threads: int) -> SolveResu
     return SolveResult("none", None, None, bound)
 
 
+@contextlib.contextmanager
+def _quiet_stdout() -> Iterator[None]:
+    """Send file descriptor 1 to /dev/null (C libraries write there directly)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+
+
 class _WarmHiGHS(pulp.HiGHS):  # type: ignore[misc,name-defined]
     """pulp's HiGHS interface plus a MIP start from the variables' initial values."""
 
@@ -448,7 +465,8 @@ def _highs(model: Model, time_limit: float, warm: bool, threads: int) -> SolveRe
                              "or use --solver cbc") from None
     cls = _WarmHiGHS if warm else pulp.HiGHS
     solver = cls(msg=False, timeLimit=max(1.0, float(time_limit)), threads=threads)
-    model.prob.solve(solver)
+    with _quiet_stdout():  # HiGHS prints a banner on stdout even with output off (would corrupt JSON output)
+        model.prob.solve(solver)
     info = model.prob.solverModel.getInfo()
     hstatus = model.prob.solverModel.getModelStatus()
     import highspy

@@ -30,7 +30,7 @@ import pulp
 
 from ..errors import CollsynthError
 from .ir import Schedule, ScheduleBuilder
-from .solver_model import SOLVERS
+from .solver_model import SOLVERS, _quiet_stdout
 
 
 def round_lower_bound(n: int) -> int:
@@ -131,7 +131,8 @@ def solve_rounds(n: int, rounds: int, time_limit: float = 60.0, solver: str = "c
     if solver == "cbc":
         prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1.0, time_limit), threads=1))
     else:
-        prob.solve(pulp.HiGHS(msg=False, timeLimit=max(1.0, time_limit), threads=1))
+        with _quiet_stdout():
+            prob.solve(pulp.HiGHS(msg=False, timeLimit=max(1.0, time_limit), threads=1))
     took = time.monotonic() - t0
     status = pulp.LpStatus.get(prob.status, "")
     if status == "Infeasible":

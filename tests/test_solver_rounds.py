@@ -83,3 +83,10 @@ def test_cli_bad_input_exit_2(capsys, tmp_path, argv, monkeypatch):
     _, err = capsys.readouterr()
     assert code == 2 and err.startswith("collsynth: error:") and err.count("\n") == 1
     assert not (tmp_path / "out.json").exists()
+
+
+def test_highs_rounds_when_installed(capsys):
+    pytest.importorskip("highspy")
+    code = main(["solve-rounds", "--gpus", "5", "--solver", "highs", "--json"])
+    out, _ = capsys.readouterr()
+    assert code == 0 and json.loads(out)["rows"][0]["status"] == "optimal"  # stdout is pure JSON
