@@ -1,14 +1,12 @@
-"""Solver commands: ``solve-rounds`` (round-optimality of StragglAR's completion collective), plus the
-option set ``synth -a solver`` uses (``add_solver_options`` / ``solver_params``, called from core)."""
+"""Solver commands: ``solve-rounds`` (round-optimality of StragglAR's completion collective). The solver
+itself is ``collsynth synth -a solver`` (options in commands/core.py)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
-
 from ..errors import CollsynthError
-from ..units import parse_arrivals, parse_time
+from ..units import parse_time
 from .common import print_json, print_table, write_text_atomic
 
 
@@ -79,34 +77,3 @@ def cmd_solve_rounds(args: argparse.Namespace) -> int:
     if args.output is not None:
         print(f"wrote {args.output} (verified)", file=sys.stderr)
     return 0
-
-
-# ------------------------------------------------------------------ options for `synth -a solver`
-def add_solver_options(p: argparse.ArgumentParser) -> None:
-    """The solver's options on the `synth` parser (all optional; given only to -a solver)."""
-    g = p.add_argument_group("solver (-a solver)")
-    g.add_argument("--arrival", action="append", metavar="RANK=TIME", default=None,
-                   help="solver: when RANK arrives (default 0); repeat per rank, e.g. --arrival 7=5ms")
-    g.add_argument("--chunks", default=None, help="solver: chunks per buffer (default: chosen from the warm starts)")
-    g.add_argument("--size", default=None, help="solver: buffer bytes per rank the timing assumes (default 1GiB)")
-    g.add_argument("--time-limit", default=None, help="solver: MILP time limit (default 30s)")
-    g.add_argument("--solver", default=None, choices=["cbc", "highs"], help="solver: MILP solver (default cbc)")
-
-
-def solver_params(args: argparse.Namespace, n: int) -> dict[str, Any]:
-    """Keyword parameters for build_schedule('solver', ...) from the options the user gave."""
-    params: dict[str, Any] = {}
-    if getattr(args, "arrival", None):
-        params["arrivals"] = parse_arrivals(args.arrival, n)
-    if getattr(args, "chunks", None) is not None:
-        try:
-            params["chunks"] = int(args.chunks)
-        except ValueError:
-            raise CollsynthError(f"--chunks must be an integer >= 1, got {args.chunks!r}") from None
-    if getattr(args, "size", None) is not None:
-        params["size"] = args.size
-    if getattr(args, "time_limit", None) is not None:
-        params["time_limit"] = parse_time(args.time_limit, allow_zero=False)
-    if getattr(args, "solver", None) is not None:
-        params["solver"] = args.solver
-    return params

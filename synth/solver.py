@@ -44,6 +44,7 @@ BINARIES_PER_SECOND = 500  # model size CBC can usefully search per second of ti
 MIN_BINARY_BUDGET = 20000
 HOPELESS = 50  # refuse when even the smallest model is this many times the budget (the MILP cannot help)
 MAX_GREEDY_CHUNKS = 48
+GREEDY_SECONDS = 1.8e-5  # greedy warm-start time per (chunks x ranks)^2, all policies (measured, 2 cores)
 MAX_CHUNKS_PER_RANK = 8  # the fastest constructive's chunking joins the model's options up to 8n chunks
 
 
@@ -142,16 +143,19 @@ def _constructive(n: int, size: float, topo: Any, arrivals: tuple[float, ...]) -
 
 def _chunk_options(n: int, arrivals: tuple[float, ...], chunks: int | None, limit: float) -> list[int]:
     """Chunk counts the greedy warm start tries: the first arrivals' count, n-1 and n, and (finer
-    pipelining, as in pipelined StragglAR) multiples of the first group, more of them for longer time
-    limits (one per 10 s, at most 6) while C <= MAX_GREEDY_CHUNKS. Deterministic for given inputs."""
+    pipelining, as in pipelined StragglAR) multiples of the first group while the greedy's estimated
+    cost stays within a quarter of the time limit (an estimate, not a clock: deterministic)."""
     if chunks is not None:
         return [chunks]
     early = max(1, sum(1 for a in arrivals if a == min(arrivals)))
     out = {early, n - 1, n}
     if len(set(arrivals)) > 1:  # pipelining pays off while late ranks are awaited
-        for k in range(2, 2 + min(5, int(limit // 10))):
-            if k * early <= MAX_GREEDY_CHUNKS:
-                out.add(k * early)
+        cost = 0.0
+        for k in range(2, MAX_GREEDY_CHUNKS // early + 1):
+            cost += GREEDY_SECONDS * (k * early * n) ** 2
+            if cost > 0.25 * limit:
+                break
+            out.add(k * early)
     return sorted(c for c in out if c >= 1)
 
 
