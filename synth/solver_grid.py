@@ -107,8 +107,7 @@ def normalize_arrivals(arrivals: Any, n: int) -> tuple[float, ...]:
         if not math.isfinite(t) or t < 0:
             raise CollsynthError(f"arrival of rank {rank}: {t!r} must be a finite time >= 0")
         times[int(rank)] = t
-    t0 = min(times)
-    return tuple(x - t0 for x in times) if t0 > 0 else tuple(times)
+    return tuple(times)
 
 
 def pair_costs(topology: Any, n: int, chunk_bytes: float) -> tuple[list[tuple[int, int]], list[float], list[tuple[int, ...]]]:

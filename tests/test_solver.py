@@ -44,7 +44,7 @@ def test_grid_on_ring_topology_keeps_neighbours_only():
 
 def test_normalize_arrivals_rejects_unknown_ranks_and_bad_times():
     assert normalize_arrivals({2: 0.5}, 3) == (0.0, 0.0, 0.5)
-    assert normalize_arrivals([1.0, 2.0], 2) == (0.0, 1.0)
+    assert normalize_arrivals([1.0, 2.0], 2) == (1.0, 2.0)
     for bad in ({3: 1.0}, {-1: 1.0}, {0: -1.0}, {0: float("nan")}, [0.0]):
         with pytest.raises(CollsynthError):
             normalize_arrivals(bad, 3)
@@ -202,6 +202,14 @@ def test_bad_input_is_one_line_collsynth_error(kwargs, match):
     with pytest.raises(CollsynthError, match=match) as e:
         solve(4, **kwargs)
     assert "\n" not in str(e.value)
+
+
+def test_objective_is_the_simulated_completion_even_when_everyone_is_late():
+    arrivals = {r: 1 * MS for r in range(4)} | {3: 3 * MS}
+    s = solve(4, arrivals=arrivals, time_limit=5)
+    sim = simulate(s, GiB, make_topology("nvswitch", 4), arrivals)
+    assert s.meta["solver"]["objective_s"] == pytest.approx(sim.completion_s)
+    assert s.meta["solver"]["lower_bound_s"] <= sim.completion_s
 
 
 def test_topology_for_another_n_is_rejected():
