@@ -20,8 +20,12 @@ Constraints (S = cumulative reduce sends, D = sum of S = ranks that have forward
 - every rank sends and receives at least one transfer of every chunk (valid: non-roots forward, the
   root copies out; non-roots receive the sum, the root receives a reduce), so the LP sees
   "rank i must move C chunks after it arrives";
-- q(t) >= 1 - F(c,v,t); everything complete in the last slot; chunk symmetry broken by ordering the
-  chunks by total full-holder-slots.
+- every chunk takes exactly 2n-2 transfers (n-1 forwards + n-1 copies, or an exchange + n-2 of each),
+  and per slot at most p*n transfers move in all (times q(t-1));
+- q(t) >= 1 - F(c,v,t); everything complete in the last slot; sum q >= slot_lower_bound - 1;
+- symmetry: chunks ordered by total full-holder-slots; on a uniform complete pair graph, ranks that
+  arrive together ordered by the same measure (both orders can be met at once: each is invariant
+  under the other relabelling).
 Objective: minimise sum_t q(t) = final slots before completion.
 """
 
