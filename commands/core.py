@@ -141,10 +141,10 @@ def model_from_args(args: argparse.Namespace, n: int) -> tuple[int, Any, dict[in
 
 # ---------------------------------------------------------------------------------------- commands
 def cmd_algorithms(args: argparse.Namespace) -> int:
-    from ..synth.algorithms import algorithm_params, algorithms
+    from ..synth.algorithms import algorithm_params, algorithms, param_flag
 
     for name, info in algorithms().items():
-        opts = " ".join("--" + o.replace("_", "-") for o in algorithm_params(name))
+        opts = " ".join(param_flag(o) for o in algorithm_params(name))
         colls = ",".join(info.collectives)
         print(f"{name:<10} {info.description} [{colls}]" + (f" options: {opts}" if opts else ""))
     return 0

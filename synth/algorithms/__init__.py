@@ -76,11 +76,18 @@ def build_schedule(name: str, n: int, collective: str = "allreduce", **params: A
     accepted = algorithm_params(name)
     for key in params:
         if key not in accepted:
-            flag = "--" + key.replace("_", "-")
-            raise CollsynthError(f"algorithm {name!r} takes no {flag} option"
-                                 + (f" (it takes {', '.join('--' + a.replace('_', '-') for a in accepted)})"
+            raise CollsynthError(f"algorithm {name!r} takes no {param_flag(key)} option"
+                                 + (f" (it takes {', '.join(param_flag(a) for a in accepted)})"
                                     if accepted else ""))
     return info.build(n, collective=collective, **params)
+
+
+_FLAGS = {"arrivals": "--arrival"}  # parameters whose CLI flag is not the parameter's own name
+
+
+def param_flag(param: str) -> str:
+    """The `collsynth synth` flag that sets build parameter ``param``."""
+    return _FLAGS.get(param, "--" + param.replace("_", "-"))
 
 
 def algorithm_params(name: str) -> tuple[str, ...]:
