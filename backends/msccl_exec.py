@@ -248,8 +248,8 @@ class Executor:
     def _write(self, t: int, j: int, tb: PTb, tx: Tx, buf: str, off: int, vals: list[Value]) -> None:
         pb, o = self._loc(tb.gpu, buf, off)
         if self.mode == "outofplace" and pb == "i":
-            raise self._fail("inplace", tb, tx, f"writes the input buffer (i) in an out-of-place call: the "
-                                                f"caller's send buffer is read-only; write o or s")
+            raise self._fail("inplace", tb, tx, "writes the input buffer (i) in an out-of-place call: the "
+                                                "caller's send buffer is read-only; write o or s")
         if self.races:
             self._touch(t, j, tb, tx, pb, o, len(vals), True)
         self.mem[tb.gpu][pb][o:o + len(vals)] = vals

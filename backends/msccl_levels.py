@@ -195,7 +195,7 @@ def compute_levels(prog: Program, res: ExecResult) -> Levels:
 
 def xml_to_schedule_from(prog: Program, res: ExecResult, name: str = "", source: str = "") -> "object":
     """A collsynth Schedule with the program's transfers at their levels (see module docstring)."""
-    from ..synth.ir import COLLECTIVES, Phase, Schedule
+    from ..synth.ir import COLLECTIVES, Schedule
 
     a = prog.algo
     if a.collective not in COLLECTIVES:

@@ -7,8 +7,6 @@ import json
 import sys
 from typing import Any, Callable, Sequence
 
-from ..errors import CollsynthError
-from ..fileio import write_text_atomic  # noqa: F401 (re-exported for commands)
 
 
 def print_json(obj: Any) -> None:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
 from ..errors import CollsynthError, ScheduleFileError
+from ..fileio import write_text_atomic
 from ..units import format_time, parse_arrivals, parse_rate, parse_size, parse_time
-from .common import add_model_args, int_arg, print_json, print_table, write_text_atomic
+from .common import add_model_args, int_arg, print_json, print_table
 
 
 def add_commands(sub: "argparse._SubParsersAction") -> None:

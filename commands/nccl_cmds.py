@@ -27,7 +27,7 @@ def _need_folder(args: argparse.Namespace, fmt: str) -> str:
 
 
 def _emit_nccl_cuda(schedule: Any, args: argparse.Namespace) -> dict[str, str]:
-    from ..backends.nccl._output import check_outdir
+    from ..fileio import check_outdir
     from ..backends.nccl.codegen import render_nccl_cuda
 
     out = _need_folder(args, "nccl-cuda")

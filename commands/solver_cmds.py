@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 from ..errors import CollsynthError
+from ..fileio import write_text_atomic
 from ..units import parse_time
-from .common import print_json, print_table, write_text_atomic
+from .common import print_json, print_table
 
 
 def add_commands(sub: "argparse._SubParsersAction") -> None:

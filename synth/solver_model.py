@@ -463,7 +463,7 @@ class _WarmHiGHS(pulp.HiGHS):  # type: ignore[misc,name-defined]
 
 def _highs(model: Model, time_limit: float, warm: bool, threads: int) -> SolveResult:
     try:
-        import highspy  # noqa: F401
+        import highspy
     except ImportError:
         raise CollsynthError("--solver highs needs the highspy package (pip install highspy); "
                              "or use --solver cbc") from None
@@ -473,7 +473,6 @@ def _highs(model: Model, time_limit: float, warm: bool, threads: int) -> SolveRe
         model.prob.solve(solver)
     info = model.prob.solverModel.getInfo()
     hstatus = model.prob.solverModel.getModelStatus()
-    import highspy
 
     bound = float(info.mip_dual_bound) if info.mip_dual_bound < 1e30 else None
     if hstatus == highspy.HighsModelStatus.kInfeasible:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import build_schedule
-from collsynth.synth.algorithms.patterns import add_ring_allgather, add_ring_reducescatter
+from collsynth.synth.algorithms.patterns import add_ring_reducescatter
 from collsynth.synth.ir import ScheduleBuilder
 from collsynth.synth.simulate import simulate, simulate_model
 from collsynth.synth.topology import make_topology

@@ -8,7 +8,6 @@ from functools import lru_cache
 from typing import Any
 
 from ...errors import CollsynthError
-from ...fileio import check_outdir, write_tree  # noqa: F401 (re-exported)
 
 _TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ...errors import CollsynthError
+from ...fileio import check_outdir, write_tree
 from ...synth.ir import Schedule
 from . import _output
 from .plan import ALIGN_BYTES, MAX_ADD_OPS, MAX_ADD_SRCS, LOC_NAMES, Plan, build_plan
@@ -188,6 +189,6 @@ def generate_nccl_cuda(schedule: Schedule, outdir: str, *, name: str | None = No
     Returns the written paths. Raises CollsynthError (nothing written) for an unverifiable schedule,
     a collective layout NCCL cannot express, an unknown dtype or a bad output directory.
     """
-    _output.check_outdir(outdir, force)
+    check_outdir(outdir, force)
     files = render_nccl_cuda(schedule, name=name, dtypes=dtypes)
-    return _output.write_tree(outdir, files, force=force)
+    return write_tree(outdir, files, force=force)

@@ -24,6 +24,7 @@ import re
 from typing import Mapping
 
 from ...errors import CollsynthError
+from ...fileio import check_outdir, write_tree
 from . import _output
 
 __all__ = ["generate_msccl_scheduler", "render_msccl_scheduler", "straggler_of"]
@@ -137,6 +138,6 @@ def generate_msccl_scheduler(xml_dir: str, outdir: str, *, force: bool = False,
                              stragglers: Mapping[str, int] | None = None) -> list[str]:
     """Check the XML files in ``xml_dir`` and write the scheduler's source, Makefile and file copies
     into ``outdir`` (must not exist or be empty unless ``force``). Returns the written paths."""
-    _output.check_outdir(outdir, force)
+    check_outdir(outdir, force)
     files = render_msccl_scheduler(xml_dir, stragglers=stragglers)
-    return _output.write_tree(outdir, files, force=force)
+    return write_tree(outdir, files, force=force)

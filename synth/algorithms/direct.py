@@ -7,8 +7,6 @@ full mesh). The schedule declares ports = n-1 messages per rank per step.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from ..ir import Schedule, ScheduleBuilder

@@ -13,8 +13,6 @@ of s bytes each.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from ..ir import Schedule, ScheduleBuilder

@@ -8,8 +8,6 @@ After the ReduceScatter rank r holds chunk r.
 
 from __future__ import annotations
 
-from typing import Any  # noqa: F401
-
 from ..ir import Schedule, ScheduleBuilder
 from . import register
 from .patterns import add_ring_allgather, add_ring_reducescatter

@@ -6,8 +6,6 @@ Two steps of n-1 messages of s/n bytes per rank: 2 alpha + 2(n-1)/n s beta on a 
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..ir import Schedule, ScheduleBuilder
 from . import register
 from .patterns import add_direct_allgather, add_direct_reducescatter
