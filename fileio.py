@@ -1,8 +1,9 @@
 """Writing files the way every command does: whole or not at all.
 
-``write_text_atomic`` for one file, ``write_tree`` for a folder of generated files (built in a
-temporary sibling and renamed into place, so a failure leaves nothing behind), ``check_outdir`` for
-the "exists and is not empty: pass --force" rule.
+``write_text_atomic`` for one file, ``save_figure`` for a PNG, ``write_tree`` for a folder of
+generated files (built in a temporary sibling and renamed into place, so a failure leaves nothing
+behind), ``check_outdir`` for the "exists and is not empty: pass --force" rule. Written files get the
+usual permissions (0666 less the umask), not mkstemp's 0600.
 """
 
 from __future__ import annotations
@@ -10,26 +11,40 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Any, Mapping
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping
 
 from .errors import CollsynthError
 
 
-def write_text_atomic(path: str, text: str | bytes) -> None:
-    """Write the whole file or nothing."""
+@contextmanager
+def _atomic_target(path: str, *, suffix: str = ".tmp") -> Iterator[str]:
+    """Yield a temporary path beside ``path``; on success it replaces ``path``, on failure it goes."""
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise CollsynthError(f"cannot write {path}: directory {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".collsynth-", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".collsynth-", suffix=suffix)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(text.encode() if isinstance(text, str) else text)
+        yield tmp
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_text_atomic(path: str, text: str | bytes) -> None:
+    """Write the whole file or nothing."""
+    with _atomic_target(path) as tmp:
+        _write(tmp, text)
+
+
+def save_figure(fig: Any, path: str, *, dpi: int = 120) -> None:
+    """Save a matplotlib figure as PNG, whole or not at all (no timestamp: byte-identical reruns)."""
+    with _atomic_target(path, suffix=".png") as tmp:
+        fig.savefig(tmp, format="png", dpi=dpi, metadata={"Software": None})
 
 
 def check_outdir(outdir: str, force: bool) -> None:
@@ -48,8 +63,7 @@ def write_tree(outdir: str, files: Mapping[str, str | bytes], *, force: bool) ->
     parent = os.path.dirname(outdir)
     if not os.path.isdir(parent):
         raise CollsynthError(f"cannot write {outdir}: directory {parent} does not exist")
-    fresh = not os.path.isdir(outdir) or not os.listdir(outdir)
-    if fresh:
+    if not os.path.isdir(outdir) or not os.listdir(outdir):
         tmp = tempfile.mkdtemp(dir=parent, prefix=".collsynth-")
         try:
             for rel, content in files.items():
@@ -65,16 +79,7 @@ def write_tree(outdir: str, files: Mapping[str, str | bytes], *, force: bool) ->
         for rel, content in files.items():
             path = os.path.join(outdir, rel)
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd, tmpf = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".collsynth-", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(content.encode() if isinstance(content, str) else content)
-                os.chmod(tmpf, 0o666 & ~_umask())
-                os.replace(tmpf, path)
-            except BaseException:
-                if os.path.exists(tmpf):
-                    os.unlink(tmpf)
-                raise
+            write_text_atomic(path, content)
     return sorted(os.path.join(outdir, rel) for rel in files)
 
 
@@ -88,20 +93,3 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
-
-
-def save_figure(fig: Any, path: str, *, dpi: int = 120) -> None:
-    """Save a matplotlib figure as PNG, whole or not at all (no timestamp: byte-identical reruns)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise CollsynthError(f"cannot write {path}: directory {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".collsynth-", suffix=".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", dpi=dpi, metadata={"Software": None})
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
