@@ -35,6 +35,20 @@ def _atomic_target(path: str, *, suffix: str = ".tmp") -> Iterator[str]:
         raise
 
 
+def read_text(path: str, *, what: str = "", error: type[CollsynthError] = CollsynthError) -> str:
+    """A UTF-8 text file's contents; a missing, unreadable or binary file raises ``error`` with one
+    line naming it (``what``, e.g. "topology file ", prefixes the path)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise error(f"cannot read {what}{path}: {e.strerror}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise error(f"{what}{path} is not a UTF-8 text file") from None
+
+
 def write_text_atomic(path: str, text: str | bytes) -> None:
     """Write the whole file or nothing."""
     with _atomic_target(path) as tmp:

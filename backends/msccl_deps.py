@@ -135,15 +135,10 @@ def order_deps(low: Lowered, recheck: bool = False) -> dict[str, Any]:
     early = np.flatnonzero(lv < steps)
     added = 0
     if len(early):
-        sender: dict[int, Op] = {}
-        receiver: dict[int, Op] = {}
+        sender, receiver = low.endpoints()
         by_step: dict[tuple[int, int], list[Op]] = {}
         for rops in low.ops:
             for op in rops:
-                if op.xout >= 0:
-                    sender[op.xout] = op
-                if op.xin >= 0:
-                    receiver[op.xin] = op
                 by_step.setdefault((op.rank, op.step), []).append(op)
         for pid in early.tolist():
             p = low.pieces[pid]

@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import CollsynthError
 from .msccl_check import check_xml_text
 from .msccl_deps import hazard_deps, order_deps
-from .msccl_lower import Lowered, Op, TbPlan, lower
+from .msccl_lower import Lowered, TbPlan, lower
 from .msccl_model import (DIALECTS, MAX_CHANNELS, MAX_COUNT, MAX_DEPID, MAX_INT16, MAX_NODES_PER_RANK, MAX_STEPS,
                           MAX_TBS, MAX_TOKEN, PROTOCOLS)
 
@@ -162,14 +162,7 @@ def loop_chunks(s: Any, value: int | str | None) -> int:
 def _render(low: Lowered, xs: dict[int, int], *, algo_attrs: list[tuple[str, Any]], instances: int,
             M: int, comment: str = "") -> str:
     mp = _Mapper(low, instances, M)
-    sender: dict[int, Op] = {}
-    receiver: dict[int, Op] = {}
-    for rops in low.ops:
-        for op in rops:
-            if op.xout >= 0:
-                sender[op.xout] = op
-            if op.xin >= 0:
-                receiver[op.xin] = op
+    sender, receiver = low.endpoints()
     K = instances
     icount = mp.mp * K if low.collective == "allgather" else M * K
     ocount = mp.mp * K if low.collective == "reducescatter" else M * K

@@ -110,6 +110,18 @@ class Lowered:
     ops: list[list[Op]]  # per rank, in program-wide order
     stats: dict[str, Any] = field(default_factory=dict)
 
+    def endpoints(self) -> tuple[dict[int, Op], dict[int, Op]]:
+        """The op that sends and the op that receives each piece, by piece id."""
+        sender: dict[int, Op] = {}
+        receiver: dict[int, Op] = {}
+        for rops in self.ops:
+            for op in rops:
+                if op.xout >= 0:
+                    sender[op.xout] = op
+                if op.xin >= 0:
+                    receiver[op.xin] = op
+        return sender, receiver
+
 
 class Layout:
     """Where (rank, chunk) lives: see the module docstring."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..fileio import read_text
 from .msccl_model import (EXECUTOR_COLLS, LEGACY_COLLS, BUFFERS, MAX_ATTRS, MAX_CHILDREN, MAX_TOKEN,
                           PROTOCOLS, STEP_TYPES, XAlgo, XGpu, XmlFormatError, XStep, XTb)
 
@@ -291,15 +292,7 @@ def _step_error(snode: _Node, gid: int, tid: int, source: str) -> None:
 
 def read_xml_file(path: str) -> XAlgo:
     """Read and parse a file; unreadable files raise XmlFormatError."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise XmlFormatError(f"cannot read {path}: {e.strerror}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise XmlFormatError(f"{path}: not a UTF-8 text file") from None
+    text = read_text(path, error=XmlFormatError)
     if text.startswith("\ufeff"):
         raise XmlFormatError(f"{path}:1: remove the byte-order mark: the runtime's tokenizer expects '<'")
     return parse_xml_text(text, path)

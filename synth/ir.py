@@ -351,14 +351,9 @@ def _csv_ints(values: np.ndarray) -> str:
 
 def load_schedule(path: str) -> Schedule:
     """Read a schedule JSON file; any problem raises ScheduleFileError."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise ScheduleFileError(f"cannot read {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise ScheduleFileError(f"{path}: not a text file") from None
-    return Schedule.from_json(text, source=path)
+    from ..fileio import read_text
+
+    return Schedule.from_json(read_text(path, error=ScheduleFileError), source=path)
 
 
 def save_schedule(schedule: Schedule, path: str) -> None:

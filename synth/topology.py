@@ -51,6 +51,7 @@ import networkx as nx
 import numpy as np
 
 from ..errors import CollsynthError
+from ..fileio import read_text
 from ..units import parse_rate, parse_time
 
 DEFAULT_ALPHA = 3e-6
@@ -396,13 +397,7 @@ _LINK_KEYS = {"src", "dst", "alpha", "bandwidth", "bidirectional"}
 def load_topology(path: str, n: int | None = None, alpha: float | None = None,
                   bandwidth: float | None = None) -> Topology:
     """Read a JSON topology file (schema in the module docstring); n, if given, must match "gpus"."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise CollsynthError(f"cannot read topology file {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise CollsynthError(f"topology file {path} is not a text file") from None
+    text = read_text(path, what="topology file ")
     try:
         d = json.loads(text)
     except json.JSONDecodeError as e:

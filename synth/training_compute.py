@@ -28,6 +28,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import CollsynthError
+from ..fileio import read_text
 from ..units import parse_rank_map, parse_time
 
 _BLOCK = 4096
@@ -52,11 +53,7 @@ def load_trace(path: str, nranks: int) -> np.ndarray:
     """A trace file (CSV or JSON, see module docstring) as a (micro-batches, nranks) array of seconds."""
     if not os.path.isfile(path):
         raise CollsynthError(f"trace file {path} does not exist: give a CSV or JSON file of per-rank times")
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise CollsynthError(f"cannot read trace file {path}: {e}") from None
+    text = read_text(path, what="trace file ")
     rows: list[list[Any]]
     stripped = text.lstrip()
     if stripped.startswith("[") or stripped.startswith("{"):

@@ -24,7 +24,7 @@ import re
 from typing import Mapping
 
 from ...errors import CollsynthError
-from ...fileio import check_outdir, write_tree
+from ...fileio import check_outdir, read_text, write_tree
 from . import _output
 
 __all__ = ["generate_msccl_scheduler", "render_msccl_scheduler", "straggler_of"]
@@ -99,14 +99,7 @@ def render_msccl_scheduler(xml_dir: str, *, stragglers: Mapping[str, int] | None
     slot = 0
     for f in names:
         path = os.path.join(xml_dir, f)
-        try:
-            with open(path, "rb") as fh:
-                raw = fh.read()
-            text = raw.decode("utf-8")
-        except OSError as e:
-            raise CollsynthError(f"cannot read {path}: {e.strerror}") from None
-        except UnicodeDecodeError:
-            raise CollsynthError(f"{path}: not a UTF-8 text file") from None
+        text = read_text(path)
         algo = parse_xml_text(text, path)  # XmlFormatError (a CollsynthError) names line and element
         report = check_xml_text(text, path)
         if not report.ok:
@@ -123,7 +116,7 @@ def render_msccl_scheduler(xml_dir: str, *, stragglers: Mapping[str, int] | None
         rows.append(f'  {{"{f}", {func}, {algo.ngpus}, {algo.nchunksperloop}, {algo.min_bytes}ULL, '
                     f'{algo.max_bytes}ULL, {algo.inplace}, {algo.outofplace}, {late}, {slot}}},')
         slot += algo.ngpus
-        files[f"msccl-algorithms/{f}"] = raw
+        files[f"msccl-algorithms/{f}"] = text.encode("utf-8")  # byte-identical: text is valid UTF-8
     ctx = dict(algo_rows="\n".join(rows), nalgos=len(names), nslots=slot)
     out: dict[str, str | bytes] = {
         "collsynth_msccl_scheduler.c": _output.render("msccl_scheduler.c.j2", **ctx),
