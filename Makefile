@@ -1,30 +1,39 @@
-# collsynth: `make run` runs the main job, `make test` the whole suite.
-# Both create .venv and install the project on first use.
+# collsynth: `make run` runs the main job, `make test` the whole suite (lint, types, tests).
+# Both create .venv on first use: `run` installs the package with its runtime dependencies only,
+# `test` adds the test extras (requirements-test.txt: the CPU torch wheel, pytest, hypothesis,
+# matplotlib, mypy, ruff, the NCCL wheel for the compile tests).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test bench clean schedules
+.PHONY: run test lint bench mutation schedules clean
 
-$(STAMP): pyproject.toml requirements-test.txt
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements-test.txt
-	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+$(RUN_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -qq --disable-pip-version-check -e .
+	touch $@
 
-run: $(STAMP)
+$(TEST_STAMP): $(RUN_STAMP) requirements-test.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-test.txt
+	touch $@
+
+run: $(RUN_STAMP)
 	$(BIN)/collsynth compare --gpus 8 --size 1GiB --alpha 3us --bandwidth 450GiB/s --arrival 7=5ms
 
-test: $(STAMP)
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: lint
 	$(BIN)/python -m pytest
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(BIN)/python bench/run_all.py
 
-schedules: $(STAMP)
+schedules: $(RUN_STAMP)
 	$(BIN)/collsynth schedules regenerate
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -2,6 +2,6 @@
 
 __version__ = "0.1.0"
 
-from .errors import CollsynthError
+from collsynth.errors import CollsynthError
 
 __all__ = ["CollsynthError", "__version__"]

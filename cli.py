@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
-from .commands import add_all_commands
-from .errors import CollsynthError
+from collsynth.commands import add_all_commands
+from collsynth.errors import CollsynthError
 
 
 class _Parser(argparse.ArgumentParser):

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import Callable, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
-from .errors import CollsynthError
+from collsynth.errors import CollsynthError
 
 T = TypeVar("T")
 

@@ -37,7 +37,7 @@ def main() -> None:
             out[f"verify_ring_n{n}_s"] = round(timed(["verify", path]), 3)
             out[f"simulate_ring_n{n}_s"] = round(timed(["simulate", path, *MODEL]), 3)
             out[f"file_mb_n{n}"] = round(os.path.getsize(path) / 1e6, 1)
-        from collsynth.synth.algorithms import build_schedule
+        from collsynth.synth.registry import build_schedule
         s = build_schedule("ring", args.n)
         out[f"transfers_n{args.n}"] = s.ntransfers
     print(json.dumps(out, indent=2))

@@ -13,8 +13,8 @@ import json
 import os
 import time
 
-from collsynth.backends.msccl_xml import check_xml_file, check_xml_text, emit_xml, xml_text_to_schedule
-from collsynth.synth.algorithms import build_schedule
+from collsynth.backends.msccl import check_xml_file, check_xml_text, emit_xml, xml_text_to_schedule
+from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate_model
 
 

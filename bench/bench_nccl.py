@@ -43,7 +43,7 @@ def _toolchain() -> tuple[str | None, str | None]:
 def generation(sizes: list[int]) -> list[dict]:
     from collsynth.backends.nccl.codegen import render_nccl_cuda
     from collsynth.backends.nccl.plan import build_plan
-    from collsynth.synth.algorithms import build_schedule
+    from collsynth.synth.registry import build_schedule
 
     rows = []
     for algo in ("ring", "stragglar", "direct"):
@@ -71,7 +71,7 @@ def _build(schedule, d: str, name: str, nvcc: str, home: str) -> float:
 
 
 def compile_times(nvcc: str, home: str) -> dict:
-    from collsynth.synth.algorithms import build_schedule
+    from collsynth.synth.registry import build_schedule
 
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -83,7 +83,7 @@ def compile_times(nvcc: str, home: str) -> dict:
 def prepare_loopback(nvcc: str, outdir: str) -> list[str]:
     """Build the loopback-only benchmarks (no NCCL needed) for ring and stragglar at n = 8 into outdir."""
     from collsynth.backends.nccl.codegen import generate_nccl_cuda
-    from collsynth.synth.algorithms import build_schedule
+    from collsynth.synth.registry import build_schedule
 
     os.makedirs(outdir, exist_ok=True)
     env = {**os.environ, "PATH": os.path.dirname(nvcc) + os.pathsep + os.environ.get("PATH", "")}

@@ -23,7 +23,7 @@ import time
 
 
 def model_numbers() -> dict:
-    from collsynth.synth.algorithms import build_schedule
+    from collsynth.synth.registry import build_schedule
     from collsynth.synth.simulate import simulate
     from collsynth.synth.topology import make_topology
     from collsynth.synth.verify import check
@@ -47,8 +47,8 @@ def model_numbers() -> dict:
 
 
 def rounds_table(max_n: int, max_k: int) -> dict:
-    from collsynth.synth.algorithms import build_schedule
-    from collsynth.synth.algorithms.stragglar_design import lower_bound
+    from collsynth.synth.algorithms.stragglar.design import lower_bound
+    from collsynth.synth.registry import build_schedule
     from collsynth.synth.verify import check
 
     rows, gaps = [], {}
@@ -69,8 +69,8 @@ def rounds_table(max_n: int, max_k: int) -> dict:
 
 
 def timing() -> dict:
-    from collsynth.synth.algorithms import build_schedule
-    from collsynth.synth.algorithms.stragglar_design import phase2_plan
+    from collsynth.synth.algorithms.stragglar.phase2 import phase2_plan
+    from collsynth.synth.registry import build_schedule
     from collsynth.synth.verify import check
 
     check(build_schedule("stragglar", 4))  # imports and first-call costs out of the way
@@ -86,8 +86,8 @@ def timing() -> dict:
 
 
 def gloo(ranks: int, size_text: str, delay_text: str, iters: int, progress: bool) -> dict:
-    from collsynth.backends.torch_bench import prepare_bench, run_bench, run_calibrate
-    from collsynth.synth.algorithms import build_schedule
+    from collsynth.backends.torch.bench import prepare_bench, run_bench, run_calibrate
+    from collsynth.synth.registry import build_schedule
     from collsynth.synth.verify import check
     from collsynth.units import parse_size, parse_time
 
@@ -122,7 +122,7 @@ def main() -> None:
     ap.add_argument("--no-table", action="store_true", help="skip the rounds table")
     ap.add_argument("--progress", action="store_true")
     a = ap.parse_args()
-    from collsynth.synth.algorithms import algorithms
+    from collsynth.synth.registry import algorithms
 
     algorithms()
     out: dict = {"bench": "stragglar_pipeline", "timing": timing(), "model": model_numbers()}

@@ -12,7 +12,7 @@ import json
 import os
 import time
 
-from collsynth.synth.algorithms import build_schedule
+from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import make_topology
 

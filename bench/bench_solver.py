@@ -16,10 +16,10 @@ import json
 import sys
 import time
 
-from collsynth.synth.algorithms import build_schedule
+from collsynth.synth.algorithms.stragglar.rounds import rounds_row
+from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
-from collsynth.synth.solver import solve
-from collsynth.synth.solver_rounds import rounds_row
+from collsynth.synth.solver.solve import solve
 from collsynth.synth.topology import make_topology
 from collsynth.synth.verify import verify
 

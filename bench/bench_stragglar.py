@@ -10,8 +10,9 @@ import argparse
 import json
 import time
 
-from collsynth.synth.algorithms import algorithms, build_schedule
-from collsynth.synth.algorithms.stragglar_design import lower_bound, phase2_plan
+from collsynth.synth.algorithms.stragglar.design import lower_bound
+from collsynth.synth.algorithms.stragglar.phase2 import phase2_plan
+from collsynth.synth.registry import algorithms, build_schedule
 from collsynth.synth.verify import check
 
 

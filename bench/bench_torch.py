@@ -6,7 +6,7 @@ Run: .venv/bin/python bench/bench_torch.py [--ranks 8] [--size 32MiB] [--delay 1
    ReduceScatter); ring, stragglar, torch and auto (run-time detection) take turns each iteration.
    Criterion: stragglar's median time after the straggler arrives <= 0.85 x torch's.
 2. no straggler: ring executor vs torch. Criterion: ring median <= 1.3 x torch's.
-3. first: calibrate (pattern ring) -> alpha, bandwidth -> the simulator (the lead's compare_rows, nvswitch
+3. first: calibrate (pattern ring) -> alpha, bandwidth -> the simulator (synth.compare, nvswitch
    topology, the same arrivals) predicts ring and stragglar; criterion: within 30% of run 1/run 2.
 """
 
@@ -20,8 +20,8 @@ import time
 
 
 def main() -> None:
-    from collsynth.backends.torch_bench import prepare_bench, run_bench, run_calibrate
-    from collsynth.commands.core import compare_rows
+    from collsynth.backends.torch.bench import prepare_bench, run_bench, run_calibrate
+    from collsynth.synth.compare import compare as compare_rows
     from collsynth.synth.topology import make_topology
     from collsynth.units import parse_size, parse_time
 

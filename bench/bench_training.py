@@ -21,8 +21,8 @@ import os
 import time
 
 from collsynth.synth.topology import make_topology
-from collsynth.synth.training import TrainingSetup, simulate_training
-from collsynth.synth.training_compute import ComputeModel
+from collsynth.training.compute import ComputeModel
+from collsynth.training.model import TrainingSetup, simulate_training
 
 METHODS = ("ddp", "ddp-bucketed", "zero1", "acco")
 
@@ -70,7 +70,7 @@ REAL = [
 
 
 def real(steps: int) -> list[dict[str, object]]:
-    from collsynth.backends.torch_train_bench import prepare, run_train_bench
+    from collsynth.training.bench import prepare, run_train_bench
     from collsynth.units import parse_time
 
     out = []

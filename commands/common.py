@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Callable, Sequence
-
+from collections.abc import Callable, Sequence
+from typing import Any
 
 
 def print_json(obj: Any) -> None:

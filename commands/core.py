@@ -1,18 +1,29 @@
-"""Core commands: algorithms, topologies, synth, info, verify, simulate, compare."""
+"""Core commands: algorithms, topologies, synth, info, verify, simulate, compare (argparse and printing;
+the work is the library's: synth.registry, synth.verify, synth.simulate, synth.compare, backends)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
-from ..errors import CollsynthError, ScheduleFileError
-from ..fileio import write_text_atomic
-from ..units import format_time, parse_arrivals, parse_rate, parse_size, parse_time
-from .common import add_model_args, int_arg, print_json, print_table
+from collsynth.api import is_xml, load_schedule, verify_file
+from collsynth.backends import emit
+from collsynth.commands.common import add_model_args, int_arg, print_json, print_table
+from collsynth.commands.emit_cmds import add_msccl_xml_options, msccl_xml_options
+from collsynth.errors import CollsynthError
+from collsynth.fileio import write_text_atomic
+from collsynth.synth.algorithms.stragglar.family import write_family
+from collsynth.synth.compare import compare
+from collsynth.synth.registry import algorithm_params, algorithms, build_schedule, param_flag
+from collsynth.synth.simulate import simulate
+from collsynth.synth.topology import make_topology, topology_presets
+from collsynth.synth.verify import check
+from collsynth.units import format_time, parse_arrivals, parse_rate, parse_size, parse_time
 
 
-def add_commands(sub: "argparse._SubParsersAction") -> None:
+def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("algorithms", help="list the algorithms", description="List every registered algorithm.")
     p.set_defaults(func=cmd_algorithms)
 
@@ -52,7 +63,7 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--format", "-f", default="json", help="json (default) or msccl-xml")
     p.add_argument("-o", "--output", default=None, help="output file (stdout when omitted)")
     p.add_argument("--force", action="store_true", help="with --straggler all: overwrite a non-empty directory")
-    _add_xml_options(p)
+    add_msccl_xml_options(p)
     p.set_defaults(func=cmd_synth)
 
     p = sub.add_parser("info", help="summarize a schedule file", description="Ranks, chunks, steps, transfers, "
@@ -96,41 +107,8 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
 
 
 # ---------------------------------------------------------------------------------------- helpers
-
-
-def _xml_module() -> Any:
-    try:
-        from ..backends import msccl_xml
-    except ImportError:
-        return None
-    return msccl_xml
-
-
-def _add_xml_options(p: argparse.ArgumentParser) -> None:
-    mod = _xml_module()
-    if mod is not None and hasattr(mod, "add_xml_options"):
-        mod.add_xml_options(p)
-
-
-def _is_xml(path: str) -> bool:
-    return path.lower().endswith(".xml")
-
-
-def load_any(path: str) -> Any:
-    """A Schedule from a JSON schedule or an MSCCL XML file."""
-    if _is_xml(path):
-        mod = _xml_module()
-        if mod is None:
-            raise ScheduleFileError(f"{path}: reading MSCCL XML needs collsynth.backends.msccl_xml")
-        return mod.xml_to_schedule(path)
-    from ..synth.ir import load_schedule
-    return load_schedule(path)
-
-
 def model_from_args(args: argparse.Namespace, n: int) -> tuple[int, Any, dict[int, float]]:
     """(size bytes, Topology, arrivals) from --size/--alpha/--bandwidth/--topology/--arrival."""
-    from ..synth.topology import make_topology
-
     size = parse_size(args.size)
     alpha = parse_time(args.alpha) if args.alpha is not None else None
     bw = parse_rate(args.bandwidth) if args.bandwidth is not None else None
@@ -141,8 +119,6 @@ def model_from_args(args: argparse.Namespace, n: int) -> tuple[int, Any, dict[in
 
 # ---------------------------------------------------------------------------------------- commands
 def cmd_algorithms(args: argparse.Namespace) -> int:
-    from ..synth.algorithms import algorithm_params, algorithms, param_flag
-
     for name, info in algorithms().items():
         opts = " ".join(param_flag(o) for o in algorithm_params(name))
         colls = ",".join(info.collectives)
@@ -151,14 +127,13 @@ def cmd_algorithms(args: argparse.Namespace) -> int:
 
 
 def cmd_topologies(args: argparse.Namespace) -> int:
-    from ..synth.topology import topology_presets
-
     for name, desc in topology_presets().items():
         print(f"{name:<10} {desc}")
     return 0
 
 
 def _synth_params(args: argparse.Namespace) -> dict[str, Any]:
+    """build_schedule keywords from the synth flags."""
     params: dict[str, Any] = {}
     if args.straggler is not None and args.straggler != "all":
         try:
@@ -183,9 +158,7 @@ def _synth_params(args: argparse.Namespace) -> dict[str, Any]:
         params["time_limit"] = parse_time(args.time_limit, allow_zero=False)
     if args.solver is not None:
         params["solver"] = args.solver
-    accepted = _accepts(args.algorithm)
-    if "topology" in accepted:  # the topology carries the model: fold --alpha/--bandwidth into it
-        from ..synth.topology import make_topology
+    if "topology" in algorithm_params(args.algorithm):  # the topology carries the model: fold --alpha/--bandwidth in
         params["topology"] = make_topology(args.topology or "nvswitch", args.gpus,
                                            alpha=params.pop("alpha", None), bandwidth=params.pop("bandwidth", None))
     return params
@@ -199,12 +172,8 @@ def _pipeline_int(text: str) -> int:
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
-    from ..synth.algorithms import build_schedule
-    from ..synth.verify import check
-
     n = args.gpus
     if args.topology is not None:
-        from ..synth.topology import make_topology
         make_topology(args.topology, n)
     params = _synth_params(args)
     if args.format not in ("json", "msccl-xml"):
@@ -213,10 +182,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
         return _synth_family(args, params)
     schedule = check(build_schedule(args.algorithm, n, args.collective, **params))
     if args.format == "msccl-xml":
-        mod = _xml_module()
-        if mod is None:
-            raise CollsynthError("--format msccl-xml needs collsynth.backends.msccl_xml")
-        text = mod.emit_xml(schedule, **mod.xml_options_from_args(args))
+        text = emit(schedule, "msccl-xml", **msccl_xml_options(args))
     else:
         text = schedule.to_json()
     if args.output in (None, "-"):
@@ -228,45 +194,19 @@ def cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
-def _accepts(algorithm: str) -> tuple[str, ...]:
-    from ..synth.algorithms import algorithm_params
-    return algorithm_params(algorithm)
-
-
 def _synth_family(args: argparse.Namespace, params: dict[str, Any]) -> int:
     if args.algorithm != "stragglar":
         raise CollsynthError("--straggler all applies to -a stragglar only")
     if not args.output or args.output == "-":
         raise CollsynthError("--straggler all writes one file per straggler: give a directory with -o DIR")
-    from ..synth.algorithms.stragglar import write_family
-
     manifest = write_family(args.gpus, args.output, force=args.force, **params)
-    count = len(manifest["schedules"]) if isinstance(manifest, dict) and "schedules" in manifest else args.gpus
-    print(f"wrote {count} verified schedules and manifest.json to {args.output}", file=sys.stderr)
+    print(f"wrote {len(manifest['schedules'])} verified schedules and manifest.json to {args.output}", file=sys.stderr)
     return 0
 
 
-def schedule_summary(s: Any) -> dict[str, Any]:
-    """The facts `collsynth info` prints."""
-    sent = s.bytes_sent_per_rank()
-    return {
-        "name": s.name,
-        "collective": s.collective,
-        "ranks": s.nranks,
-        "chunks": s.nchunks,
-        "steps": s.nsteps,
-        "transfers": s.ntransfers,
-        "ports": s.ports,
-        "steps_per_phase": s.steps_per_phase(),
-        "phases": [ph.to_json() for ph in s.phases],
-        "bytes_sent_per_buffer_byte": [round(float(x), 12) for x in sent],
-        "meta": s.meta,
-    }
-
-
 def cmd_info(args: argparse.Namespace) -> int:
-    s = load_any(args.file)
-    info = schedule_summary(s)
+    s = load_schedule(args.file)
+    info = s.summary()
     if args.json:
         print_json(info)
         return 0
@@ -285,9 +225,11 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def _ranges(ranks: tuple[int, ...]) -> str:
-    out, start, prev = [], None, None
+    """"0-2,5" for (0, 1, 2, 5)."""
+    out: list[str] = []
+    start = prev = None
     for r in ranks:
-        if start is None:
+        if start is None or prev is None:
             start = prev = r
         elif r == prev + 1:
             prev = r
@@ -300,15 +242,7 @@ def _ranges(ranks: tuple[int, ...]) -> str:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    if _is_xml(args.file):
-        mod = _xml_module()
-        if mod is None:
-            raise ScheduleFileError(f"{args.file}: reading MSCCL XML needs collsynth.backends.msccl_xml")
-        report = mod.check_xml_file(args.file)
-    else:
-        from ..synth.ir import load_schedule
-        from ..synth.verify import verify
-        report = verify(load_schedule(args.file), ports=args.ports)
+    report = verify_file(args.file, ports=args.ports)
     if args.json:
         print_json({"file": args.file, "ok": report.ok, "message": report.message})
     else:
@@ -316,21 +250,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def _verified(s: Any, path: str) -> Any:
-    from ..synth.verify import verify
-
-    report = verify(s)
-    if not report.ok:
-        raise CollsynthError(f"{path} does not verify ({report.message}); fix the schedule before timing it")
-    return s
-
-
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from ..synth.simulate import simulate
-
-    s = load_any(args.file)
-    if not _is_xml(args.file):
-        _verified(s, args.file)
+    s = load_schedule(args.file)  # an XML file is checked as it is read
+    if not is_xml(args.file):
+        check(s, source=args.file)
     size, topo, arrivals = model_from_args(args, s.nranks)
     res = simulate(s, size, topo, arrivals, timeline=bool(args.timeline))
     out = {
@@ -343,7 +266,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         "rank_finish_s": list(res.rank_finish_s),
     }
     if args.timeline:
-        import json
         write_text_atomic(args.timeline, json.dumps(res.timeline) + "\n")
     if args.json:
         print_json(out)
@@ -354,59 +276,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def compare_rows(n: int, size: int, topo: Any, arrivals: dict[int, float], names: list[str] | None = None,
-                 solver_time_limit: float | None = None, progress: bool = False) -> list[dict[str, Any]]:
-    """Build, verify and simulate each algorithm; rows sorted fastest first (after the last arrival)."""
-    from ..synth.algorithms import algorithms, build_schedule
-    from ..synth.simulate import simulate
-    from ..synth.verify import check
-
-    regs = algorithms()
-    default = [a for a, info in regs.items() if "allreduce" in info.collectives and a != "solver"]
-    names = list(names or default)
-    if solver_time_limit is not None and "solver" not in names:
-        names.append("solver")
-    for a in names:
-        if a not in regs:
-            raise CollsynthError(f"unknown algorithm {a!r} in --algorithms: choose from {', '.join(regs)}")
-    if "ring" not in names:
-        names = ["ring", *names]
-        hide_ring = True
-    else:
-        hide_ring = False
-    times = [arrivals.get(r, 0.0) for r in range(n)]
-    latest = max(range(n), key=lambda r: (times[r], r))
-    rows = []
-    for i, a in enumerate(names):
-        if progress:
-            print(f"[{i + 1}/{len(names)}] {a}", file=sys.stderr)
-        params: dict[str, Any] = {}
-        note = ""
-        accepted = _accepts(a)
-        if "straggler" in accepted:
-            params["straggler"] = latest
-            note = f"straggler={latest}"
-        if a == "stragglar":  # pipeline depth from the model the straggler sees on this topology
-            from ..synth.algorithms.stragglar_pipeline import topology_model
-            al, bw = topology_model(topo, latest)
-            params.update(pipeline="auto", size=size, alpha=al, bandwidth=bw)
-        if a == "solver":
-            params.update(arrivals=arrivals, time_limit=solver_time_limit, size=size, topology=topo)
-        s = check(build_schedule(a, n, "allreduce", **{k: v for k, v in params.items() if k in accepted}))
-        if "pipeline" in s.meta and s.meta.get("pipeline", 1) != 1:
-            note += f" K={s.meta['pipeline']}"
-        res = simulate(s, size, topo, arrivals)
-        rows.append({"algorithm": a, "completion_s": res.completion_s,
-                     "after_last_arrival_s": res.after_last_arrival_s, "steps": s.nsteps, "note": note.strip()})
-    ring = next(r for r in rows if r["algorithm"] == "ring")["after_last_arrival_s"]
-    for r in rows:
-        r["speedup_vs_ring"] = ring / r["after_last_arrival_s"] if r["after_last_arrival_s"] > 0 else float("inf")
-    if hide_ring:
-        rows = [r for r in rows if r["algorithm"] != "ring"]
-    rows.sort(key=lambda r: (r["after_last_arrival_s"], r["algorithm"]))
-    return rows
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     n = args.gpus
     if n < 2:
@@ -414,7 +283,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     size, topo, arrivals = model_from_args(args, n)
     names = [a.strip() for a in args.algorithms.split(",") if a.strip()] if args.algorithms else None
     limit = parse_time(args.solver_time_limit, allow_zero=False) if args.solver_time_limit else None
-    rows = compare_rows(n, size, topo, arrivals, names, limit, progress=sys.stderr.isatty() and not args.json)
+    rows = compare(n, size, topo, arrivals, names, limit, progress=sys.stderr.isatty() and not args.json)
     if args.json:
         print_json({"gpus": n, "size_bytes": size, "topology": args.topology,
                     "arrivals": {str(k): v for k, v in sorted(arrivals.items())}, "rows": rows})

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from ..errors import CollsynthError
-from ..fileio import write_text_atomic
-from ..units import parse_time
-from .common import print_json, print_table
+
+from collsynth.commands.common import print_json, print_table
+from collsynth.errors import CollsynthError
+from collsynth.fileio import write_text_atomic
+from collsynth.synth.algorithms.stragglar.rounds import rounds_row
+from collsynth.units import parse_time
 
 
-def add_commands(sub: "argparse._SubParsersAction") -> None:
+def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "solve-rounds", help="fewest rounds of StragglAR's completion collective (MILP)",
         description="Decide with a MILP how many rounds the completion collective of StragglAR needs "
@@ -54,8 +56,6 @@ def _gpu_list(items: list[str]) -> list[int]:
 
 
 def cmd_solve_rounds(args: argparse.Namespace) -> int:
-    from ..synth.solver_rounds import rounds_row
-
     ns = _gpu_list(args.gpus)
     limit = parse_time(args.time_limit, allow_zero=False)
     if args.output is not None and len(ns) != 1:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..errors import CollsynthError
-from ..units import format_time, parse_rate, parse_size, parse_time
-from .common import print_json, print_table
+from collsynth.commands.common import print_json, print_table
+from collsynth.errors import CollsynthError
+from collsynth.synth.algorithms.stragglar.analysis import DEFAULT_NS, plot, reproduce
+from collsynth.units import format_time, parse_rate, parse_size, parse_time
 
 
-def add_commands(sub: "argparse._SubParsersAction") -> None:
+def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("reproduce", help="reproduce a paper's results from schedules",
                        description="Reproduce a paper's analytic results by building, verifying and simulating "
                                    "schedules (not by evaluating formulas).")
@@ -42,8 +43,6 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
 
 
 def _gpus(text: str | None) -> list[int]:
-    from ..synth.stragglar_analysis import DEFAULT_NS
-
     if text is None:
         return list(DEFAULT_NS)
     out = []
@@ -71,8 +70,6 @@ def _pipeline(text: str) -> int | str:
 
 
 def cmd_reproduce_stragglar(args: argparse.Namespace) -> int:
-    from ..synth.stragglar_analysis import plot, reproduce
-
     ns = _gpus(args.gpus)
     model: dict[str, Any] = {"size": parse_size(args.size), "alpha": parse_time(args.alpha),
                              "bandwidth": parse_rate(args.bandwidth), "topology": args.topology}

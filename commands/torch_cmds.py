@@ -5,15 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..units import format_time, parse_size, parse_time
-from .common import int_arg, print_json, print_table
+from collsynth.backends.torch.bench import DEFAULT_SIZES, parse_delays, prepare_bench, run_bench, run_calibrate
+from collsynth.backends.torch.launch import LaunchError, check_backend
+from collsynth.commands.common import int_arg, print_json, print_table
+from collsynth.synth.ir import load_schedule
+from collsynth.units import format_time, parse_size, parse_time
 
 DEFAULT_ALGORITHMS = "ring,rhd,stragglar,torch"
 
 
-
-
-def add_commands(sub: "argparse._SubParsersAction") -> None:
+def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench", help="time schedules against torch all_reduce with real processes",
         description="Start --ranks processes on this machine (torch.distributed, gloo on CPU or nccl on GPUs), "
@@ -64,10 +65,6 @@ def _spread(st: dict[str, float]) -> str:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from ..backends.torch_bench import parse_delays, prepare_bench, run_bench
-    from ..backends.torch_launch import LaunchError, check_backend
-    from ..synth.ir import load_schedule
-
     check_backend(args.backend, args.ranks)
     size = parse_size(args.size)
     delays = parse_delays(args.delay, args.ranks)
@@ -109,9 +106,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from ..backends.torch_bench import DEFAULT_SIZES, run_calibrate
-    from ..backends.torch_launch import LaunchError, check_backend
-
     check_backend(args.backend, args.ranks)
     sizes = [parse_size(s.strip()) for s in args.sizes.split(",") if s.strip()] if args.sizes else DEFAULT_SIZES
     try:
@@ -131,6 +125,5 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                  for p in res["points"]], ["size", "measured", "model"], ["bytes", "measured", "alpha + size/B"])
     print(f"predict with: {res['compare']} [--arrival RANK=TIME]")
     return 0
-
 
 __all__ = ["add_commands", "cmd_bench", "cmd_calibrate"]

@@ -5,11 +5,18 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from ..errors import CollsynthError
-from ..units import format_time, parse_size, parse_time
-from .common import int_arg, print_json, print_table
+from collsynth.backends.torch.launch import LaunchError
+from collsynth.commands.common import int_arg, print_json, print_table
+from collsynth.errors import CollsynthError
+from collsynth.synth.topology import make_topology
+from collsynth.training.bench import parse_runs, prepare, run_train_bench
+from collsynth.training.compute import ComputeModel, load_trace, parse_slow
+from collsynth.training.model import TrainingSetup, check_methods, simulate_training
+from collsynth.training.plot import plot_training
+from collsynth.units import format_time, parse_rate, parse_size, parse_time
 
 DEFAULT_METHODS = "ddp,ddp-bucketed,zero1,acco"
 DEFAULT_ALGORITHMS = "ring,stragglar"
@@ -52,7 +59,7 @@ def _add_workload_args(p: argparse.ArgumentParser, *, trace: bool = True, comput
     p.add_argument("--seed", type=int_arg("--seed"), default=0, help="jitter seed (default 0)")
 
 
-def add_commands(sub: "argparse._SubParsersAction") -> None:
+def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train-sim", help="simulate training throughput: DDP, bucketed DDP, ZeRO-1, ACCO x algorithms",
         description="Simulate many training steps on --gpus ranks: per-rank compute per micro-batch (constant, "
@@ -121,7 +128,6 @@ def add_commands(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     p.set_defaults(func=cmd_train_bench)
 
-
 # ---------------------------------------------------------------------------------------------- train-sim
 def _time(flag: str, text: str, *, allow_zero: bool = True) -> float:
     """parse_time with the flag named in the error."""
@@ -139,8 +145,6 @@ def _names(text: str, what: str) -> list[str]:
 
 
 def compute_model_from_args(args: argparse.Namespace, n: int) -> Any:
-    from ..synth.training_compute import ComputeModel, load_trace, parse_slow
-
     slow = parse_slow(args.slow, n)
     trace_path = getattr(args, "trace", None)
     if trace_path and args.compute:
@@ -153,9 +157,6 @@ def compute_model_from_args(args: argparse.Namespace, n: int) -> Any:
 
 
 def setup_from_args(args: argparse.Namespace) -> Any:
-    from ..synth.topology import make_topology
-    from ..synth.training import TrainingSetup
-
     n = args.gpus
     if isinstance(n, bool) or n < 2:
         raise CollsynthError(f"--gpus must be an integer >= 2, got {n}")
@@ -201,7 +202,6 @@ def rows_for(results: Sequence[Any]) -> list[dict[str, Any]]:
         })
     return rows
 
-
 TABLE_COLUMNS = ["method", "algorithm", "throughput", "speedup", "step", "batch", "idle", "ran"]
 
 
@@ -223,8 +223,6 @@ def setup_summary(setup: Any) -> dict[str, Any]:
 
 
 def cmd_train_sim(args: argparse.Namespace) -> int:
-    from ..synth.training import check_methods, simulate_training
-
     setup = setup_from_args(args)
     methods = check_methods(_names(args.methods, "--methods"))
     algorithms = _names(args.algorithms, "--algorithms")
@@ -232,8 +230,6 @@ def cmd_train_sim(args: argparse.Namespace) -> int:
         raise CollsynthError(f"--plot {args.plot}: the picture is a PNG, name it FILE.png")
     results = simulate_training(setup, methods, algorithms)
     if args.plot:
-        from ..synth.training_plot import plot_training
-
         plot_training(results, args.plot, title=_title(setup))
     if args.json:
         print_json({"setup": setup_summary(setup), "results": [r.to_json_dict() for r in results]})
@@ -255,14 +251,8 @@ def _title(setup: Any) -> str:
             f"gradients {setup.grad_bytes / 1e6:.4g} MB, compute {setup.compute.describe()}, "
             f"{setup.microbatches} micro-batch(es)/step, {setup.steps} steps")
 
-
 # ---------------------------------------------------------------------------------------------- train-bench
 def cmd_train_bench(args: argparse.Namespace) -> int:
-    from ..backends.torch_launch import LaunchError
-    from ..backends.torch_train_bench import parse_runs, prepare, run_train_bench
-    from ..synth.training_compute import parse_slow
-    from ..units import parse_rate
-
     if (args.alpha is None) != (args.bandwidth is None):
         raise CollsynthError("give both --alpha and --bandwidth (to skip calibration) or neither")
     alpha = _time("--alpha", args.alpha) if args.alpha is not None else None
@@ -305,6 +295,5 @@ def cmd_train_bench(args: argparse.Namespace) -> int:
         print(f"{g['run']} over {g['over']}: measured {g['measured']:.3f}x, predicted {g['predicted']:.3f}x, "
               f"nominal {g['predicted_nominal']:.3f}x")
     return 0
-
 
 __all__ = ["add_commands", "cmd_train_sim", "cmd_train_bench", "setup_from_args", "rows_for"]

@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import ScheduleFileError, CollsynthError
+from collsynth.errors import CollsynthError, ScheduleFileError
+from collsynth.fileio import read_text, write_text_atomic
 
 COLLECTIVES = ("allreduce", "reducescatter", "allgather")
 FORMAT = "collsynth-schedule"
@@ -129,7 +131,7 @@ class Schedule:
     @classmethod
     def from_arrays(cls, collective: str, nranks: int, nchunks: int, *, step: Any, src: Any, dst: Any,
                     chunk: Any, count: Any = None, reduce: Any = None, nsteps: int | None = None,
-                    **kw: Any) -> "Schedule":
+                    **kw: Any) -> Schedule:
         """Build from parallel arrays; sorts stably by step."""
         step = np.asarray(step, dtype=np.int64)
         m = len(step)
@@ -142,7 +144,7 @@ class Schedule:
             nsteps = int(step.max()) + 1 if m else 0
         return cls(collective, nranks, nchunks, nsteps, **cols, **kw)
 
-    def replace(self, **changes: Any) -> "Schedule":
+    def replace(self, **changes: Any) -> Schedule:
         """A copy with some fields changed (passes never mutate)."""
         fields = {k: getattr(self, k) for k in ("collective", "nranks", "nchunks", "nsteps", *_COLUMNS,
                                                 "phases", "owner", "ports", "name", "meta")}
@@ -192,7 +194,7 @@ class Schedule:
             progs[t.dst].append(("recv", t.step, t.src, t.chunk, t.count, t.reduce))
         return progs
 
-    def dependency_dag(self) -> "Any":
+    def dependency_dag(self) -> Any:
         """networkx DiGraph over transfer indices: RAW, WAW and WAR edges between steps."""
         import networkx as nx
 
@@ -234,12 +236,20 @@ class Schedule:
             out["(all ranks)"] = self.nsteps - covered
         return out
 
+    def summary(self) -> dict[str, Any]:
+        """The facts `collsynth info` prints (JSON-ready)."""
+        sent = self.bytes_sent_per_rank()
+        return {"name": self.name, "collective": self.collective, "ranks": self.nranks, "chunks": self.nchunks,
+                "steps": self.nsteps, "transfers": self.ntransfers, "ports": self.ports,
+                "steps_per_phase": self.steps_per_phase(), "phases": [ph.to_json() for ph in self.phases],
+                "bytes_sent_per_buffer_byte": [round(float(x), 12) for x in sent], "meta": self.meta}
+
     def bytes_sent_per_rank(self) -> np.ndarray:
         """Bytes each rank sends per byte of its buffer."""
         sent = np.bincount(self.src, weights=self.count, minlength=self.nranks)[: self.nranks]
         return sent / self.nchunks
 
-    def relabel(self, perm: Sequence[int]) -> "Schedule":
+    def relabel(self, perm: Sequence[int]) -> Schedule:
         """Rename ranks: old rank r becomes perm[r]. Chunks keep their indices."""
         p = np.asarray(perm, dtype=np.int64)
         if sorted(p.tolist()) != list(range(self.nranks)):
@@ -280,7 +290,7 @@ class Schedule:
         return hashlib.sha256(self.to_json().encode()).hexdigest()
 
     @classmethod
-    def from_json_dict(cls, d: Any, source: str = "schedule") -> "Schedule":
+    def from_json_dict(cls, d: Any, source: str = "schedule") -> Schedule:
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ScheduleFileError(f"{source}: not a collsynth schedule (missing \"format\": \"{FORMAT}\")")
         if d.get("version") != VERSION:
@@ -309,7 +319,7 @@ class Schedule:
             raise ScheduleFileError(f"{source}: malformed schedule ({type(e).__name__}: {e})") from None
 
     @classmethod
-    def from_json(cls, text: str, source: str = "schedule") -> "Schedule":
+    def from_json(cls, text: str, source: str = "schedule") -> Schedule:
         try:
             d = json.loads(text)
         except json.JSONDecodeError as e:
@@ -340,7 +350,7 @@ def _csv_ints(values: np.ndarray) -> str:
     if len(a) == 0:
         return ""
     lo, hi = int(a.min()), int(a.max())
-    if 0 <= lo and hi < 1 << 20:  # small non-negative values: format each distinct value once
+    if lo >= 0 and hi < 1 << 20:  # small non-negative values: format each distinct value once
         table = np.arange(hi + 1, dtype=np.int64)
         grid = _digit_grid(table, np.zeros(hi + 1, np.bool_))[a]
     else:
@@ -351,14 +361,12 @@ def _csv_ints(values: np.ndarray) -> str:
 
 def load_schedule(path: str) -> Schedule:
     """Read a schedule JSON file; any problem raises ScheduleFileError."""
-    from ..fileio import read_text
 
     return Schedule.from_json(read_text(path, error=ScheduleFileError), source=path)
 
 
 def save_schedule(schedule: Schedule, path: str) -> None:
     """Write atomically: a failure never leaves a half-written file."""
-    from ..fileio import write_text_atomic
 
     write_text_atomic(path, schedule.to_json())
 

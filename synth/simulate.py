@@ -28,15 +28,17 @@ with numpy, so millions of transfers simulate in seconds.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from ..errors import CollsynthError
-from ..units import parse_rate, parse_size, parse_time
-from .ir import Schedule
-from .topology import Topology, make_topology
+from collsynth.errors import CollsynthError
+from collsynth.synth.arrivals import arrival_vector
+from collsynth.synth.ir import Schedule
+from collsynth.synth.topology import Topology, make_topology
+from collsynth.units import parse_rate, parse_size, parse_time
 
 
 @dataclass(frozen=True)
@@ -63,44 +65,6 @@ class SimResult:
         if self.timeline is not None:
             d["timeline"] = self.timeline
         return d
-
-
-def arrival_vector(arrivals: Mapping[Any, Any] | Sequence[Any] | np.ndarray | None, nranks: int) -> np.ndarray:
-    """Per-rank arrival times (seconds) from a {rank: time} dict (missing ranks 0) or a sequence."""
-    out = np.zeros(nranks, np.float64)
-    if arrivals is None:
-        return out
-    if isinstance(arrivals, Mapping):
-        for k, v in arrivals.items():
-            try:
-                r = int(k)
-                if isinstance(k, bool) or (not isinstance(k, (int, np.integer)) and str(r) != str(k).strip()):
-                    raise ValueError
-            except (TypeError, ValueError):
-                raise CollsynthError(f"arrival rank {k!r} is not an integer rank") from None
-            if not 0 <= r < nranks:
-                raise CollsynthError(f"arrival for rank {r}: ranks are 0..{nranks - 1}")
-            out[r] = _seconds(v, r)
-        return out
-    if isinstance(arrivals, (str, bytes)):
-        raise CollsynthError("arrivals must be a {rank: time} mapping or one time per rank")
-    vals = list(arrivals)
-    if len(vals) != nranks:
-        raise CollsynthError(f"arrivals list has {len(vals)} entries for {nranks} ranks: give one per rank")
-    for r, v in enumerate(vals):
-        out[r] = _seconds(v, r)
-    return out
-
-
-def _seconds(v: Any, rank: int) -> float:
-    if isinstance(v, str):
-        return parse_time(v)
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-        raise CollsynthError(f"arrival of rank {rank} must be a time in seconds or like '5ms', not {v!r}")
-    x = float(v)
-    if not math.isfinite(x) or x < 0:
-        raise CollsynthError(f"arrival of rank {rank} is {v!r}: use a finite time >= 0")
-    return x
 
 
 def _check_columns(s: Schedule) -> None:

@@ -45,14 +45,17 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import numpy as np
 
-from ..errors import CollsynthError
-from ..fileio import read_text
-from ..units import parse_rate, parse_time
+from collsynth.errors import CollsynthError
+from collsynth.fileio import read_text
+from collsynth.units import parse_rate, parse_time
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 DEFAULT_ALPHA = 3e-6
 DEFAULT_BANDWIDTH = 450.0 * 2**30
@@ -123,7 +126,7 @@ class Topology:
 
     @classmethod
     def from_graph(cls, name: str, nranks: int, graph: nx.DiGraph, ports: int = 1,
-                   switches: Sequence[str] = ()) -> "Topology":
+                   switches: Sequence[str] = ()) -> Topology:
         """From a DiGraph whose edges carry ``alpha`` and ``bandwidth``."""
         index: dict[Any, int] = {r: r for r in range(nranks)}
         for k, sw in enumerate(switches):
@@ -137,6 +140,7 @@ class Topology:
     @property
     def graph(self) -> nx.DiGraph:
         """The networkx DiGraph (GPU ints, switch strings; edge attrs alpha, bandwidth)."""
+        import networkx as nx
         if self._graph is None:
             g = nx.DiGraph()
             g.add_nodes_from(self.nodes)
@@ -271,6 +275,7 @@ def _check_link_params(alpha: float, bandwidth: float, what: str) -> None:
 
 
 def _graph(n: int, switches: Sequence[str] = ()) -> nx.DiGraph:
+    import networkx as nx
     g = nx.DiGraph()
     g.add_nodes_from(range(n))
     g.add_nodes_from(switches)
@@ -445,9 +450,7 @@ def topology_from_dict(d: Any, n: int | None = None, alpha: float | None = None,
     def node(x: Any, i: int) -> Any:
         if isinstance(x, bool):
             pass
-        elif isinstance(x, int) and 0 <= x < gpus:
-            return x
-        elif isinstance(x, str) and x in sw_set:
+        elif isinstance(x, int) and 0 <= x < gpus or isinstance(x, str) and x in sw_set:
             return x
         raise CollsynthError(f"{where}: link {i} names node {x!r}; use a GPU 0..{gpus - 1} or a switch "
                              f"listed in \"switches\" ({', '.join(switches) or 'none'})")
@@ -478,6 +481,7 @@ def topology_from_dict(d: Any, n: int | None = None, alpha: float | None = None,
 
 
 def _check_connected(g: nx.DiGraph, gpus: int, where: str) -> None:
+    import networkx as nx
     down = nx.descendants(g, 0) | {0}
     up = nx.ancestors(g, 0) | {0}
     for r in range(gpus):

@@ -24,9 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CollsynthError
-from .ir import Schedule
-
+from collsynth.errors import CollsynthError
+from collsynth.synth.ir import Schedule
 
 _UNDEF, _DOUBLE, _RACE = 0, 1, 2
 
@@ -50,8 +49,9 @@ class VerifyReport:
 class VerificationError(CollsynthError):
     """A schedule that does not compute its collective; ``report`` says where it breaks."""
 
-    def __init__(self, report: VerifyReport) -> None:
-        super().__init__(report.message)
+    def __init__(self, report: VerifyReport, source: str | None = None) -> None:
+        super().__init__(report.message if source is None else
+                         f"{source} does not verify ({report.message}); fix the schedule first")
         self.report = report
 
 
@@ -310,9 +310,10 @@ def _short(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks[:8])) + (f", ... ({len(ranks)} in all)" if len(ranks) > 8 else "")
 
 
-def check(schedule: Schedule, ports: int | None = None) -> Schedule:
-    """Return ``schedule`` if it verifies, else raise VerificationError."""
+def check(schedule: Schedule, ports: int | None = None, *, source: str | None = None) -> Schedule:
+    """Return ``schedule`` if it verifies, else raise VerificationError (a CollsynthError); with
+    ``source`` (a file name) the message starts "SOURCE does not verify"."""
     report = verify(schedule, ports)
     if not report.ok:
-        raise VerificationError(report)
+        raise VerificationError(report, source)
     return schedule

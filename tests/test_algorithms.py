@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collsynth.errors import CollsynthError
-from collsynth.synth.algorithms import algorithms, build_schedule
+from collsynth.synth.registry import algorithms, build_schedule
 from collsynth.synth.verify import verify
 
 BASELINES = ["ring", "rhd", "direct", "twoshot"]

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from collsynth.errors import CollsynthError, ScheduleFileError
-from collsynth.synth.algorithms import build_schedule
 from collsynth.synth.ir import Schedule, ScheduleBuilder, load_schedule, save_schedule
+from collsynth.synth.registry import build_schedule
 
 
 def small() -> Schedule:

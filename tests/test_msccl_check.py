@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from collsynth.backends.msccl_xml import XmlFormatError, check_xml_file, check_xml_text, read_xml_file
+from collsynth.backends.msccl import XmlFormatError, check_xml_file, check_xml_text, read_xml_file
 
 VECTORS = sorted(glob.glob("/work/shared/vectors/msccl/*.xml")) or sorted(
     glob.glob(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "vectors", "msccl", "*.xml")))
@@ -81,8 +81,8 @@ def test_comments_and_unknown_elements_are_skipped():
 
 
 def test_nops_and_fused_re_chains_count_steps_like_the_kernel():
-    from collsynth.backends.msccl_load import resolve
-    from collsynth.backends.msccl_parse import parse_xml_text
+    from collsynth.backends.msccl.load import resolve
+    from collsynth.backends.msccl.parse import parse_xml_text
 
     text = xml([[(-1, -1, 0, [step(0, "nop", cnt=0, dep=(1, 0)), step(1, "re", ("s", 0), ("o", 0), dep=(2, 0)),
                               step(2, "re", ("s", 1), ("o", 0)), step(3, "re", ("s", 0), ("o", 1), hasdep=1),
@@ -99,8 +99,8 @@ def test_nops_and_fused_re_chains_count_steps_like_the_kernel():
 
 
 def test_emitted_direct_allreduce_uses_nops_and_fused_re():
-    from collsynth.backends.msccl_xml import emit_xml
-    from collsynth.synth.algorithms import build_schedule
+    from collsynth.backends.msccl import emit_xml
+    from collsynth.synth.registry import build_schedule
 
     text = emit_xml(build_schedule("direct", 6))
     assert 'type="nop"' in text and 'type="re"' in text

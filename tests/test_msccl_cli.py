@@ -8,7 +8,6 @@ import json
 import pytest
 
 from collsynth.cli import main
-from collsynth.commands import msccl as msccl_cmd
 
 VECTOR = "/work/shared/vectors/msccl/msccl-tools-azure_allreduce_ring_simple_4gpu_1inst.xml"
 
@@ -95,27 +94,3 @@ def test_simulate_refuses_a_wrong_xml(capsys, tmp_path):
     p.write_text(text)
     code, _, err = run(capsys, "simulate", p, "--size", "1MiB", "--alpha", "1us", "--bandwidth", "100GB/s")
     assert code == 2 and "does not verify" in err
-
-
-def test_emit_format_registry(capsys, tmp_path, s8):
-    def one(schedule, args):
-        return f"{schedule.name} {args.flavour}\n"
-
-    def many(schedule, args):
-        return {"a.txt": "A\n", "sub/b.txt": b"B\n"}
-
-    try:
-        msccl_cmd.register_emit_format("test-one", "a test format", one,
-                                       lambda p: p.add_argument("--flavour", default="plain"))
-        msccl_cmd.register_emit_format("test-many", "several files", many)
-        with pytest.raises(ValueError):
-            msccl_cmd.register_emit_format("test-one", "twice", one)
-        code, out, _ = run(capsys, "emit", s8, "--format", "test-one", "--flavour", "salty")
-        assert code == 0 and out == "stragglar_n8_s3 salty\n"
-        code, _, err = run(capsys, "emit", s8, "--format", "test-many")
-        assert code == 2 and "-o FOLDER" in err
-        code, _, _ = run(capsys, "emit", s8, "--format", "test-many", "-o", tmp_path / "dir")
-        assert code == 0 and (tmp_path / "dir" / "sub" / "b.txt").read_bytes() == b"B\n"
-    finally:
-        msccl_cmd.EMIT_FORMATS.pop("test-one", None)
-        msccl_cmd.EMIT_FORMATS.pop("test-many", None)

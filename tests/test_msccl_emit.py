@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from collsynth.backends.msccl_xml import (check_xml_text, emit_xml, plan, straggler_independence,
-                                          xml_text_to_schedule)
+from collsynth.backends.msccl import check_xml_text, emit_xml, plan, straggler_independence, xml_text_to_schedule
 from collsynth.errors import CollsynthError
-from collsynth.synth.algorithms import build_schedule
 from collsynth.synth.ir import ScheduleBuilder
+from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate_model
 
 

@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from collsynth.backends.msccl_library import compare, default_dir, write
-from collsynth.backends.msccl_xml import check_xml_file, xml_to_schedule
+from collsynth.backends.msccl import check_xml_file, xml_to_schedule
+from collsynth.backends.msccl.library import compare_folder, default_dir, write
 from collsynth.cli import main
 
 LIB = default_dir()
@@ -39,10 +39,10 @@ def test_regenerate_matches_the_committed_library(files, tmp_path):
 
 
 def test_check_reports_drift(tmp_path, capsys, monkeypatch):
-    from collsynth.backends import msccl_library
+    from collsynth.commands import emit_cmds
 
     small = {"MANIFEST.json": b'{"entries": []}\n', "msccl/ring-Simple/a.xml": b"<algo/>\n"}
-    monkeypatch.setattr(msccl_library, "build_files", lambda: (small, {"entries": []}))
+    monkeypatch.setattr(emit_cmds, "build_files", lambda: (small, {"entries": []}))
     out = str(tmp_path / "lib")
     assert main(["schedules", "regenerate", "--out", out]) == 0
     assert main(["schedules", "regenerate", "--out", out, "--check"]) == 0
@@ -51,7 +51,7 @@ def test_check_reports_drift(tmp_path, capsys, monkeypatch):
     assert main(["schedules", "regenerate", "--out", out, "--check"]) == 1
     text = capsys.readouterr().out
     assert "extra msccl/ring-Simple/stray.xml" in text and "changed MANIFEST.json" in text
-    assert compare(out, small) == ["changed MANIFEST.json", "extra msccl/ring-Simple/stray.xml"]
+    assert compare_folder(out, small) == ["changed MANIFEST.json", "extra msccl/ring-Simple/stray.xml"]
 
 
 def test_layout_and_manifest(files):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 
+from collsynth.backends.msccl.emit import emit_xml
 from collsynth.cli import main
-from collsynth.backends.msccl_emit import emit_xml
-from collsynth.synth.algorithms import build_schedule
 from collsynth.synth.ir import ScheduleBuilder, save_schedule
+from collsynth.synth.registry import build_schedule
 
 
 def run(capsys, *argv):

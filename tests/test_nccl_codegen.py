@@ -20,8 +20,8 @@ import nccl_testlib as lib  # noqa: E402
 
 from collsynth.backends.nccl.codegen import generate_nccl_cuda, render_nccl_cuda  # noqa: E402
 from collsynth.errors import CollsynthError  # noqa: E402
-from collsynth.synth.algorithms import build_schedule  # noqa: E402
 from collsynth.synth.ir import ScheduleBuilder  # noqa: E402
+from collsynth.synth.registry import build_schedule  # noqa: E402
 from collsynth.synth.verify import VerificationError  # noqa: E402
 
 
@@ -70,7 +70,8 @@ def test_refuses_a_non_empty_directory_unless_forced(tmp_path):
         generate_nccl_cuda(build_schedule("ring", 4), str(out))
     assert os.listdir(out) == ["keep.txt"]
     paths = generate_nccl_cuda(build_schedule("ring", 4), str(out), force=True)
-    assert len(paths) == 4 and (out / "keep.txt").read_text() == "mine"
+    assert len(paths) == 4 and sorted(os.listdir(out)) == sorted(os.path.basename(p) for p in paths)
+    # --force replaces the folder whole: no file of an earlier emission stays beside the new ones
 
 
 def test_an_empty_directory_is_fine(tmp_path):

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "nccl_emu"))
 import nccl_testlib as lib  # noqa: E402
 
 from collsynth.backends.nccl.codegen import generate_nccl_cuda  # noqa: E402
-from collsynth.synth.algorithms import build_schedule  # noqa: E402
+from collsynth.synth.registry import build_schedule  # noqa: E402
 
 NVCC = lib.nvcc()
 NCCL_HOME = lib.nccl_home()

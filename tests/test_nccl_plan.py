@@ -8,15 +8,16 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "nccl_emu"))
 import nccl_testlib as lib  # noqa: E402
 
 from collsynth.backends.nccl import plan as P  # noqa: E402
 from collsynth.errors import CollsynthError  # noqa: E402
-from collsynth.synth.algorithms import algorithms, build_schedule  # noqa: E402
 from collsynth.synth.ir import ScheduleBuilder  # noqa: E402
+from collsynth.synth.registry import algorithms, build_schedule  # noqa: E402
 from collsynth.synth.verify import check  # noqa: E402
 
 

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collsynth.errors import CollsynthError
-from collsynth.synth.algorithms import build_schedule
 from collsynth.synth.algorithms.patterns import add_ring_reducescatter
 from collsynth.synth.ir import ScheduleBuilder
+from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate, simulate_model
 from collsynth.synth.topology import make_topology
 

@@ -5,14 +5,24 @@ from __future__ import annotations
 import pytest
 
 from collsynth.errors import CollsynthError
-from collsynth.synth.algorithms import build_schedule
+from collsynth.synth.bounds import lower_bound
+from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
-from collsynth.synth.solver import solve
-from collsynth.synth.solver_bounds import lower_bound
-from collsynth.synth.solver_greedy import greedy_schedules
-from collsynth.synth.solver_grid import (COPY, EXCHANGE, REDUCE, ModelState, last_slot, make_grid,
-                                         normalize_arrivals, place, schedule_moves, to_schedule)
-from collsynth.synth.solver_model import build_model, slot_lower_bound, solve_model, symmetric_start, set_start
+from collsynth.synth.solver.greedy import greedy_schedules
+from collsynth.synth.solver.grid import (
+    COPY,
+    EXCHANGE,
+    REDUCE,
+    ModelState,
+    last_slot,
+    make_grid,
+    normalize_arrivals,
+    place,
+    schedule_moves,
+    to_schedule,
+)
+from collsynth.synth.solver.model import build_model, set_start, slot_lower_bound, solve_model, symmetric_start
+from collsynth.synth.solver.solve import solve
 from collsynth.synth.topology import make_topology
 from collsynth.synth.verify import check, verify
 

@@ -9,8 +9,8 @@ import pytest
 
 from collsynth.cli import main
 from collsynth.errors import CollsynthError
+from collsynth.synth.algorithms.stragglar.rounds import round_lower_bound, rounds_row, rounds_schedule, solve_rounds
 from collsynth.synth.ir import load_schedule
-from collsynth.synth.solver_rounds import round_lower_bound, rounds_row, rounds_schedule, solve_rounds
 from collsynth.synth.verify import verify
 
 

@@ -13,14 +13,15 @@ import pytest
 
 from collsynth.cli import main as cli_main
 from collsynth.errors import CollsynthError
-from collsynth.synth.algorithms import algorithms, build_schedule
+from collsynth.synth.registry import algorithms, build_schedule
 
 algorithms()  # fill the whole registry before importing one algorithm module directly
-from collsynth.synth.algorithms.stragglar import build, build_family, write_family  # noqa: E402
-from collsynth.synth.algorithms.stragglar_design import (ceil_log2, design_from_ages, is_pow2, lower_bound,
-                                                         phase2_plan, pow2_design)
-from collsynth.synth.algorithms.stragglar_phase1 import reducescatter_steps
-from collsynth.synth.algorithms.stragglar_tables import cached_design, stored_sizes
+from collsynth.synth.algorithms.stragglar.build import build  # noqa: E402
+from collsynth.synth.algorithms.stragglar.design import ceil_log2, design_from_ages, is_pow2, lower_bound, pow2_design
+from collsynth.synth.algorithms.stragglar.family import build_family, write_family  # noqa: E402
+from collsynth.synth.algorithms.stragglar.phase1 import reducescatter_steps
+from collsynth.synth.algorithms.stragglar.phase2 import phase2_plan
+from collsynth.synth.algorithms.stragglar.tables import cached_design, stored_sizes
 from collsynth.synth.ir import ScheduleBuilder
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import make_topology
@@ -74,7 +75,7 @@ def test_stored_non_power_of_two_sizes_meet_the_lower_bound():
     for n in sizes:
         d = cached_design(n)
         assert d is not None and not d.problems(), n
-        assert d.K == ceil_log2(n) + 1
+        assert ceil_log2(n) + 1 == d.K
     for n in [m for m in (66, 96, 100, 127) if m in sizes]:
         assert _ok(build(n)).meta["phase2_rounds"] == lower_bound(n)
 
@@ -157,7 +158,7 @@ def test_deterministic():
 def test_registry_and_compare_hook():
     s = build_schedule("stragglar", 8, "allreduce", straggler=2)
     assert s.meta["straggler"] == 2
-    from collsynth.commands.core import compare_rows
+    from collsynth.synth.compare import compare as compare_rows
 
     topo = make_topology("nvswitch", 8, alpha=3e-6, bandwidth=450 * 2**30)
     rows = compare_rows(8, 2**30, topo, {7: 5e-3}, ["ring", "stragglar"], None)
@@ -318,7 +319,7 @@ def test_reproduce_json_and_plot(tmp_path, capsys):
 
 
 def test_critical_delay_is_the_crossover():
-    from collsynth.synth.stragglar_analysis import _after, stragglar_row
+    from collsynth.synth.algorithms.stragglar.analysis import _after, stragglar_row
 
     r = stragglar_row(8)
     topo = make_topology("nvswitch", 8, alpha=3e-6, bandwidth=450 * 2**30)

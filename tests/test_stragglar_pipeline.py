@@ -12,13 +12,19 @@ import pytest
 
 from collsynth.cli import main as cli_main
 from collsynth.errors import CollsynthError
-from collsynth.synth.algorithms import algorithms, build_schedule
+from collsynth.synth.registry import algorithms, build_schedule
 
 algorithms()
-from collsynth.synth.algorithms.stragglar import build  # noqa: E402
-from collsynth.synth.algorithms.stragglar_design import ceil_log2, lower_bound, phase2_plan  # noqa: E402
-from collsynth.synth.algorithms.stragglar_pipeline import (AUTO_MAX, best_pipeline, max_pipeline_for_build,  # noqa: E402
-                                                           phase2_time, resolve_pipeline)
+from collsynth.synth.algorithms.stragglar.build import build  # noqa: E402
+from collsynth.synth.algorithms.stragglar.design import ceil_log2, lower_bound
+from collsynth.synth.algorithms.stragglar.phase2 import phase2_plan  # noqa: E402
+from collsynth.synth.algorithms.stragglar.pipeline import (  # noqa: E402
+    AUTO_MAX,
+    best_pipeline,
+    max_pipeline_for_build,
+    phase2_time,
+    resolve_pipeline,
+)
 from collsynth.synth.simulate import simulate  # noqa: E402
 from collsynth.synth.topology import make_topology  # noqa: E402
 from collsynth.synth.verify import verify  # noqa: E402
@@ -240,7 +246,7 @@ def test_nccl_codegen_renders_pipelined_schedule():
 
 
 def test_msccl_xml_emits_and_checks_pipelined_schedules():
-    mx = pytest.importorskip("collsynth.backends.msccl_xml")
+    mx = pytest.importorskip("collsynth.backends.msccl")
     for n, k in ((4, 3), (8, 8), (6, 2)):
         s = _ok(build(n, pipeline=k))
         text = mx.emit_xml(s)
@@ -253,8 +259,8 @@ def test_msccl_xml_emits_and_checks_pipelined_schedules():
 
 
 def test_msccl_xml_pipeline_limit_is_one_line_with_the_largest_k():
-    pytest.importorskip("collsynth.backends.msccl_xml")
-    from collsynth.backends.stragglar_xml import emit_stragglar_xml, xml_max_pipeline
+    pytest.importorskip("collsynth.backends.msccl")
+    from collsynth.backends.msccl.fit import emit_stragglar_xml, xml_max_pipeline
 
     s = build(4, pipeline=80)
     with pytest.raises(CollsynthError) as e:
@@ -270,7 +276,7 @@ def test_msccl_xml_pipeline_limit_is_one_line_with_the_largest_k():
 def _torch_world(rank: int, n: int) -> dict:
     import torch
 
-    from collsynth.backends import torch_exec as te
+    import collsynth.backends.torch as te
 
     out = {}
     for k, straggler in ((3, 1), (2, 3)):
@@ -291,7 +297,7 @@ def test_torch_executor_runs_pipelined_schedules():
     if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
         pytest.skip("needs torch.distributed with gloo")
     del torch
-    from collsynth.backends.torch_launch import launch
+    from collsynth.backends.torch.launch import launch
 
     results = launch(_torch_world, 4, timeout=180)
     assert len(results) == 4
@@ -301,8 +307,8 @@ def test_torch_executor_runs_pipelined_schedules():
 
 def test_compare_call_for_the_lead():
     """The call compare_rows makes for stragglar: pipeline auto with the topology's alpha and bandwidth."""
-    from collsynth.synth.algorithms import algorithm_params
-    from collsynth.synth.algorithms.stragglar_pipeline import topology_model
+    from collsynth.synth.algorithms.stragglar.pipeline import topology_model
+    from collsynth.synth.registry import algorithm_params
 
     assert {"pipeline", "size", "alpha", "bandwidth"} <= set(algorithm_params("stragglar"))
     topo = make_topology("nvswitch", 8, alpha=3e-6, bandwidth=450 * 2**30)
@@ -315,7 +321,7 @@ def test_compare_call_for_the_lead():
 
 
 def test_family_with_pipeline(tmp_path):
-    from collsynth.synth.algorithms.stragglar import write_family
+    from collsynth.synth.algorithms.stragglar.family import write_family
 
     manifest = write_family(5, str(tmp_path / "fam"), pipeline=3)
     assert manifest["pipeline"] == 3 and manifest["phase2_rounds"] == lower_bound(5, 3)

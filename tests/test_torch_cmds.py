@@ -13,12 +13,19 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
     pytest.skip("needs torch.distributed with gloo", allow_module_level=True)
 
-from collsynth.backends.torch_bench import (  # noqa: E402
-    BenchSpec, fit_alpha_beta, format_alpha, format_rate, parse_delays, prepare_bench, summarize)
+from collsynth.backends.torch.bench import (  # noqa: E402
+    BenchSpec,
+    fit_alpha_beta,
+    format_alpha,
+    format_rate,
+    parse_delays,
+    prepare_bench,
+    summarize,
+)
 from collsynth.cli import main  # noqa: E402
 from collsynth.errors import CollsynthError  # noqa: E402
-from collsynth.synth.algorithms import build_schedule  # noqa: E402
 from collsynth.synth.ir import save_schedule  # noqa: E402
+from collsynth.synth.registry import build_schedule  # noqa: E402
 from collsynth.units import parse_rate, parse_time  # noqa: E402
 
 

@@ -16,11 +16,11 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
     pytest.skip("needs torch.distributed with gloo", allow_module_level=True)
 
-from collsynth.backends.torch_launch import launch  # noqa: E402
+from collsynth.backends.torch.launch import launch  # noqa: E402
 from collsynth.errors import CollsynthError  # noqa: E402
-from collsynth.synth.algorithms import algorithms, build_schedule  # noqa: E402
 from collsynth.synth.algorithms.patterns import add_ring_allgather, add_ring_reducescatter  # noqa: E402
 from collsynth.synth.ir import ScheduleBuilder  # noqa: E402
+from collsynth.synth.registry import algorithms, build_schedule  # noqa: E402
 from collsynth.synth.verify import check  # noqa: E402
 
 N = 4
@@ -56,7 +56,7 @@ def straggler_schedule(n: int, s: int):
 
 def straggler_family(n: int):
     try:
-        from collsynth.synth.algorithms.stragglar import build_family
+        from collsynth.synth.algorithms.stragglar.family import build_family
     except ImportError:
         return {r: toy_stragglar(n, r) for r in range(n)}
     return build_family(n)
@@ -83,8 +83,8 @@ def _err(kind, fn):
 
 # ------------------------------------------------------------------------------------------ the world
 def world(rank: int, n: int) -> dict:
-    from collsynth.backends import torch_exec as te
-    from collsynth.backends.torch_straggler import StragglerAwareAllReduce
+    import collsynth.backends.torch as te
+    from collsynth.backends.torch.straggler import StragglerAwareAllReduce
 
     out: dict = {"allreduce": {}, "digests": {}}
     # 1. AllReduce: every algorithm, odd lengths, three dtypes, against torch's all_reduce
@@ -219,7 +219,7 @@ def results():
 # ------------------------------------------------------------------------------------------ tests
 @pytest.mark.parametrize("dt,tol", [("float32", 1e-6), ("float16", 4e-3), ("bfloat16", 3e-2)])
 def test_allreduce_matches_torch(results, dt, tol):
-    for key, (err64, err_torch) in results[0]["allreduce"].items():
+    for key, (_err64, _err_torch) in results[0]["allreduce"].items():
         if key[2] != dt:
             continue
         worst = max(results[r]["allreduce"][key][0] for r in range(N))
@@ -290,7 +290,7 @@ def test_ddp_comm_hook_equals_plain_ddp(results):
 
 
 def test_chunk_bounds_cover_without_padding():
-    from collsynth.backends.torch_exec import chunk_bounds
+    from collsynth.backends.torch.executor import chunk_bounds
 
     for length in (1, 2, 7, 8, 9, 1003):
         for nchunks in (1, 3, 8):
@@ -301,7 +301,7 @@ def test_chunk_bounds_cover_without_padding():
 
 
 def test_uninitialized_group_is_a_clear_error():
-    from collsynth.backends.torch_exec import allreduce
+    from collsynth.backends.torch.executor import allreduce
 
     if dist.is_initialized():  # pragma: no cover
         pytest.skip("a process group is already initialized in this process")

@@ -15,8 +15,8 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
     pytest.skip("needs torch.distributed with gloo", allow_module_level=True)
 
-from collsynth.backends.torch_exec import DEFAULT_TIMEOUT_S  # noqa: E402
-from collsynth.backends.torch_launch import launch  # noqa: E402
+from collsynth.backends.torch.executor import DEFAULT_TIMEOUT_S  # noqa: E402
+from collsynth.backends.torch.launch import launch  # noqa: E402
 
 N = 3
 TIMEOUT = 3.0
@@ -33,8 +33,8 @@ def _attempt(rank: int, fn) -> dict:
 
 
 def dies_mid_collective(rank: int, n: int) -> dict:
-    from collsynth.backends.torch_exec import run_schedule
-    from collsynth.synth.algorithms import build_schedule
+    from collsynth.backends.torch.executor import run_schedule
+    from collsynth.synth.registry import build_schedule
 
     s = build_schedule("ring", n)
     x = torch.ones(3000)
@@ -50,8 +50,8 @@ def dies_mid_collective(rank: int, n: int) -> dict:
 def never_arrives(rank: int, n: int) -> dict:
     from torch.distributed.distributed_c10d import _get_default_store
 
-    from collsynth.backends.torch_exec import allreduce
-    from collsynth.synth.algorithms import build_schedule
+    from collsynth.backends.torch.executor import allreduce
+    from collsynth.synth.registry import build_schedule
 
     store = _get_default_store()
     if rank == 2:  # alive, but never calls the collective; leaves once the others have given up

@@ -12,12 +12,12 @@ import pytest
 
 from collsynth.cli import main
 from collsynth.errors import CollsynthError
-from collsynth.synth.algorithms import build_schedule
+from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import make_topology
-from collsynth.synth.training import TrainingSetup, simulate_training
-from collsynth.synth.training_comm import CollectiveModel
-from collsynth.synth.training_compute import ComputeModel, load_trace, parse_slow
+from collsynth.training.comm import CollectiveModel
+from collsynth.training.compute import ComputeModel, load_trace, parse_slow
+from collsynth.training.model import TrainingSetup, simulate_training
 
 
 def _setup(n=8, tau=0.1, grad=250e6, alpha=5e-6, bw=25e9, steps=40, **kw):

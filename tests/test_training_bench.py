@@ -13,11 +13,11 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
     pytest.skip("needs torch.distributed with gloo", allow_module_level=True)
 
-from collsynth.backends.torch_launch import launch  # noqa: E402
-from collsynth.backends.torch_train import TrainSpec, _Data, _model, train_worker, vocab_for  # noqa: E402
-from collsynth.backends.torch_train_bench import gains, measure, parse_runs, predict, prepare  # noqa: E402
+from collsynth.backends.torch.launch import launch  # noqa: E402
 from collsynth.cli import main  # noqa: E402
 from collsynth.errors import CollsynthError  # noqa: E402
+from collsynth.training.bench import gains, measure, parse_runs, predict, prepare  # noqa: E402
+from collsynth.training.run import TrainSpec, _Data, _model, train_worker, vocab_for  # noqa: E402
 
 STEPS = 40
 

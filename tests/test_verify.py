@@ -6,11 +6,11 @@ import random
 
 import numpy as np
 import pytest
-
-from collsynth.synth.algorithms import build_schedule
-from collsynth.synth.ir import Schedule, ScheduleBuilder
-from collsynth.synth.verify import VerificationError, check, verify
 from oracle import reference_ok
+
+from collsynth.synth.ir import Schedule, ScheduleBuilder
+from collsynth.synth.registry import build_schedule
+from collsynth.synth.verify import VerificationError, check, verify
 
 
 def _sched(collective, n, C, steps, ports=1, owner=None):

@@ -16,13 +16,15 @@ hand-written benchmarks do the same for their fixed 4- and 8-GPU schedules.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-from ...errors import CollsynthError
-from ...fileio import check_outdir, write_tree
-from ...synth.ir import Schedule
-from . import _output
-from .plan import ALIGN_BYTES, MAX_ADD_OPS, MAX_ADD_SRCS, LOC_NAMES, Plan, build_plan
+from collsynth.backends.nccl.names import c_identifier, sanitize
+from collsynth.backends.nccl.plan import ALIGN_BYTES, LOC_NAMES, MAX_ADD_OPS, MAX_ADD_SRCS, Plan, build_plan
+from collsynth.backends.render import render
+from collsynth.errors import CollsynthError
+from collsynth.fileio import check_outdir, write_tree
+from collsynth.synth.ir import Schedule
+from collsynth.synth.verify import check
 
 __all__ = ["DTYPES", "generate_nccl_cuda", "render_nccl_cuda", "default_name"]
 
@@ -41,7 +43,7 @@ _NCCL_CALL = {"allreduce": "ncclAllReduce", "reducescatter": "ncclReduceScatter"
 def default_name(schedule: Schedule) -> str:
     """The C name used when none is given: the schedule's name made an identifier."""
     base = schedule.name or f"{schedule.meta.get('algorithm', 'schedule')}_{schedule.collective}_n{schedule.nranks}"
-    return _output.sanitize(base)
+    return sanitize(base)
 
 
 def _dtypes(dtypes: Sequence[str] | str | None) -> tuple[str, ...]:
@@ -108,10 +110,9 @@ def _tables(plan: Plan) -> dict[str, str]:
 def render_nccl_cuda(schedule: Schedule, *, name: str | None = None,
                      dtypes: Sequence[str] | str | None = None) -> dict[str, str]:
     """The generated files (relative name -> text) for a verified schedule; nothing is written."""
-    from ...synth.verify import check
 
     dts = _dtypes(dtypes)
-    cname = _output.c_identifier(name) if name is not None else default_name(schedule)
+    cname = c_identifier(name) if name is not None else default_name(schedule)
     check(schedule)
     plan = build_plan(schedule)
     coll = schedule.collective
@@ -173,10 +174,10 @@ def render_nccl_cuda(schedule: Schedule, *, name: str | None = None,
     }[coll]
     ctx["nccl_reference"] = f"  return {ref};"
     return {
-        f"{cname}.h": _output.render("library.h.j2", **ctx),
-        f"{cname}.cu": _output.render("library.cu.j2", **ctx),
-        f"bench_{cname}.cu": _output.render("bench.cu.j2", **ctx),
-        "Makefile": _output.render("Makefile.j2", **ctx),
+        f"{cname}.h": render("nccl/library.h.j2", **ctx),
+        f"{cname}.cu": render("nccl/library.cu.j2", **ctx),
+        f"bench_{cname}.cu": render("nccl/bench.cu.j2", **ctx),
+        "Makefile": render("nccl/Makefile.j2", **ctx),
     }
 
 

@@ -34,13 +34,13 @@ last ones shorter or empty: chunk c starts at ``pos(c) = (c // m) * count + min(
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
-from ...errors import CollsynthError
-from ...synth.ir import Schedule
+from collsynth.errors import CollsynthError
+from collsynth.synth.ir import Schedule
 
 IN, OUT, WORK, SCR = 0, 1, 2, 3
 LOC_NAMES = ("IN", "OUT", "WORK", "SCR")

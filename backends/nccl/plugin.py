@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
-from ...errors import CollsynthError
-from ...fileio import check_outdir, read_text, write_tree
-from . import _output
+from collsynth.backends.msccl.check import check_xml_text
+from collsynth.backends.msccl.parse import parse_xml_text
+from collsynth.backends.render import render
+from collsynth.errors import CollsynthError
+from collsynth.fileio import check_outdir, read_text, write_tree
 
 __all__ = ["generate_msccl_scheduler", "render_msccl_scheduler", "straggler_of"]
 
@@ -87,8 +89,6 @@ def _files(xml_dir: str) -> list[str]:
 
 def render_msccl_scheduler(xml_dir: str, *, stragglers: Mapping[str, int] | None = None) -> dict[str, str | bytes]:
     """The generated files (relative path -> content); every XML file is checked first."""
-    from ..msccl_check import check_xml_text
-    from ..msccl_parse import parse_xml_text
 
     stragglers = dict(stragglers or {})
     names = _files(xml_dir)
@@ -119,9 +119,9 @@ def render_msccl_scheduler(xml_dir: str, *, stragglers: Mapping[str, int] | None
         files[f"msccl-algorithms/{f}"] = text.encode("utf-8")  # byte-identical: text is valid UTF-8
     ctx = dict(algo_rows="\n".join(rows), nalgos=len(names), nslots=slot)
     out: dict[str, str | bytes] = {
-        "collsynth_msccl_scheduler.c": _output.render("msccl_scheduler.c.j2", **ctx),
-        "msccl_scheduler_interface.h": _output.render("msccl_scheduler_interface.h.j2", **ctx),
-        "Makefile": _output.render("Makefile.scheduler.j2", **ctx),
+        "collsynth_msccl_scheduler.c": render("nccl/msccl_scheduler.c.j2", **ctx),
+        "msccl_scheduler_interface.h": render("nccl/msccl_scheduler_interface.h.j2", **ctx),
+        "Makefile": render("nccl/Makefile.scheduler.j2", **ctx),
     }
     out.update(files)
     return out

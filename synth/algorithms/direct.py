@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Schedule, ScheduleBuilder
-from . import register
-from .patterns import add_direct_allgather, add_direct_reducescatter
+from collsynth.synth.algorithms.patterns import add_direct_allgather, add_direct_reducescatter
+from collsynth.synth.ir import Schedule, ScheduleBuilder
 
 
-@register("direct", "one-shot: every rank sends its whole buffer to all others in one step",
-          collectives=("allreduce", "reducescatter", "allgather"))
 def build(n: int, collective: str = "allreduce") -> Schedule:
     ranks = list(range(n))
     meta = {"algorithm": "direct"}

@@ -7,11 +7,11 @@ phase 1 compose these, so a pattern is written once.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from ..ir import ScheduleBuilder
+from collsynth.synth.ir import ScheduleBuilder
 
 
 def _arrays(group: Sequence[int], chunks: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Schedule, ScheduleBuilder
-from . import register
+from collsynth.synth.ir import Schedule, ScheduleBuilder
 
 
-@register("rhd", "recursive halving-doubling (Rabenseifner), 2 log2 n steps; MPICH fold for other n")
 def build(n: int, collective: str = "allreduce") -> Schedule:
     p = 1 << (n.bit_length() - 1)
     e = n - p

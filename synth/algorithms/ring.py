@@ -8,13 +8,10 @@ After the ReduceScatter rank r holds chunk r.
 
 from __future__ import annotations
 
-from ..ir import Schedule, ScheduleBuilder
-from . import register
-from .patterns import add_ring_allgather, add_ring_reducescatter
+from collsynth.synth.algorithms.patterns import add_ring_allgather, add_ring_reducescatter
+from collsynth.synth.ir import Schedule, ScheduleBuilder
 
 
-@register("ring", "ring ReduceScatter + AllGather, 2(n-1) steps, bandwidth-optimal",
-          collectives=("allreduce", "reducescatter", "allgather"))
 def build(n: int, collective: str = "allreduce") -> Schedule:
     ranks = list(range(n))
     b = ScheduleBuilder(collective, n, n, name=f"ring_{collective}_n{n}", owner=ranks,

@@ -6,12 +6,10 @@ Two steps of n-1 messages of s/n bytes per rank: 2 alpha + 2(n-1)/n s beta on a 
 
 from __future__ import annotations
 
-from ..ir import Schedule, ScheduleBuilder
-from . import register
-from .patterns import add_direct_allgather, add_direct_reducescatter
+from collsynth.synth.algorithms.patterns import add_direct_allgather, add_direct_reducescatter
+from collsynth.synth.ir import Schedule, ScheduleBuilder
 
 
-@register("twoshot", "direct ReduceScatter then direct AllGather, 2 steps")
 def build(n: int, collective: str = "allreduce") -> Schedule:
     ranks = list(range(n))
     b = ScheduleBuilder(collective, n, n, name=f"twoshot_allreduce_n{n}", ports=n - 1,

@@ -1,0 +1,186 @@
+"""StragglerAwareAllReduce: pick the StragglAR schedule for whichever rank turns out late, at run time.
+
+The StragglAR paper fixes the straggler ahead of time; here each call finds it. Mechanism (one atomic
+counter in the process group's store, the rendezvous service torch.distributed already has):
+
+1. Arrival: rank r does ``v = store.add(mask_key, 1 << r)``. The returned value is the set of ranks
+   that have arrived, so ``popcount(v)`` is r's arrival order and no second message is needed. (For
+   more than 62 ranks the mask is split over several keys plus a counter; same protocol.)
+2. Decision: the rank whose add makes ``n - 1`` arrivals knows the missing rank at once and proposes
+   ``"<missing>"`` with ``compare_set`` (atomic: the first proposal wins, every rank reads the same
+   value). If all n have arrived by then there is no straggler and it proposes ``"ring"``.
+3. Two late ranks: the rank that arrives (n-2)-th waits ``window`` seconds for a decision; if none
+   comes, both remaining ranks are late together, and it proposes ``"ring"`` (StragglAR needs n-1
+   punctual ranks; ring is correct for any arrival order). compare_set settles the race with a
+   late (n-1)-th arrival.
+4. Everyone else reads the decision key (blocking) and runs the chosen schedule; the late rank reads
+   it when it arrives and joins the schedule at its first transfer.
+
+Cost on the critical path after the straggler arrives: two store round trips for the late rank
+(add + get of a value already set), measured in ``last.agree_s``. A cheaper data-plane signal (p2p
+"I am here" messages) would need n-1 messages per rank and a second round to agree; the store gives
+agreement with one atomic op. Keys of call i-2 are deleted during call i, so the store stays small.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from collsynth.backends.torch.executor import (
+    DEFAULT_TIMEOUT_S,
+    CollectiveError,
+    allreduce,
+    check_schedule,
+    ensure_verified,
+    require_torch,
+)
+from collsynth.errors import CollsynthError
+from collsynth.synth.algorithms.stragglar.family import build_family
+from collsynth.synth.ir import Schedule
+from collsynth.synth.registry import build_schedule
+
+_BITS = 62
+_INSTANCES = itertools.count()
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """What one rank learned in one call."""
+
+    call: int
+    rank: int
+    order: int  # 1 = first to arrive
+    straggler: int | None  # None: the fallback (ring) ran
+    schedule: str
+    agree_s: float  # from this rank's arrival until it knew the schedule
+
+
+class StragglerAwareAllReduce:
+    """AllReduce that runs StragglAR for whichever rank arrives last, detected at run time.
+
+    ``family`` maps straggler rank -> StragglAR schedule (default: synth.algorithms.stragglar's
+    ``build_family(n)``); ``fallback`` (default ring) runs when no single rank is late. All ranks must
+    create their instances in the same order (like process groups). ``window`` is how long the
+    (n-2)-th arrival waits for the (n-1)-th before deciding that two ranks are late together.
+    """
+
+    def __init__(self, group: Any = None, n: int | None = None, *, family: Mapping[int, Schedule] | None = None,
+                 fallback: Schedule | None = None, store: Any = None, window: float = 0.1,
+                 timeout: float | None = None, _bits: int = _BITS) -> None:
+        torch, dist = require_torch()
+        if not dist.is_initialized():
+            raise CollsynthError("torch.distributed is not initialized: call init_process_group first")
+        world = dist.get_world_size(group)
+        n = world if n is None else n
+        if n != world:
+            raise CollsynthError(f"StragglerAwareAllReduce for {n} ranks but the process group has {world}: "
+                                 f"pass n={world}")
+        if not window > 0:
+            raise CollsynthError(f"window must be positive seconds, got {window!r}")
+
+        if family is None:
+            family = build_family(n)
+        if fallback is None:
+            fallback = build_schedule("ring", n)
+        for r, s in family.items():
+            if not 0 <= int(r) < n:
+                raise CollsynthError(f"family has a schedule for rank {r}, which does not exist (ranks 0..{n - 1})")
+            check_schedule(s, n, "allreduce")
+            ensure_verified(s)
+        check_schedule(fallback, n, "allreduce")
+        ensure_verified(fallback)
+        if store is None:
+            from torch.distributed.distributed_c10d import _get_process_group_store
+
+            store = _get_process_group_store(group if group is not None else dist.group.WORLD)
+        self.group, self.n, self.rank = group, n, dist.get_rank(group)
+        self.family = {int(r): s for r, s in family.items()}
+        self.fallback = fallback
+        self.window = float(window)
+        self.timeout = DEFAULT_TIMEOUT_S if timeout is None else float(timeout)
+        self._store = dist.PrefixStore(f"collsynth/sar{next(_INSTANCES)}/", store)
+        self._bits = int(_bits)  # ranks per mask key (smaller only to test the several-key path)
+        self._words = (n + self._bits - 1) // self._bits
+        self._calls = 0
+        self.last: Agreement | None = None
+
+    # ------------------------------------------------------------------ agreement
+    def _arrive(self, call: int) -> tuple[int, int]:
+        """Register arrival; returns (arrival order, bit set of arrived ranks)."""
+        st, r = self._store, self.rank
+        bit = 1 << (r % self._bits)
+        if self._words == 1:
+            v = st.add(f"{call}/m0", bit)
+            return bin(v).count("1"), v
+        st.add(f"{call}/m{r // self._bits}", bit)
+        order = st.add(f"{call}/count", 1)
+        if order != self.n - 1:
+            return order, 0
+        mask = 0
+        for w in range(self._words):
+            mask |= st.add(f"{call}/m{w}", 0) << (w * self._bits)
+        return order, mask
+
+    def _decide(self, call: int) -> tuple[str, int]:
+        st, n = self._store, self.n
+        key = f"{call}/decision"
+        order, mask = self._arrive(call)
+        if order == n - 1:
+            arrived = {r for r in range(n) if mask >> r & 1}
+            missing = sorted(set(range(n)) - arrived)
+            proposal = f"{missing[0]}" if len(missing) == 1 and missing[0] in self.family else "ring"
+            return st.compare_set(key, "", proposal).decode(), order
+        if order == n - 2 and n > 2:
+            # poll rather than wait(timeout): a timed-out wait makes c10d log a warning every call
+            deadline = time.perf_counter() + self.window
+            while not st.check([key]):
+                if time.perf_counter() >= deadline:  # the last two ranks are late together
+                    st.compare_set(key, "", "ring")
+                    break
+                time.sleep(0.001)
+        try:
+            st.wait([key], datetime.timedelta(seconds=self.timeout))
+        except Exception as e:
+            raise CollectiveError(f"collsynth StragglerAwareAllReduce: rank {self.rank} saw no decision within "
+                                  f"{self.timeout:g} s; at most {order} of {n} ranks arrived "
+                                  f"(a rank died or is later than the timeout)") from e
+        return st.get(key).decode(), order
+
+    def _collect(self, call: int) -> None:
+        """Drop call-2's keys: every rank has finished call-1, so nobody reads them again."""
+        if call < 2 or self.rank != 0:
+            return
+        keys = [f"{call - 2}/decision", *(f"{call - 2}/m{w}" for w in range(self._words))]
+        if self._words > 1:
+            keys.append(f"{call - 2}/count")
+        for k in keys:
+            try:
+                self._store.delete_key(k)
+            except Exception:  # some stores cannot delete; they just grow
+                pass
+
+    # ------------------------------------------------------------------ call
+    def __call__(self, tensor: Any) -> Any:
+        """Sum ``tensor`` in place over the group; returns it. ``self.last`` says what ran."""
+        call = self._calls
+        self._calls += 1
+        t0 = time.perf_counter()
+        if self.n < 3:
+            decision, order = "ring", 0
+        else:
+            decision, order = self._decide(call)
+        agree = time.perf_counter() - t0
+        if decision == "ring":
+            schedule, straggler = self.fallback, None
+        else:
+            straggler = int(decision)
+            schedule = self.family[straggler]
+        self.last = Agreement(call, self.rank, order, straggler, schedule.name or decision, agree)
+        allreduce(tensor, schedule, self.group, timeout=self.timeout)
+        self._collect(call)
+        return tensor

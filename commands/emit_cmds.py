@@ -1,0 +1,206 @@
+"""`collsynth emit` (a schedule in a runtime's format, through the backends' format registry) and
+`collsynth schedules` (the shipped library). Argument parsing and printing only."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from collsynth.backends import FORMATS, emit, get_format
+from collsynth.backends.msccl.library import build_files, compare_folder, default_dir, write
+from collsynth.backends.msccl.model import DIALECTS, PROTOCOLS
+from collsynth.commands.common import print_json, print_table
+from collsynth.errors import CollsynthError
+from collsynth.fileio import check_outdir, write_text_atomic, write_tree
+from collsynth.synth.ir import load_schedule
+from collsynth.synth.verify import check
+from collsynth.units import parse_size
+
+
+def add_msccl_xml_options(p: argparse.ArgumentParser) -> None:
+    """The options ``synth --format msccl-xml`` and ``emit --format msccl-xml`` share."""
+    g = p.add_argument_group("MSCCL XML output")
+    g.add_argument("--dialect", default="executor", choices=DIALECTS,
+                   help="executor (MSCCL executor and RCCL, default) or legacy (microsoft/msccl)")
+    g.add_argument("--proto", default="Simple", choices=PROTOCOLS, help="NCCL protocol (default Simple)")
+    g.add_argument("--min-bytes", default="0", help="smallest call size the file serves (default 0)")
+    g.add_argument("--max-bytes", default="0", help="largest call size it serves, inclusive (default 0: no limit)")
+    g.add_argument("--inplace", dest="inplace", action="store_true", default=True,
+                   help="serve in-place calls (default)")
+    g.add_argument("--no-inplace", dest="inplace", action="store_false", help="do not serve in-place calls")
+    g.add_argument("--outofplace", dest="outofplace", action="store_true", default=True,
+                   help="serve out-of-place calls (default; the legacy dialect serves one mode)")
+    g.add_argument("--no-outofplace", dest="outofplace", action="store_false",
+                   help="do not serve out-of-place calls")
+    g.add_argument("--instances", default="1", help="replicate over K times the channels for bandwidth (default 1)")
+    g.add_argument("--name", default=None, help="algorithm name written in the file (default: the schedule's); "
+                                                "nccl-cuda: the C name")
+    g.add_argument("--nchunksperloop", default=None,
+                   help="MSCCL chunks per buffer: the schedule's (default), a larger number, or pow2 (a power of "
+                        "two when the schedule's count is not one; the runtime only runs calls whose element "
+                        "count is a multiple of it). Schedule chunks then get floor/ceiling shares")
+
+
+def _bytes(flag: str, text: Any) -> int:
+    t = str(text).strip()
+    if t.isascii() and t.isdigit():
+        return int(t)
+    try:
+        v = parse_size(t)
+    except CollsynthError as e:
+        raise CollsynthError(f"{flag}: {e}") from None
+    if v != int(v):
+        raise CollsynthError(f"{flag} must be a whole number of bytes, got {text!r}")
+    return int(v)
+
+
+def msccl_xml_options(args: argparse.Namespace) -> dict[str, Any]:
+    """emit_xml keywords from the parsed MSCCL XML options (sizes accept units, e.g. 1MiB)."""
+    try:
+        instances = int(str(args.instances))
+    except ValueError:
+        raise CollsynthError(f"--instances must be an integer >= 1, got {args.instances!r}") from None
+    loop: int | str | None = getattr(args, "nchunksperloop", None)
+    if loop is not None and loop != "pow2":
+        try:
+            loop = int(str(loop))
+        except ValueError:
+            raise CollsynthError(f"--nchunksperloop must be an integer or pow2, got {loop!r}") from None
+    return {"dialect": args.dialect, "proto": args.proto, "min_bytes": _bytes("--min-bytes", args.min_bytes),
+            "max_bytes": _bytes("--max-bytes", args.max_bytes), "inplace": bool(args.inplace),
+            "outofplace": bool(args.outofplace), "instances": instances, "name": args.name, "nchunksperloop": loop}
+
+
+def _format_options(fmt: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword options of format ``fmt`` from the parsed `emit` flags."""
+    if fmt == "msccl-xml":
+        return msccl_xml_options(args)
+    if fmt == "nccl-cuda":
+        return {"name": args.name, "dtypes": args.dtypes}
+    return {}
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "emit", help="compile a schedule file for a runtime",
+        description="Verify a schedule (JSON, from `collsynth synth`) and write it in a runtime's format. "
+                    "A schedule that does not verify is never written. Formats: "
+                    + "; ".join(f"{f.name}: {f.help}" for f in FORMATS) + ".",
+        epilog="examples:\n  collsynth emit ring8.json --format msccl-xml -o ring8.xml\n"
+               "  collsynth emit s8.json --format msccl-xml --proto LL128 --max-bytes 64MiB -o s8.xml\n"
+               "  collsynth emit ring8.json --format msccl-xml --dialect legacy -o ring8-legacy.xml\n"
+               "  collsynth emit s8.json --format nccl-cuda --name s8 -o s8cuda\n"
+               "  collsynth emit --format msccl-scheduler algos -o plugin",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("schedule", help="schedule JSON file (msccl-scheduler: a folder of MSCCL XML files)")
+    p.add_argument("--format", "-f", required=True, metavar="FORMAT",
+                   help="output format: " + ", ".join(f.name for f in FORMATS))
+    p.add_argument("-o", "--output", default=None, help="output file, or folder for multi-file formats "
+                                                        "(stdout when omitted)")
+    add_msccl_xml_options(p)
+    g = p.add_argument_group("nccl-cuda and msccl-scheduler output (-o FOLDER; --name sets the C name)")
+    g.add_argument("--dtypes", default="float,half,bfloat16",
+                   help="nccl-cuda: element types to compile in, comma-separated (default float,half,bfloat16)")
+    g.add_argument("--force", action="store_true",
+                   help="nccl-cuda, msccl-scheduler: replace an output folder that is not empty")
+    p.set_defaults(func=cmd_emit)
+
+    p = sub.add_parser("schedules", help="the verified schedule library (list, regenerate)",
+                       description="The schedule library ships ready-to-load MSCCL XML and JSON schedules for "
+                                   "ring, rhd, direct and StragglAR (every straggler rank) at 4, 8 and 16 GPUs.")
+    ssub = p.add_subparsers(dest="schedules_command", metavar="ACTION")
+    q = ssub.add_parser("list", help="list the library's entries",
+                        description="One row per file: algorithm, GPUs, straggler, protocol and the folder to "
+                                    "point MSCCL_ALGO_DIR at.")
+    q.add_argument("--dir", default=None, help="library folder (default: the installed one)")
+    q.add_argument("--json", action="store_true", help="print the manifest")
+    q.set_defaults(func=cmd_schedules_list)
+    q = ssub.add_parser("regenerate", help="rebuild the library from code",
+                        description="Rebuild every library file deterministically (byte-identical for the same "
+                                    "code). Only MANIFEST.json, json/ and msccl/ in the folder are replaced.")
+    q.add_argument("--out", default=None, help="folder to write (default: the installed library)")
+    q.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 and list the differences if the folder is out of date")
+    q.set_defaults(func=cmd_schedules_regenerate)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def _need_folder(args: argparse.Namespace, fmt: str) -> str:
+    out = args.output
+    if not out or out == "-":
+        raise CollsynthError(f"--format {fmt} writes several files: give -o FOLDER")
+    return str(out)
+
+
+def cmd_emit(args: argparse.Namespace) -> int:
+    fmt = get_format(args.format)
+    if fmt.reads == "xml-folder":
+        out = _need_folder(args, fmt.name)
+        check_outdir(out, args.force)
+        paths = write_tree(out, emit(args.schedule, fmt.name), force=args.force)
+        nxml = sum(1 for p in paths if p.endswith(".xml"))
+        print(f"wrote {len(paths)} file(s) to {out} (msccl-scheduler over {nxml} checked MSCCL XML file(s)); "
+              f"build with `make -C {out}`", file=sys.stderr)
+        return 0
+    if args.schedule.lower().endswith(".xml"):
+        raise CollsynthError(f"{args.schedule}: emit reads a schedule JSON file (to check an MSCCL XML file use "
+                             f"`collsynth verify {args.schedule}`)")
+    if fmt.writes == "folder":
+        check_outdir(_need_folder(args, fmt.name), args.force)
+    schedule = check(load_schedule(args.schedule), source=args.schedule)
+    out = emit(schedule, fmt.name, **_format_options(fmt.name, args))
+    if isinstance(out, dict):
+        write_tree(args.output, out, force=args.force)
+        print(f"wrote {len(out)} file(s) to {args.output} ({fmt.name}, from verified {schedule.name})",
+              file=sys.stderr)
+        return 0
+    if args.output in (None, "-"):
+        sys.stdout.write(out)
+        return 0
+    write_text_atomic(args.output, out)
+    print(f"wrote {args.output} ({fmt.name}, from verified {schedule.name}: {schedule.nranks} ranks, "
+          f"{schedule.nsteps} steps)", file=sys.stderr)
+    return 0
+
+
+def cmd_schedules_list(args: argparse.Namespace) -> int:
+    root = args.dir or default_dir()
+    path = os.path.join(root, "MANIFEST.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except OSError:
+        raise CollsynthError(f"no library at {root} (missing MANIFEST.json): run `collsynth schedules regenerate "
+                             f"--out {root}`") from None
+    except json.JSONDecodeError as e:
+        raise CollsynthError(f"{path}: not valid JSON ({e.msg})") from None
+    if args.json:
+        print_json(manifest)
+        return 0
+    rows = [{**e, "straggler": "" if e["straggler"] is None else e["straggler"],
+             "folder": os.path.join(root, e["choice"])} for e in manifest.get("entries", [])]
+    print_table(rows, ["algorithm", "n", "straggler", "protocol", "steps", "folder"],
+                ["algorithm", "gpus", "straggler", "protocol", "steps", "MSCCL_ALGO_DIR"])
+    return 0
+
+
+def cmd_schedules_regenerate(args: argparse.Namespace) -> int:
+    out = args.out or default_dir()
+    files, manifest = build_files()
+    if args.check:
+        diffs = compare_folder(out, files)
+        if diffs:
+            print(f"{out} is out of date ({len(diffs)} difference(s)); run `collsynth schedules regenerate"
+                  f"{' --out ' + args.out if args.out else ''}`:")
+            for d in diffs[:20]:
+                print(f"  {d}")
+            return 1
+        print(f"{out} is up to date: {len(files)} files")
+        return 0
+    info = write(out, files)
+    print(f"wrote {info['files']} files ({info['bytes']} bytes) to {out}: {len(manifest['entries'])} MSCCL XML "
+          f"files in {len({e['choice'] for e in manifest['entries']})} MSCCL_ALGO_DIR folders", file=sys.stderr)
+    return 0

@@ -1,0 +1,82 @@
+"""Compare every algorithm for one setting: build, verify and simulate each, fastest first.
+
+The library form of `collsynth compare`. StragglAR (and any algorithm that takes a straggler) gets the
+latest arrival as its straggler (synth.arrivals.latest_rank) and the pipeline depth the alpha-beta model
+picks for what that rank sees on the topology; the solver runs only when given a time limit.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from collsynth.errors import CollsynthError
+from collsynth.synth.algorithms.stragglar.pipeline import topology_model
+from collsynth.synth.arrivals import arrival_vector, latest_rank
+from collsynth.synth.registry import algorithms as algorithm_table
+from collsynth.synth.registry import build_schedule
+from collsynth.synth.simulate import simulate
+from collsynth.synth.topology import Topology, make_topology
+from collsynth.synth.verify import check
+from collsynth.units import parse_size
+
+
+def default_algorithms() -> list[str]:
+    """The AllReduce algorithms `compare` runs by default (all but the solver)."""
+    return [a for a, info in algorithm_table().items() if "allreduce" in info.collectives and a != "solver"]
+
+
+def compare(n: int, size: int | float | str, topology: Topology | str = "nvswitch",
+            arrivals: Any = None, algorithms: Sequence[str] | None = None,
+            solver_time_limit: float | None = None, progress: bool = False) -> list[dict[str, Any]]:
+    """One row per algorithm (``algorithm``, ``completion_s``, ``after_last_arrival_s``, ``steps``,
+    ``note``, ``speedup_vs_ring``), sorted fastest first after the last arrival. ``topology`` is a
+    Topology or a preset name / JSON path; ``arrivals`` a {rank: time} mapping or one time per rank;
+    ``progress`` prints one line per algorithm on stderr."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise CollsynthError(f"--gpus must be an integer >= 2, got {n!r}")
+    size_b = parse_size(size) if isinstance(size, str) else size
+    topo = make_topology(topology, n) if isinstance(topology, str) else topology
+    times = arrival_vector(arrivals, n)
+    arr = {r: float(t) for r, t in enumerate(times) if t != 0}
+    regs = algorithm_table()
+    names = list(algorithms or default_algorithms())
+    if solver_time_limit is not None and "solver" not in names:
+        names.append("solver")
+    for a in names:
+        if a not in regs:
+            raise CollsynthError(f"unknown algorithm {a!r} in --algorithms: choose from {', '.join(regs)}")
+    hide_ring = "ring" not in names
+    if hide_ring:
+        names = ["ring", *names]
+    latest = latest_rank(times, n)
+    rows = []
+    for i, a in enumerate(names):
+        if progress:
+            print(f"[{i + 1}/{len(names)}] {a}", file=sys.stderr)
+        accepted = regs[a].params()
+        params: dict[str, Any] = {}
+        note = ""
+        if "straggler" in accepted:
+            params["straggler"] = latest
+            note = f"straggler={latest}"
+        if "pipeline" in accepted:  # pipeline depth from the model the straggler sees on this topology
+            al, bw = topology_model(topo, latest)
+            params.update(pipeline="auto", size=size_b, alpha=al, bandwidth=bw)
+        if a == "solver":
+            params.update(arrivals=arr, time_limit=solver_time_limit, size=size_b, topology=topo)
+        s = check(build_schedule(a, n, "allreduce", **{k: v for k, v in params.items() if k in accepted}))
+        if s.meta.get("pipeline", 1) != 1:
+            note += f" K={s.meta['pipeline']}"
+        res = simulate(s, size_b, topo, arr)
+        rows.append({"algorithm": a, "completion_s": res.completion_s,
+                     "after_last_arrival_s": res.after_last_arrival_s, "steps": s.nsteps, "note": note.strip()})
+    ring = next(r for r in rows if r["algorithm"] == "ring")["after_last_arrival_s"]
+    for r in rows:
+        r["speedup_vs_ring"] = ring / r["after_last_arrival_s"] if r["after_last_arrival_s"] > 0 else float("inf")
+    if hide_ring:
+        rows = [r for r in rows if r["algorithm"] != "ring"]
+    rows.sort(key=lambda r: (r["after_last_arrival_s"], r["algorithm"]))
+    return rows
+

@@ -1,0 +1,58 @@
+"""The algorithm table: every constructive algorithm (synth.algorithms) and the solver, in a fixed
+order, and ``build_schedule``, the one entry point the CLI, the Python API and the other stages use."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from collsynth.errors import CollsynthError
+from collsynth.synth.algorithms import CONSTRUCTIVE, Algorithm
+from collsynth.synth.ir import Schedule
+from collsynth.synth.solver import solve as solver
+
+ALGORITHMS: tuple[Algorithm, ...] = CONSTRUCTIVE + (
+    Algorithm("solver", "MILP (pulp: CBC or HiGHS) for any arrival times and topology, warm-started from the "
+              "constructive algorithms, with a lower-bound certificate; small n", solver.build),
+)
+
+_BY_NAME = {a.name: a for a in ALGORITHMS}
+_FLAGS = {"arrivals": "--arrival"}  # parameters whose CLI flag is not the parameter's own name
+
+
+def algorithms() -> dict[str, Algorithm]:
+    """Every algorithm by name, in table order (the same in every process)."""
+    return dict(_BY_NAME)
+
+
+def get_algorithm(name: str) -> Algorithm:
+    """The table row of ``name``; CollsynthError naming the choices when there is none."""
+    if name not in _BY_NAME:
+        raise CollsynthError(f"unknown algorithm {name!r}: choose one of {', '.join(_BY_NAME)} "
+                             f"(see `collsynth algorithms`)")
+    return _BY_NAME[name]
+
+
+def param_flag(param: str) -> str:
+    """The `collsynth synth` flag that sets build parameter ``param``."""
+    return _FLAGS.get(param, "--" + param.replace("_", "-"))
+
+
+def algorithm_params(name: str) -> tuple[str, ...]:
+    """The keyword parameters algorithm ``name`` accepts besides n and collective."""
+    return get_algorithm(name).params()
+
+
+def build_schedule(name: str, n: int, collective: str = "allreduce", **params: Any) -> Schedule:
+    """Build algorithm ``name`` for ``n`` ranks (not yet verified: see synth.verify.check)."""
+    info = get_algorithm(name)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise CollsynthError(f"--gpus must be an integer >= 2, got {n!r}")
+    if collective not in info.collectives:
+        raise CollsynthError(f"algorithm {name!r} builds {', '.join(info.collectives)}, not {collective!r}")
+    accepted = info.params()
+    for key in params:
+        if key not in accepted:
+            raise CollsynthError(f"algorithm {name!r} takes no {param_flag(key)} option"
+                                 + (f" (it takes {', '.join(param_flag(a) for a in accepted)})"
+                                    if accepted else ""))
+    return info.build(n, collective=collective, **params)

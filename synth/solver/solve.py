@@ -1,0 +1,348 @@
+"""Straggler-aware AllReduce synthesis: an anytime MILP (pulp; CBC or HiGHS) with a certificate.
+
+``solve`` (registered as algorithm ``solver``) takes any arrival vector and topology and returns a
+verified schedule:
+
+1. Warm starts: every constructive algorithm in the registry (ring, rhd, direct, twoshot, stragglar
+   with the latest rank as straggler, pipelined variants) and a greedy list scheduler inside the MILP's
+   model class (synth/solver_greedy.py) for several chunk counts, all simulated with the given arrivals.
+2. The time-expanded MILP of synth/solver_model.py over the grid of synth/solver_grid.py (one chunk
+   per transfer, a slot = one chunk transfer, slots aligned to the arrival times), for the chunk count
+   of the best warm start of its model class, started from it and limited to its horizon. It is not
+   run when that warm start already meets the model's slot lower bound (``slot_lower_bound``: then it
+   is optimal in the model) or when the model is too large for the time limit (CBC would not get past
+   its root node); CBC gets a hard deadline.
+3. The returned schedule is the fastest verified candidate by simulated completion time. Its
+   ``meta["solver"]`` records the status (``optimal``: no schedule of the model class on this grid
+   finishes sooner; ``time-limit``: stopped with the gap shown; ``warm-start``: the MILP did not run,
+   found nothing, or something outside its model is faster, see ``note``), the simulated completion
+   ``objective_s``, the universal lower bound ``lower_bound_s`` of synth/solver_bounds.py with ``gap``,
+   and the model's proven bound ``model_bound_s`` with ``model_gap``.
+
+With a time limit the result depends on how far the solver got, so it can differ between machines;
+without the MILP running (the common case for n >= 8) it is deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from collsynth.errors import CollsynthError
+from collsynth.synth.algorithms import CONSTRUCTIVE
+from collsynth.synth.arrivals import latest_rank
+from collsynth.synth.bounds import lower_bound
+from collsynth.synth.ir import Schedule
+from collsynth.synth.simulate import simulate
+from collsynth.synth.solver.greedy import greedy_schedules
+from collsynth.synth.solver.grid import (
+    Grid,
+    last_slot,
+    make_grid,
+    normalize_arrivals,
+    place,
+    schedule_moves,
+    to_schedule,
+)
+from collsynth.synth.solver.model import (
+    SOLVERS,
+    SolveResult,
+    build_model,
+    estimate_binaries,
+    set_start,
+    slot_lower_bound,
+    solve_model,
+    symmetric_start,
+)
+from collsynth.synth.topology import make_topology
+from collsynth.synth.verify import check
+from collsynth.units import parse_size, parse_time
+
+DEFAULT_SIZE = 1 << 30
+DEFAULT_TIME_LIMIT = 30.0
+BINARIES_PER_SECOND = 500  # model size CBC can usefully search per second of time limit (measured, 2 cores)
+MIN_BINARY_BUDGET = 20000
+HOPELESS = 50  # refuse when even the smallest model is this many times the budget (the MILP cannot help)
+MAX_GREEDY_CHUNKS = 48
+GREEDY_SECONDS = 1.8e-5  # greedy warm-start time per (chunks x ranks)^2, all policies (measured, 2 cores)
+MAX_CHUNKS_PER_RANK = 8  # the fastest constructive's chunking joins the model's options up to 8n chunks
+
+
+def _topology(topology: Any, n: int) -> Any:
+    if topology is None:
+        return make_topology("nvswitch", n)
+    if isinstance(topology, str):
+        return make_topology(topology, n)
+    if not hasattr(topology, "pair_table") or getattr(topology, "nranks", None) != n:
+        raise CollsynthError(f"topology {getattr(topology, 'name', topology)!r} is for "
+                             f"{getattr(topology, 'nranks', '?')} GPUs, not {n}: give a preset name or a matching "
+                             "topology")
+    return topology
+
+
+def _size(size: Any) -> float:
+    if size is None:
+        return float(DEFAULT_SIZE)
+    if isinstance(size, bool):
+        raise CollsynthError(f"--size must be a byte count such as 1GiB, not {size!r}")
+    value = float(parse_size(size)) if isinstance(size, str) else float(size)
+    if not math.isfinite(value) or value <= 0:
+        raise CollsynthError(f"--size must be positive, e.g. 1GiB; got {size!r}")
+    return value
+
+
+def _time_limit(limit: Any) -> float:
+    if limit is None:
+        return DEFAULT_TIME_LIMIT
+    if isinstance(limit, bool):
+        raise CollsynthError(f"--time-limit must be a time such as 30s, not {limit!r}")
+    value = parse_time(limit, allow_zero=False) if isinstance(limit, str) else float(limit)
+    if not math.isfinite(value) or value <= 0:
+        raise CollsynthError(f"--time-limit must be a positive time such as 30s, got {limit!r}")
+    return value
+
+
+def _chunks(chunks: Any, n: int) -> int | None:
+    if chunks is None:
+        return None
+    if isinstance(chunks, bool) or not isinstance(chunks, int):
+        try:
+            chunks = int(str(chunks))
+        except ValueError:
+            raise CollsynthError(f"--chunks must be an integer >= 1, got {chunks!r}") from None
+    if chunks < 1:
+        raise CollsynthError(f"--chunks must be an integer >= 1, got {chunks}")
+    if chunks > 4 * n:
+        raise CollsynthError(f"--chunks {chunks} is too many for the exact model on {n} ranks: use at most {4 * n}")
+    return chunks
+
+
+class _Candidate:
+    def __init__(self, source: str, schedule: Schedule, sim: Any, placed: Any = None, grid: Grid | None = None):
+        self.source, self.schedule, self.sim, self.placed, self.grid = source, schedule, sim, placed, grid
+
+    @property
+    def time(self) -> float:
+        return float(self.sim.completion_s)
+
+
+def _simulate(schedule: Schedule, size: float, topo: Any, arrivals: tuple[float, ...]) -> Any:
+    return simulate(schedule, size, topo, {r: a for r, a in enumerate(arrivals)})
+
+
+PIPELINES = (2, 4, "auto")  # extra pipeline depths tried for algorithms that take --pipeline
+
+
+def _constructive(n: int, size: float, topo: Any, arrivals: tuple[float, ...]) -> list[_Candidate]:
+    """Every registered AllReduce algorithm except the solver (stragglar with the latest rank as its
+    straggler, pipelined variants too), verified and simulated."""
+
+    latest = latest_rank(arrivals, n)
+    out = []
+    for alg in CONSTRUCTIVE:
+        if "allreduce" not in alg.collectives:
+            continue
+        accepted = alg.params()
+        base = {"straggler": latest} if "straggler" in accepted else {}
+        variants = [("", base)]
+        if "pipeline" in accepted:
+            variants += [(f" pipeline={k}", {**base, "pipeline": k}) for k in PIPELINES]
+        for label, params in variants:
+            try:
+                s = check(alg.build(n, collective="allreduce", **params))
+            except CollsynthError:
+                continue  # this variant does not exist for n (or needs options): not a warm start
+            out.append(_Candidate(alg.name + label, s, _simulate(s, size, topo, arrivals)))
+    return out
+
+
+def _chunk_options(n: int, arrivals: tuple[float, ...], chunks: int | None, limit: float) -> list[int]:
+    """Chunk counts the greedy warm start tries: the first arrivals' count, n-1 and n, and (finer
+    pipelining, as in pipelined StragglAR) multiples of the first group while the greedy's estimated
+    cost stays within a quarter of the time limit (an estimate, not a clock: deterministic)."""
+    if chunks is not None:
+        return [chunks]
+    early = max(1, sum(1 for a in arrivals if a == min(arrivals)))
+    out = {early, n - 1, n}
+    if len(set(arrivals)) > 1:  # pipelining pays off while late ranks are awaited
+        cost = 0.0
+        for k in range(2, MAX_GREEDY_CHUNKS // early + 1):
+            cost += GREEDY_SECONDS * (k * early * n) ** 2
+            if cost > 0.25 * limit:
+                break
+            out.add(k * early)
+    return sorted(c for c in out if c >= 1)
+
+
+def _model_candidates(n: int, size: float, topo: Any, arrivals: tuple[float, ...], options: list[int],
+                      constructive: list[_Candidate]) -> list[_Candidate]:
+    """Greedy placements for each chunk count, plus the constructive schedules that fit the model class."""
+
+    out = []
+    for C in options:
+        grid = make_grid(n, C, size, topo, arrivals, final_slots=3 * n + 2 * C + 4)
+        for rule, placed in sorted(greedy_schedules(grid).items()):
+            s = check(to_schedule(grid, placed, {}))
+            out.append(_Candidate(f"greedy-{rule}", s, _simulate(s, size, topo, arrivals), placed, grid))
+        for cand in constructive:
+            if cand.schedule.nchunks != C:
+                continue
+            steps = schedule_moves(cand.schedule)
+            if steps is None:
+                continue
+            big = make_grid(n, C, size, topo, arrivals, final_slots=len(steps) + 1)
+            placed = place(big, steps)
+            if placed is None:
+                continue
+            s = check(to_schedule(big, placed, {}))
+            out.append(_Candidate(cand.source, s, _simulate(s, size, topo, arrivals), placed, big))
+    return out
+
+
+def _smallest_model(n: int, C: int, size: float, topo: Any, arrivals: tuple[float, ...]) -> int:
+    """Binaries of the smallest model the solver could build: C chunks, the slot lower bound as horizon."""
+    probe = make_grid(n, C, size, topo, arrivals, final_slots=1)
+    return estimate_binaries(make_grid(n, C, size, topo, arrivals, final_slots=slot_lower_bound(probe)))
+
+
+def largest_n(topology: Any, time_limit: float) -> int:
+    """The largest rank count (synchronous arrivals) the solver accepts for ``time_limit`` (for messages)."""
+
+    spec = topology if isinstance(topology, str) else "nvswitch"
+    budget = HOPELESS * max(MIN_BINARY_BUDGET, BINARIES_PER_SECOND * time_limit)
+    best = 2
+    for m in range(2, 257):
+        try:
+            topo = make_topology(spec, m)
+        except CollsynthError:
+            continue
+        if _smallest_model(m, m, DEFAULT_SIZE, topo, (0.0,) * m) > budget:
+            break
+        best = m
+    return best
+
+
+def solve(n: int, *, topology: Any = None, arrivals: Any = None, chunks: Any = None, size: Any = None,
+          time_limit: Any = None, solver: str = "cbc", threads: int = 1,
+          constructive_starts: bool = True) -> Schedule:
+    """The fastest verified AllReduce schedule the solver finds (see the module docstring).
+    ``constructive_starts=False`` uses only the greedy warm start (to measure the MILP on its own)."""
+
+    t_start = time.monotonic()
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise CollsynthError(f"--gpus must be an integer >= 2, got {n!r}")
+    if solver not in SOLVERS:
+        raise CollsynthError(f"unknown --solver {solver!r}: use one of {', '.join(SOLVERS)}")
+    topo = _topology(topology, n)
+    nbytes = _size(size)
+    limit = _time_limit(time_limit)
+    C_opt = _chunks(chunks, n)
+    arr = normalize_arrivals(arrivals, n)
+    bound = lower_bound(n, nbytes, topo, arr)
+    options = _chunk_options(n, arr, C_opt, limit)
+    budget = max(MIN_BINARY_BUDGET, BINARIES_PER_SECOND * limit)
+    smallest = _smallest_model(n, min(options), nbytes, topo, arr)
+    if smallest > HOPELESS * budget:
+        raise CollsynthError(
+            f"{n} ranks need a model of at least {smallest} binaries, too large for a {limit:g} s time limit: "
+            f"the solver handles up to about {largest_n(topology, limit)} ranks in that time; raise "
+            "--time-limit or use a constructive algorithm (stragglar, ring)")
+    constructive = _constructive(n, nbytes, topo, arr) if constructive_starts else []
+    if C_opt is None and constructive:  # also model the chunking of the fastest constructive schedule
+        fastest = min(constructive, key=lambda c: (c.time, c.source))
+        if fastest.schedule.nchunks <= MAX_CHUNKS_PER_RANK * n:
+            options = sorted(set(options) | {fastest.schedule.nchunks})
+    model_cands = _model_candidates(n, nbytes, topo, arr, options, constructive)
+    if not model_cands:
+        raise CollsynthError(f"the solver found no schedule of its model class for {n} ranks on "
+                             f"{topo.name!r}; use a constructive algorithm (ring, stragglar)")
+    start = min(model_cands, key=lambda c: (c.time, c.source))
+    grid0 = start.grid
+    assert grid0 is not None and start.placed is not None
+    horizon = last_slot(start.placed) - grid0.first_final + 1
+    grid = make_grid(n, grid0.nchunks, nbytes, topo, arr, final_slots=horizon)
+    est = estimate_binaries(grid)
+    placed = place(grid, schedule_moves(start.schedule) or [])
+    note = ""
+    result = None
+    model_bound_s = None
+    slot_lb = slot_lower_bound(grid)
+    if placed is None:  # cannot happen: the same steps fit the larger grid
+        note = "warm start did not fit the model grid"
+    elif horizon <= slot_lb:
+        result = SolveResult("optimal", None, float(horizon - 1), float(horizon - 1))
+        model_bound_s = grid.last_arrival + horizon * grid.tau
+        note = f"the warm start meets the model's lower bound of {slot_lb} slots after the last arrival"
+    elif est > budget:
+        model_bound_s = grid.last_arrival + slot_lb * grid.tau
+        note = (f"the model ({est} binaries) is too large for a {limit:g} s time limit: returning the best "
+                "warm start with the model's slot bound; raise --time-limit to search")
+    else:
+        placed = symmetric_start(grid, placed)
+        model = build_model(grid)
+        set_start(model, placed)
+        remaining = limit - (time.monotonic() - t_start)
+        if remaining < 1.0:
+            note = "time limit too short to run the MILP: returning the best warm start"
+        else:
+            result = solve_model(model, solver, remaining, warm=True, threads=threads)
+            bound_slots = max(float(slot_lb - 1), result.bound if result.bound is not None else 0.0)
+            model_bound_s = grid.last_arrival + (math.ceil(bound_slots - 1e-6) + 1) * grid.tau
+    cands = list(constructive) + model_cands
+    milp = None
+    if result is not None and result.placed:
+        s = check(to_schedule(grid, result.placed, {}))
+        milp = _Candidate("milp", s, _simulate(s, nbytes, topo, arr), result.placed, grid)
+        cands.append(milp)
+    best = min(cands, key=lambda c: (c.time, c.schedule.ntransfers, c.source != "milp", c.source))
+    in_model = [c.time for c in cands if c.placed is not None and c.schedule.nchunks == grid.nchunks]
+    model_time = min(in_model) if in_model else math.inf
+    reached = best.time >= model_time * (1 - 1e-12)  # the returned time is the model's best time
+    if result is None:
+        status = "warm-start"
+    elif result.status == "optimal":
+        status = "optimal" if reached else "warm-start"
+        if status == "warm-start":
+            note = ("a constructive schedule with other chunking or outside the model class beats the "
+                    "model's optimum")
+    elif result.status == "feasible":
+        status = "time-limit"
+    else:
+        status = "warm-start"
+        note = note or f"{solver} found no schedule within the time limit: returning the best warm start"
+    obj = best.time
+    if model_bound_s is not None and abs(obj - model_bound_s) <= 1e-9 * max(obj, 1e-30):
+        model_bound_s = obj
+    info: dict[str, Any] = {
+        "status": status,
+        "solver": solver,
+        "source": best.source,
+        "chunks": best.schedule.nchunks,
+        "slot_s": grid.tau,
+        "model_chunks": grid.nchunks,
+        "objective_s": obj,
+        "after_last_arrival_s": float(best.sim.after_last_arrival_s),
+        "lower_bound_s": bound,
+        "gap": (obj - bound) / obj if obj > 0 else 0.0,
+        "model_bound_s": model_bound_s,
+        "model_gap": None if model_bound_s is None or not reached else max(0.0, (obj - model_bound_s) / obj),
+        "time_limit_s": limit,
+        "arrivals_s": list(arr),
+        "size_bytes": nbytes,
+        "topology": topo.name,
+    }
+    if note:
+        info["note"] = note
+    out = best.schedule.replace(name=f"solver_allreduce_n{n}", meta={"algorithm": "solver", "solver": info})
+    return check(out)
+
+
+def build(n: int, collective: str = "allreduce", *, topology: Any = None, arrivals: Any = None,
+          chunks: Any = None, size: Any = None, time_limit: Any = None, solver: str = "cbc") -> Schedule:
+    """The algorithm table's entry for ``solve``: ``topology`` is a preset name, a JSON path or a Topology; ``arrivals`` a
+    {rank: seconds} dict or a list; ``size`` bytes (or "1GiB"); ``time_limit`` seconds (or "30s")."""
+    if collective != "allreduce":
+        raise CollsynthError(f"the solver builds allreduce only, not {collective!r}")
+    return solve(n, topology=topology, arrivals=arrivals, chunks=chunks, size=size, time_limit=time_limit,
+                 solver=solver)

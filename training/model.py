@@ -1,0 +1,347 @@
+"""Training-step simulator: throughput of DDP, bucketed DDP, ZeRO-1 and ACCO under stragglers.
+
+Every rank runs its own clock. Compute times per micro-batch come from a ComputeModel
+(synth/training_compute.py); every collective is the schedule simulator (synth/simulate.py, through
+synth/training_comm.py) started at the arrival times the compute model produced, and each rank goes
+on from its own finish time, so the latest rank changes from step to step. Models (symbols as in
+docs/acco.md section 4: A micro-batches per step, tau per micro-batch, M_g / M_p gradient / parameter
+bytes, T_opt optimizer step over the full model, K buckets):
+
+- ``ddp``: compute A micro-batches, one AllReduce of M_g, optimizer step T_opt (acco.md 4a).
+- ``ddp-bucketed``: bucket k of K (M_g/K bytes) is ready on rank i at
+  (A-1 micro-batches) + forward of the last + backward * k/K (backward = ``backward_fraction`` of a
+  micro-batch); buckets run one after another on each rank (one communication stream), and
+  compute goes on meanwhile; then T_opt (acco.md 4b, with per-rank rather than global bucket order).
+- ``zero1``: compute, ReduceScatter of M_g, shard step T_opt/n, AllGather of M_p.
+- ``acco``: Nabli et al., arXiv 2406.02613, as in acco.md 1.2-1.4 and 4c. Rounds alternate
+  estimate/commit, 2 per optimizer step. A round's communication is (optionally) the AllReduce of the
+  sample count, the ReduceScatter of M_g, the shard step T_opt/n and the AllGather of M_p; it starts
+  when each rank swaps buffers. Meanwhile each rank keeps computing groups of A micro-batches and
+  swaps (cost ``swap_s``) after the first group that ends once its own communication has finished.
+  Commit round 2m+1 reduces the micro-batches computed during rounds 2m-1 and 2m (the seed group
+  before round 0 for m = 0), so its batch varies; compare methods by throughput.
+
+Throughput is measured in steady state: the samples of steps ``warmup..steps-1`` divided by the time
+from the end of step ``warmup-1`` (the latest rank) to the end of the last step. Idle fraction of a
+rank: the share of the run in which it computes nothing (neither micro-batches nor optimizer).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from collsynth.errors import CollsynthError
+from collsynth.synth.topology import Topology
+from collsynth.training.comm import CollectiveModel
+from collsynth.training.compute import ComputeModel
+
+METHODS: dict[str, str] = {
+    "ddp": "compute all micro-batches, then one AllReduce of the gradients, then the optimizer",
+    "ddp-bucketed": "K gradient buckets AllReduced one after another as backward releases them",
+    "zero1": "ReduceScatter, optimizer step on the 1/n shard, AllGather of the parameters",
+    "acco": "ZeRO-1 rounds overlapped with more micro-batches (estimate + commit rounds per step)",
+}
+COUNT_BYTES = 8.0  # ACCO's sample-count AllReduce
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    """What is being trained and on what; validated by ``check``."""
+
+    compute: ComputeModel
+    topology: Topology
+    grad_bytes: float
+    param_bytes: float | None = None  # default: grad_bytes
+    microbatches: int = 1  # A
+    batch: int = 1  # samples per micro-batch
+    optimizer_s: float = 0.0  # full-model optimizer step
+    buckets: int = 4
+    backward_fraction: float = 2.0 / 3.0
+    swap_s: float = 0.0
+    count_allreduce: bool = True
+    steps: int = 200
+    warmup: int | None = None  # default: steps // 10, at most 20
+    record: int = 3  # optimizer steps whose per-rank timeline is kept (from step ``warmup``)
+    window_s: float = 0.1
+    agree_s: float = 0.0
+    exact: bool = False
+
+    @property
+    def nranks(self) -> int:
+        return self.topology.nranks
+
+    @property
+    def pbytes(self) -> float:
+        return float(self.grad_bytes if self.param_bytes is None else self.param_bytes)
+
+    @property
+    def warmup_steps(self) -> int:
+        return min(20, self.steps // 10) if self.warmup is None else self.warmup
+
+    def check(self) -> None:
+        if self.compute.nranks != self.topology.nranks:
+            raise CollsynthError(f"the compute model has {self.compute.nranks} ranks but the topology has "
+                                 f"{self.topology.nranks} GPUs: use the same --gpus for both")
+        for name, v in (("--grad-bytes", self.grad_bytes), ("--param-bytes", self.pbytes)):
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise CollsynthError(f"{name} must be a positive size, got {v!r}")
+        for name, v in (("--microbatches", self.microbatches), ("--batch", self.batch),
+                        ("--buckets", self.buckets), ("--steps", self.steps)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise CollsynthError(f"{name} must be an integer >= 1, got {v!r}")
+        for name, v in (("--optimizer", self.optimizer_s), ("--swap", self.swap_s), ("--agree", self.agree_s)):
+            if not (math.isfinite(v) and v >= 0):
+                raise CollsynthError(f"{name} must be a time >= 0, got {v!r}")
+        if not (math.isfinite(self.window_s) and self.window_s > 0):
+            raise CollsynthError(f"--window must be a positive time, got {self.window_s!r}")
+        if not 0 < self.backward_fraction <= 1:
+            raise CollsynthError(f"--backward-fraction must be in (0, 1], got {self.backward_fraction!r}")
+        w = self.warmup_steps
+        if isinstance(w, bool) or not isinstance(w, int) or not 0 <= w < self.steps:
+            raise CollsynthError(f"--warmup must be an integer in 0..{self.steps - 1} (below --steps), got {w!r}")
+
+
+@dataclass
+class MethodResult:
+    """One (method, algorithm) simulation."""
+
+    method: str
+    algorithm: str
+    throughput: float  # samples/s, steady state
+    step_time_s: float  # mean steady-state time per optimizer step
+    samples_per_step: float  # mean steady-state global batch
+    batch_min: int
+    batch_max: int
+    idle_fraction: list[float]  # per rank
+    collectives: dict[str, int]  # what ran, e.g. {"stragglar@7": 180, "ring": 20}
+    elapsed_s: float  # simulated time of the whole run
+    timeline: list[dict[str, Any]] = field(default_factory=list)  # recorded steps: rank, kind, start_s, end_s
+
+    def to_json_dict(self, timeline: bool = False) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "method": self.method, "algorithm": self.algorithm, "throughput_samples_s": self.throughput,
+            "step_time_s": self.step_time_s, "samples_per_step": self.samples_per_step,
+            "batch_min": self.batch_min, "batch_max": self.batch_max,
+            "idle_fraction": self.idle_fraction,
+            "idle_fraction_mean": float(np.mean(self.idle_fraction)), "collectives": self.collectives,
+            "elapsed_s": self.elapsed_s,
+        }
+        if timeline:
+            d["timeline"] = self.timeline
+        return d
+
+
+class _Run:
+    """Shared bookkeeping of one method simulation."""
+
+    def __init__(self, setup: TrainingSetup, comm: CollectiveModel, algorithm: str) -> None:
+        self.s = setup
+        self.comm = comm
+        self.alg = algorithm
+        self.n = setup.nranks
+        self.stream = setup.compute.stream()
+        self.busy = np.zeros(self.n)
+        self.step_end = np.zeros(setup.steps)
+        self.step_samples = np.zeros(setup.steps, np.int64)
+        self.labels: Counter[str] = Counter()
+        self.timeline: list[dict[str, Any]] = []
+        lo = setup.warmup_steps
+        self.rec = range(lo, min(setup.steps, lo + setup.record))
+
+    def recording(self, step: int) -> bool:
+        return step in self.rec
+
+    def span(self, kind: str, start: np.ndarray, end: np.ndarray) -> None:
+        for r in range(self.n):
+            if end[r] > start[r]:
+                self.timeline.append({"rank": r, "kind": kind, "start_s": float(start[r]), "end_s": float(end[r])})
+
+    def collective(self, algorithm: str, collective: str, size: float, arr: np.ndarray, rec: bool) -> np.ndarray:
+        res = self.comm.run(algorithm, collective, size, arr, detail=rec)
+        self.labels[f"{collective}:{res.label}"] += 1
+        if rec:
+            assert res.first_start is not None
+            self.span("wait", arr, res.first_start)
+            self.span("comm", res.first_start, res.finish)
+        return res.finish
+
+    def compute_spans(self, t0: np.ndarray, taus: np.ndarray) -> None:
+        """Record micro-batches (rows of taus) run back to back from t0."""
+        t = t0.copy()
+        for row in taus:
+            self.span("compute", t, t + row)
+            t = t + row
+
+    def result(self, method: str) -> MethodResult:
+        s = self.s
+        w = s.warmup_steps
+        t0 = self.step_end[w - 1] if w > 0 else 0.0
+        dt = self.step_end[-1] - t0
+        samples = int(self.step_samples[w:].sum()) * s.batch
+        batches = self.step_samples[w:] * s.batch
+        elapsed = float(self.step_end.max())
+        idle = [float(max(0.0, 1.0 - b / elapsed)) if elapsed > 0 else 0.0 for b in self.busy]
+        return MethodResult(method, self.alg, samples / dt if dt > 0 else math.inf,
+                            dt / (s.steps - w), float(batches.mean()), int(batches.min()), int(batches.max()),
+                            idle, dict(sorted(self.labels.items())), elapsed, self.timeline)
+
+
+def _ddp(run: _Run) -> None:
+    s, n, A = run.s, run.n, run.s.microbatches
+    t = np.zeros(n)
+    for k in range(s.steps):
+        rec = run.recording(k)
+        taus = run.stream.uniform(A)
+        arr = t + taus.sum(axis=0)
+        run.busy += taus.sum(axis=0) + s.optimizer_s
+        if rec:
+            run.compute_spans(t, taus)
+        fin = run.collective(run.alg, "allreduce", s.grad_bytes, arr, rec)
+        t = fin + s.optimizer_s
+        if rec:
+            run.span("optimizer", fin, t)
+        run.step_end[k] = t.max()
+        run.step_samples[k] = n * A
+
+
+def _ddp_bucketed(run: _Run) -> None:
+    s, n, A, K = run.s, run.n, run.s.microbatches, run.s.buckets
+    fb = s.backward_fraction
+    t = np.zeros(n)
+    for k in range(s.steps):
+        rec = run.recording(k)
+        taus = run.stream.uniform(A)
+        last = taus[-1]
+        pre = t + taus[:-1].sum(axis=0)
+        done = pre + last
+        run.busy += taus.sum(axis=0) + s.optimizer_s
+        if rec:
+            run.compute_spans(t, taus)
+        prev = np.full(n, -np.inf)
+        for b in range(1, K + 1):
+            ready = pre + (1.0 - fb) * last + fb * last * (b / K)
+            prev = run.collective(run.alg, "allreduce", s.grad_bytes / K, np.maximum(ready, prev), rec)
+        end = np.maximum(prev, done)
+        t = end + s.optimizer_s
+        if rec:
+            run.span("optimizer", end, t)
+        run.step_end[k] = t.max()
+        run.step_samples[k] = n * A
+
+
+def _zero1(run: _Run) -> None:
+    s, n, A = run.s, run.n, run.s.microbatches
+    shard = s.optimizer_s / n
+    t = np.zeros(n)
+    for k in range(s.steps):
+        rec = run.recording(k)
+        taus = run.stream.uniform(A)
+        arr = t + taus.sum(axis=0)
+        run.busy += taus.sum(axis=0) + shard
+        if rec:
+            run.compute_spans(t, taus)
+        f1 = run.collective(run.alg, "reducescatter", s.grad_bytes, arr, rec)
+        if rec:
+            run.span("optimizer", f1, f1 + shard)
+        t = run.collective(run.alg, "allgather", s.pbytes, f1 + shard, rec)
+        run.step_end[k] = t.max()
+        run.step_samples[k] = n * A
+
+
+def _acco(run: _Run) -> None:
+    s, n, A = run.s, run.n, run.s.microbatches
+    shard = s.optimizer_s / n
+    # seed: one group on theta_0 fills the first communication buffer
+    taus = run.stream.uniform(A)
+    w = taus.sum(axis=0) + s.swap_s
+    run.busy += taus.sum(axis=0)
+    prev_count = np.full(n, A, np.int64)  # micro-batches computed in the previous compute phase
+    prev_prev = np.zeros(n, np.int64)
+    for rnd in range(2 * s.steps):
+        k = rnd // 2
+        rec = run.recording(k)
+        arr = w
+        if s.count_allreduce:
+            arr = run.collective("ring", "allreduce", COUNT_BYTES, arr, rec)
+        f1 = run.collective(run.alg, "reducescatter", s.grad_bytes, arr, rec)
+        done = run.collective(run.alg, "allgather", s.pbytes, f1 + shard, rec)
+        if rec:
+            run.span("optimizer", f1, f1 + shard)
+        # compute phase of this round: groups until this rank's communication has finished
+        count = np.zeros(n, np.int64)
+        w_new = np.empty(n)
+        for r in range(n):
+            t = float(w[r])
+            start = t
+            while True:
+                g = run.stream.take(r, A)
+                if rec:
+                    for x in g:
+                        run.timeline.append({"rank": r, "kind": "compute", "start_s": t, "end_s": t + float(x)})
+                        t += float(x)
+                else:
+                    t += float(g.sum())
+                count[r] += A
+                if t >= done[r]:
+                    break
+            run.busy[r] += t - start
+            w_new[r] = t + s.swap_s
+        if rec and s.swap_s:
+            run.span("swap", w_new - s.swap_s, w_new)
+        if rnd % 2 == 1:  # commit: this round reduced the previous two compute phases
+            run.step_end[k] = float(done.max())
+            run.step_samples[k] = int(prev_count.sum() + prev_prev.sum())
+        prev_prev, prev_count = prev_count, count
+        w = w_new
+
+
+_SIMULATORS: dict[str, Callable[[_Run], None]] = {
+    "ddp": _ddp, "ddp-bucketed": _ddp_bucketed, "zero1": _zero1, "acco": _acco,
+}
+
+
+def check_methods(methods: Sequence[str]) -> list[str]:
+    """Deduplicated method names; CollsynthError for an unknown one."""
+    out: list[str] = []
+    for m in methods:
+        if m not in METHODS:
+            raise CollsynthError(f"unknown method {m!r}: choose from {', '.join(METHODS)}")
+        if m not in out:
+            out.append(m)
+    if not out:
+        raise CollsynthError(f"no method given: choose from {', '.join(METHODS)}")
+    return out
+
+
+def simulate_training(setup: TrainingSetup, methods: Sequence[str] = tuple(METHODS),
+                      algorithms: Sequence[str] = ("ring", "stragglar"),
+                      comm: CollectiveModel | None = None) -> list[MethodResult]:
+    """Simulate ``setup.steps`` optimizer steps of every method with every algorithm (method-major order)."""
+    setup.check()
+    methods = check_methods(methods)
+    algs: list[str] = []
+    for a in algorithms:
+        if a not in algs:
+            algs.append(a)
+    if not algs:
+        raise CollsynthError("no algorithm given: e.g. --algorithms ring,stragglar")
+    if comm is None:
+        comm = CollectiveModel(setup.topology, exact=setup.exact, window_s=setup.window_s, agree_s=setup.agree_s)
+    for a in algs:
+        comm.check_algorithm(a)
+    out = []
+    for m in methods:
+        for a in algs:
+            run = _Run(setup, comm, a)
+            _SIMULATORS[m](run)
+            out.append(run.result(m))
+    return out
+
+
+__all__ = ["COUNT_BYTES", "METHODS", "MethodResult", "TrainingSetup", "check_methods", "simulate_training"]
