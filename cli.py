@@ -1,14 +1,30 @@
-"""The `collsynth` command: thin argument parsing; every command lives in collsynth.commands.*."""
+"""The `collsynth` command: argument parsing and exit codes; every command lives in collsynth.commands.*.
+
+Exit codes: 0 success; 1 checked and wrong (`verify` found a violation, a run gave a wrong result);
+2 bad input (one line `collsynth: error: ...` that says what to change); 3 internal error (one line
+`collsynth: internal error: ...`; rerun with --debug or COLLSYNTH_DEBUG=1 for the traceback).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
+import traceback
 from collections.abc import Sequence
 
-from collsynth.commands import add_all_commands
+from collsynth import __version__, progress
+from collsynth.commands import add_commands_for
 from collsynth.errors import CollsynthError
+
+EPILOG = """start with:
+  collsynth compare --gpus 8 --size 1GiB --alpha 3us --bandwidth 450GiB/s --arrival 7=5ms
+  collsynth synth -a stragglar -n 8 --straggler 7 -o s8.json && collsynth verify s8.json
+every command has --help with examples
+
+exit codes: 0 success, 1 checked and wrong (verify found a violation), 2 bad input (one line
+that says what to change), 3 internal error (a bug: rerun with --debug for the traceback)"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -19,17 +35,16 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="collsynth",
-        description="Synthesize, verify, simulate and compile straggler-aware collective schedules.",
-        epilog="start with:\n  collsynth compare --gpus 8 --size 1GiB --alpha 3us --bandwidth 450GiB/s --arrival 7=5ms\n"
-               "  collsynth synth -a stragglar -n 8 --straggler 7 -o s8.json && collsynth verify s8.json\n"
-               "every command has --help",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser; ``command``'s own parser is filled in, the others are listed only."""
+    parser = _Parser(prog="collsynth",
+                     description="Synthesize, verify, simulate and compile straggler-aware collective schedules.",
+                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"collsynth {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="print the traceback of an internal error (also COLLSYNTH_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    add_all_commands(sub)
+    add_commands_for(sub, command)
     return parser
 
 
@@ -50,12 +65,18 @@ def _join_negative_values(argv: list[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(_join_negative_values(list(sys.argv[1:] if argv is None else argv)))
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+    args_in = _join_negative_values([str(a) for a in (sys.argv[1:] if argv is None else argv)])
+    command = next((a for a in args_in if not a.startswith("-")), None)
+    debug = "--debug" in args_in[: args_in.index(command)] if command else "--debug" in args_in
+    debug = debug or os.environ.get("COLLSYNTH_DEBUG", "") not in ("", "0")
     try:
+        parser = build_parser(command)
+        args = parser.parse_args(args_in)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        if progress.wanted():
+            progress.enable()
         return int(args.func(args) or 0)
     except CollsynthError as e:
         sys.stderr.write(f"collsynth: error: {e}\n")
@@ -65,6 +86,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as e:  # a bug, never a verdict: exit 3, not 1
+        if debug:
+            traceback.print_exc()
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        sys.stderr.write(f"collsynth: internal error: {type(e).__name__}{': ' + first if first else ''} "
+                         f"(rerun with --debug or COLLSYNTH_DEBUG=1 for the traceback, and report it)\n")
+        return 3
+    finally:
+        progress.disable()
 
 
 if __name__ == "__main__":

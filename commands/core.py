@@ -10,6 +10,7 @@ from typing import Any
 
 from collsynth.api import is_xml, load_schedule, verify_file
 from collsynth.backends import emit
+from collsynth.commands.catalog import add_command_parser
 from collsynth.commands.common import add_model_args, int_arg, print_json, print_table
 from collsynth.commands.emit_cmds import add_msccl_xml_options, msccl_xml_options
 from collsynth.errors import CollsynthError
@@ -24,16 +25,17 @@ from collsynth.units import format_time, parse_arrivals, parse_rate, parse_size,
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("algorithms", help="list the algorithms", description="List every registered algorithm.")
+    p = add_command_parser(sub, "algorithms", description="List every algorithm, in table order: name, what it builds, "
+                           "the collectives it supports and the options `synth` takes for it.",
+                           epilog="example:\n  collsynth algorithms")
     p.set_defaults(func=cmd_algorithms)
 
-    p = sub.add_parser("topologies", help="list the topology presets",
-                       description="List the topology presets (a JSON file works wherever a preset does).")
+    p = add_command_parser(sub, "topologies", description="List the topology presets (a JSON file works wherever a "
+                           "preset does; its schema is in docs/commands.md).",
+                           epilog="examples:\n  collsynth topologies\n  collsynth compare --gpus 8 --size 1GiB -t dgx1")
     p.set_defaults(func=cmd_topologies)
 
-    p = sub.add_parser(
-        "synth", help="build and verify a schedule",
-        description="Build a schedule with a named algorithm, verify it, and write it (JSON by default). "
+    p = add_command_parser(sub, "synth", description="Build a schedule with a named algorithm, verify it, and write it (JSON by default). "
                     "An unverified schedule is never written.",
         epilog="examples:\n  collsynth synth -a ring -n 8 -o ring8.json\n"
                "  collsynth synth -a stragglar -n 8 --straggler 3 -o s8.json\n"
@@ -66,23 +68,25 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_msccl_xml_options(p)
     p.set_defaults(func=cmd_synth)
 
-    p = sub.add_parser("info", help="summarize a schedule file", description="Ranks, chunks, steps, transfers, "
-                       "steps per phase and bytes each rank sends per byte of buffer.")
+    p = add_command_parser(sub, "info", description="Ranks, chunks, steps, transfers, steps per phase and bytes "
+                           "each rank sends per byte of buffer, for a schedule JSON or an MSCCL XML file.",
+                           epilog="examples:\n  collsynth info ring8.json\n  collsynth info s8.xml --json")
     p.add_argument("file")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_info)
 
-    p = sub.add_parser("verify", help="prove a schedule (JSON or MSCCL XML) correct",
-                       description="Exit 0 with `OK ...` when the schedule computes its collective, 1 with the "
-                                   "first violation when not, 2 when the file cannot be read.")
+    p = add_command_parser(sub, "verify", description="Exit 0 with `OK ...` when the schedule computes its collective, "
+                           "1 with the first violation when not, 2 when the file cannot be read. FILE is a schedule "
+                           "JSON or any MSCCL XML file.",
+                           epilog="examples:\n  collsynth verify ring8.json\n  collsynth verify s8.xml --json\n"
+                                  "  collsynth verify ring8.json --ports 2")
     p.add_argument("file")
     p.add_argument("--ports", type=int_arg("--ports"), default=None,
                    help="messages a rank may send and receive per step (default: the schedule's own)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("simulate", help="time a schedule in the alpha-beta model",
-                       description="Event-driven alpha-beta simulation with per-rank arrival times and link "
+    p = add_command_parser(sub, "simulate", description="Event-driven alpha-beta simulation with per-rank arrival times and link "
                                    "sharing. Times are measured from 0; --arrival RANK=TIME delays a rank.",
                        epilog="example: collsynth simulate ring8.json --size 1GiB --alpha 3us "
                               "--bandwidth 450GiB/s --arrival 7=5ms")
@@ -92,8 +96,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeline", metavar="FILE", default=None, help="also write every transfer's start/end as JSON")
     p.set_defaults(func=cmd_simulate)
 
-    p = sub.add_parser("compare", help="rank algorithms for one setting",
-                       description="Build, verify and simulate every algorithm for the same ranks, size, model "
+    p = add_command_parser(sub, "compare", description="Build, verify and simulate every algorithm for the same ranks, size, model "
                                    "and arrivals; rows sorted fastest first. stragglar takes the latest "
                                    "arrival as its straggler.",
                        epilog="example: collsynth compare --gpus 8 --size 1GiB --alpha 3us --bandwidth 450GiB/s "
@@ -283,7 +286,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     size, topo, arrivals = model_from_args(args, n)
     names = [a.strip() for a in args.algorithms.split(",") if a.strip()] if args.algorithms else None
     limit = parse_time(args.solver_time_limit, allow_zero=False) if args.solver_time_limit else None
-    rows = compare(n, size, topo, arrivals, names, limit, progress=sys.stderr.isatty() and not args.json)
+    rows = compare(n, size, topo, arrivals, names, limit)
     if args.json:
         print_json({"gpus": n, "size_bytes": size, "topology": args.topology,
                     "arrivals": {str(k): v for k, v in sorted(arrivals.items())}, "rows": rows})

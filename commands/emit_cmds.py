@@ -12,6 +12,7 @@ from typing import Any
 from collsynth.backends import FORMATS, emit, get_format
 from collsynth.backends.msccl.library import build_files, compare_folder, default_dir, write
 from collsynth.backends.msccl.model import DIALECTS, PROTOCOLS
+from collsynth.commands.catalog import add_command_parser
 from collsynth.commands.common import print_json, print_table
 from collsynth.errors import CollsynthError
 from collsynth.fileio import check_outdir, write_text_atomic, write_tree
@@ -84,9 +85,7 @@ def _format_options(fmt: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "emit", help="compile a schedule file for a runtime",
-        description="Verify a schedule (JSON, from `collsynth synth`) and write it in a runtime's format. "
+    p = add_command_parser(sub, "emit", description="Verify a schedule (JSON, from `collsynth synth`) and write it in a runtime's format. "
                     "A schedule that does not verify is never written. Formats: "
                     + "; ".join(f"{f.name}: {f.help}" for f in FORMATS) + ".",
         epilog="examples:\n  collsynth emit ring8.json --format msccl-xml -o ring8.xml\n"
@@ -108,19 +107,22 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="nccl-cuda, msccl-scheduler: replace an output folder that is not empty")
     p.set_defaults(func=cmd_emit)
 
-    p = sub.add_parser("schedules", help="the verified schedule library (list, regenerate)",
-                       description="The schedule library ships ready-to-load MSCCL XML and JSON schedules for "
-                                   "ring, rhd, direct and StragglAR (every straggler rank) at 4, 8 and 16 GPUs.")
+    p = add_command_parser(sub, "schedules", description="The schedule library ships ready-to-load MSCCL XML and JSON "
+                           "schedules for ring, rhd, direct and StragglAR (every straggler rank) at 4, 8 and 16 GPUs.",
+                           epilog="examples:\n  collsynth schedules list\n  collsynth schedules list --json\n"
+                                  "  collsynth schedules regenerate --check")
     ssub = p.add_subparsers(dest="schedules_command", metavar="ACTION")
-    q = ssub.add_parser("list", help="list the library's entries",
-                        description="One row per file: algorithm, GPUs, straggler, protocol and the folder to "
+    q = ssub.add_parser("list", help="list the library's entries", description="One row per file: algorithm, GPUs, straggler, protocol and the folder to "
                                     "point MSCCL_ALGO_DIR at.")
+    q.epilog = "example:\n  collsynth schedules list"
+    q.formatter_class = argparse.RawDescriptionHelpFormatter
     q.add_argument("--dir", default=None, help="library folder (default: the installed one)")
     q.add_argument("--json", action="store_true", help="print the manifest")
     q.set_defaults(func=cmd_schedules_list)
-    q = ssub.add_parser("regenerate", help="rebuild the library from code",
-                        description="Rebuild every library file deterministically (byte-identical for the same "
+    q = ssub.add_parser("regenerate", help="rebuild the library from code", description="Rebuild every library file deterministically (byte-identical for the same "
                                     "code). Only MANIFEST.json, json/ and msccl/ in the folder are replaced.")
+    q.epilog = "examples:\n  collsynth schedules regenerate --check\n  collsynth schedules regenerate --out mylib"
+    q.formatter_class = argparse.RawDescriptionHelpFormatter
     q.add_argument("--out", default=None, help="folder to write (default: the installed library)")
     q.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 and list the differences if the folder is out of date")

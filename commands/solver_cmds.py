@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from collsynth import progress
+from collsynth.commands.catalog import add_command_parser
 from collsynth.commands.common import print_json, print_table
 from collsynth.errors import CollsynthError
 from collsynth.fileio import write_text_atomic
@@ -14,9 +16,7 @@ from collsynth.units import parse_time
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "solve-rounds", help="fewest rounds of StragglAR's completion collective (MILP)",
-        description="Decide with a MILP how many rounds the completion collective of StragglAR needs "
+    p = add_command_parser(sub, "solve-rounds", description="Decide with a MILP how many rounds the completion collective of StragglAR needs "
                     "after the ReduceScatter among the punctual GPUs (one port, one chunk per transfer): "
                     "search a schedule with n-2+ceil(log2 n) rounds (the lower bound), verify it as a whole "
                     "AllReduce, and try one round fewer.",
@@ -61,7 +61,8 @@ def cmd_solve_rounds(args: argparse.Namespace) -> int:
     if args.output is not None and len(ns) != 1:
         raise CollsynthError("-o writes one schedule: give a single --gpus with it")
     rows = []
-    for n in ns:
+    for i, n in enumerate(ns):
+        progress.note(f"solve-rounds [{i + 1}/{len(ns)}] n={n}")
         row, sched = rounds_row(n, limit, args.solver, check_below=not args.no_below)
         rows.append(row)
         if args.output is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from collsynth.commands.catalog import add_command_parser
 from collsynth.commands.common import print_json, print_table
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.stragglar.analysis import DEFAULT_NS, plot, reproduce
@@ -12,9 +13,9 @@ from collsynth.units import format_time, parse_rate, parse_size, parse_time
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("reproduce", help="reproduce a paper's results from schedules",
-                       description="Reproduce a paper's analytic results by building, verifying and simulating "
-                                   "schedules (not by evaluating formulas).")
+    p = add_command_parser(sub, "reproduce", description="Reproduce a paper's analytic results by building, "
+                           "verifying and simulating schedules (not by evaluating formulas).",
+                           epilog="example:\n  collsynth reproduce stragglar -n 4,8,16 --json")
     rsub = p.add_subparsers(dest="study", metavar="STUDY", parser_class=type(p))
     q = rsub.add_parser(
         "stragglar", help="StragglAR (arXiv 2505.23523): rounds, beta, speedup over ring, critical delay",

@@ -7,6 +7,7 @@ import sys
 
 from collsynth.backends.torch.bench import DEFAULT_SIZES, parse_delays, prepare_bench, run_bench, run_calibrate
 from collsynth.backends.torch.launch import LaunchError, check_backend
+from collsynth.commands.catalog import add_command_parser
 from collsynth.commands.common import int_arg, print_json, print_table
 from collsynth.synth.ir import load_schedule
 from collsynth.units import format_time, parse_size, parse_time
@@ -15,9 +16,7 @@ DEFAULT_ALGORITHMS = "ring,rhd,stragglar,torch"
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "bench", help="time schedules against torch all_reduce with real processes",
-        description="Start --ranks processes on this machine (torch.distributed, gloo on CPU or nccl on GPUs), "
+    p = add_command_parser(sub, "bench", description="Start --ranks processes on this machine (torch.distributed, gloo on CPU or nccl on GPUs), "
                     "delay the given ranks before every collective, and time each algorithm after the last "
                     "arrival and from the punctual ranks' arrival. Every result is checked against "
                     "torch.distributed.all_reduce. `torch` is torch's own all_reduce; `auto` detects the "
@@ -41,9 +40,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser(
-        "calibrate", help="measure alpha and bandwidth of a real process group",
-        description="Start --ranks processes, time messages of several sizes and fit t = alpha + size/bandwidth "
+    p = add_command_parser(sub, "calibrate", description="Start --ranks processes, time messages of several sizes and fit t = alpha + size/bandwidth "
                     "(least squares on relative error). Pattern ring (default): every rank sends to the next "
                     "at once, alternating copy and reduce steps like the executor, so the figures predict "
                     "`collsynth bench` through `collsynth compare --alpha A --bandwidth B`. Pattern "

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from collsynth.backends.torch.launch import LaunchError
+from collsynth.commands.catalog import add_command_parser
 from collsynth.commands.common import int_arg, print_json, print_table
 from collsynth.errors import CollsynthError
 from collsynth.synth.topology import make_topology
@@ -60,9 +61,7 @@ def _add_workload_args(p: argparse.ArgumentParser, *, trace: bool = True, comput
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "train-sim", help="simulate training throughput: DDP, bucketed DDP, ZeRO-1, ACCO x algorithms",
-        description="Simulate many training steps on --gpus ranks: per-rank compute per micro-batch (constant, "
+    p = add_command_parser(sub, "train-sim", description="Simulate many training steps on --gpus ranks: per-rank compute per micro-batch (constant, "
                     "jitter, persistent slow ranks, or a trace) and every collective through the schedule "
                     "simulator at the arrival times that compute produces (stragglar: the rank that arrives last, "
                     "as the run-time detector picks it). Prints throughput (samples/s, steady state), the batch "
@@ -101,9 +100,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="write throughput per method and algorithm and a per-rank timeline of a few steps")
     p.set_defaults(func=cmd_train_sim)
 
-    p = sub.add_parser(
-        "train-bench", help="real data-parallel training on gloo, measured next to train-sim's prediction",
-        description="Train a small model (embedding bag + MLP, synthetic regression) with --ranks processes on "
+    p = add_command_parser(sub, "train-bench", description="Train a small model (embedding bag + MLP, synthetic regression) with --ranks processes on "
                     "this machine (torch.distributed, gloo), each micro-batch padded with sleep to --compute "
                     "times the rank's --slow factor (and --jitter), for each run METHOD:ALGORITHM: ddp:torch "
                     "(DDP, torch's all_reduce), ddp:ring / ddp:stragglar (DDP with the collsynth comm hook; "

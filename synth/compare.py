@@ -7,10 +7,10 @@ picks for what that rank sees on the topology; the solver runs only when given a
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from typing import Any
 
+from collsynth import progress
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.stragglar.pipeline import topology_model
 from collsynth.synth.arrivals import arrival_vector, latest_rank
@@ -29,11 +29,10 @@ def default_algorithms() -> list[str]:
 
 def compare(n: int, size: int | float | str, topology: Topology | str = "nvswitch",
             arrivals: Any = None, algorithms: Sequence[str] | None = None,
-            solver_time_limit: float | None = None, progress: bool = False) -> list[dict[str, Any]]:
+            solver_time_limit: float | None = None) -> list[dict[str, Any]]:
     """One row per algorithm (``algorithm``, ``completion_s``, ``after_last_arrival_s``, ``steps``,
     ``note``, ``speedup_vs_ring``), sorted fastest first after the last arrival. ``topology`` is a
-    Topology or a preset name / JSON path; ``arrivals`` a {rank: time} mapping or one time per rank;
-    ``progress`` prints one line per algorithm on stderr."""
+    Topology or a preset name / JSON path; ``arrivals`` a {rank: time} mapping or one time per rank."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
         raise CollsynthError(f"--gpus must be an integer >= 2, got {n!r}")
     size_b = parse_size(size) if isinstance(size, str) else size
@@ -53,8 +52,7 @@ def compare(n: int, size: int | float | str, topology: Topology | str = "nvswitc
     latest = latest_rank(times, n)
     rows = []
     for i, a in enumerate(names):
-        if progress:
-            print(f"[{i + 1}/{len(names)}] {a}", file=sys.stderr)
+        progress.note(f"compare [{i + 1}/{len(names)}] {a}")
         accepted = regs[a].params()
         params: dict[str, Any] = {}
         note = ""

@@ -385,10 +385,6 @@ class ScheduleBuilder:
         self._phases: list[Phase] = []
         self._open_phase: tuple[str, int, tuple[int, ...]] | None = None
 
-    @property
-    def current_step(self) -> int:
-        return self._cur
-
     def new_step(self) -> int:
         """Open the next step; later adds go into it."""
         self._cur = self._nsteps

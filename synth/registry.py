@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from collsynth import progress
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import CONSTRUCTIVE, Algorithm
 from collsynth.synth.ir import Schedule
@@ -16,6 +17,7 @@ ALGORITHMS: tuple[Algorithm, ...] = CONSTRUCTIVE + (
 )
 
 _BY_NAME = {a.name: a for a in ALGORITHMS}
+LARGE_N = 256  # rank count from which building can take seconds (a progress line is shown)
 _FLAGS = {"arrivals": "--arrival"}  # parameters whose CLI flag is not the parameter's own name
 
 
@@ -55,4 +57,6 @@ def build_schedule(name: str, n: int, collective: str = "allreduce", **params: A
             raise CollsynthError(f"algorithm {name!r} takes no {param_flag(key)} option"
                                  + (f" (it takes {', '.join(param_flag(a) for a in accepted)})"
                                     if accepted else ""))
+    if n >= LARGE_N:
+        progress.note(f"building {name} for {n} ranks")
     return info.build(n, collective=collective, **params)

@@ -24,10 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from collsynth import progress
 from collsynth.errors import CollsynthError
 from collsynth.synth.ir import Schedule
 
 _UNDEF, _DOUBLE, _RACE = 0, 1, 2
+LARGE_SCHEDULE = 500_000  # transfers from which verifying takes about a second (a progress line is shown)
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,8 @@ def verify(schedule: Schedule, ports: int | None = None) -> VerifyReport:
     """Prove ``schedule`` computes its collective, or return the first violation."""
     s = schedule
     p = s.ports if ports is None else ports
+    if s.ntransfers >= LARGE_SCHEDULE:
+        progress.note(f"verifying {s.name or s.collective}: {s.ntransfers} transfers")
     bad = _check_ranges(s)
     if bad:
         return bad

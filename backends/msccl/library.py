@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from collsynth import progress
 from collsynth.backends.msccl.emit import emit_xml
 from collsynth.fileio import PACKAGE_DIR, replace_subtrees
 from collsynth.synth.registry import build_schedule
@@ -86,7 +87,9 @@ def build_files() -> tuple[dict[str, bytes], dict[str, Any]]:
 
     files: dict[str, bytes] = {}
     items: list[dict[str, Any]] = []
-    for e in entries():
+    todo = list(entries())
+    for i, e in enumerate(todo):
+        progress.note(f"schedules [{i + 1}/{len(todo)}] {e.stem}")
         params = {"straggler": e.straggler} if e.straggler is not None else {}
         s = check(build_schedule(e.algorithm, e.n, "allreduce", **params))
         js = s.to_json().encode()

@@ -29,6 +29,7 @@ import math
 import time
 from typing import Any
 
+from collsynth import progress
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import CONSTRUCTIVE
 from collsynth.synth.arrivals import latest_rank
@@ -248,11 +249,13 @@ def solve(n: int, *, topology: Any = None, arrivals: Any = None, chunks: Any = N
             f"{n} ranks need a model of at least {smallest} binaries, too large for a {limit:g} s time limit: "
             f"the solver handles up to about {largest_n(topology, limit)} ranks in that time; raise "
             "--time-limit or use a constructive algorithm (stragglar, ring)")
+    progress.note(f"solver: warm starts (constructive algorithms) for {n} ranks")
     constructive = _constructive(n, nbytes, topo, arr) if constructive_starts else []
     if C_opt is None and constructive:  # also model the chunking of the fastest constructive schedule
         fastest = min(constructive, key=lambda c: (c.time, c.source))
         if fastest.schedule.nchunks <= MAX_CHUNKS_PER_RANK * n:
             options = sorted(set(options) | {fastest.schedule.nchunks})
+    progress.note(f"solver: greedy warm starts for chunk counts {', '.join(map(str, options))}")
     model_cands = _model_candidates(n, nbytes, topo, arr, options, constructive)
     if not model_cands:
         raise CollsynthError(f"the solver found no schedule of its model class for {n} ranks on "
@@ -286,6 +289,7 @@ def solve(n: int, *, topology: Any = None, arrivals: Any = None, chunks: Any = N
         if remaining < 1.0:
             note = "time limit too short to run the MILP: returning the best warm start"
         else:
+            progress.note(f"solver: MILP ({est} binaries, {solver}, {remaining:.0f} s limit)")
             result = solve_model(model, solver, remaining, warm=True, threads=threads)
             bound_slots = max(float(slot_lb - 1), result.bound if result.bound is not None else 0.0)
             model_bound_s = grid.last_arrival + (math.ceil(bound_slots - 1e-6) + 1) * grid.tau

@@ -13,10 +13,10 @@ and its time after arrival over the one-straggler floor s/B + alpha.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
+from collsynth import progress
 from collsynth.fileio import save_figure
 from collsynth.synth.registry import algorithms, build_schedule
 from collsynth.synth.simulate import simulate
@@ -107,7 +107,11 @@ def critical_delay(s: Any, size: float, topo: Any, ring_after: float, hi: float,
 
 def reproduce(ns: Sequence[int] = DEFAULT_NS, **model: Any) -> list[dict[str, Any]]:
     """The study's rows for every n in ``ns`` (sorted)."""
-    return [stragglar_row(n, **model) for n in sorted(set(ns))]
+    rows = []
+    for i, n in enumerate(sorted(set(ns))):
+        progress.note(f"reproduce stragglar [{i + 1}/{len(set(ns))}] n={n}")
+        rows.append(stragglar_row(n, **model))
+    return rows
 
 
 def plot(rows: Sequence[dict[str, Any]], path: str) -> None:
@@ -137,7 +141,3 @@ def plot(rows: Sequence[dict[str, Any]], path: str) -> None:
         save_figure(fig, path, dpi=120)
     finally:
         plt.close(fig)
-
-
-def _is_finite(x: Any) -> bool:
-    return x is None or math.isfinite(x)

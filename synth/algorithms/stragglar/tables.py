@@ -79,7 +79,7 @@ def generate(ns: list[int], time_limit: float, out: str = PATH, log: Any = sys.s
 def _write(out: str, designs: dict[str, Any]) -> None:
     body = ",\n".join(f' "{k}": ' + json.dumps(designs[k], separators=(",", ":"))
                       for k in sorted(designs, key=int))
-    write_text_atomic(out, '{{"format": "{}", "version": 1, "designs": {{\n{}\n}}}}\n'.format(FORMAT, body))
+    write_text_atomic(out, f'{{"format": "{FORMAT}", "version": 1, "designs": {{\n{body}\n}}}}\n')
 
 
 def main(argv: list[str] | None = None) -> int:
