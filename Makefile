@@ -22,9 +22,14 @@ $(TEST_STAMP): $(RUN_STAMP) requirements-test.txt
 run: $(RUN_STAMP)
 	$(BIN)/collsynth compare --gpus 8 --size 1GiB --alpha 3us --bandwidth 450GiB/s --arrival 7=5ms
 
+# mypy sees the package under its import name through build/typecheck/collsynth -> the repository root
+TYPECHECK := build/typecheck
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy
+	mkdir -p $(TYPECHECK) && ln -sfn ../.. $(TYPECHECK)/collsynth
+	cd $(TYPECHECK) && MYPYPATH=. ../../$(BIN)/mypy --config-file ../../pyproject.toml --explicit-package-bases \
+	    $$(cd ../.. && find . -name '*.py' -not -path './.venv/*' -not -path './build/*' -not -path './tests/*' \
+	         -not -path './bench/*' | sed 's|^\./|collsynth/|' | sort)
 
 test: lint
 	$(BIN)/python -m pytest
