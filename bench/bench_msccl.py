@@ -1,6 +1,6 @@
 """Issue 4 numbers: MSCCL XML emit + verify times, verifying the public vectors, round-trip fidelity. Prints JSON.
 
-Run: .venv/bin/python bench/bench_msccl.py [--vectors /work/shared/vectors/msccl]
+Run: .venv/bin/python bench/bench_msccl.py [--vectors ../shared/vectors/msccl]
 In-process wall times (best of --repeat runs); `emit_s` includes the emitter's own check of its output,
 `verify_s` is a separate `check_xml_text` of the text (what `collsynth verify FILE.xml` does after reading).
 """
@@ -57,7 +57,7 @@ def fidelity() -> list[dict[str, object]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--vectors", default="/work/shared/vectors/msccl")
+    ap.add_argument("--vectors", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "vectors", "msccl"))
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     out: dict[str, object] = {"cpus": os.cpu_count()}

@@ -8,11 +8,11 @@ import os
 import re
 
 import pytest
+from shared_paths import vectors
 
 from collsynth.backends.msccl import XmlFormatError, check_xml_file, check_xml_text, read_xml_file
 
-VECTORS = sorted(glob.glob("/work/shared/vectors/msccl/*.xml")) or sorted(
-    glob.glob(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "vectors", "msccl", "*.xml")))
+VECTORS = sorted(glob.glob(vectors("msccl", "*.xml")))
 
 HEAD = ('<algo name="t" proto="Simple" nchannels="1" nchunksperloop="2" ngpus="2" coll="allreduce" inplace="1" '
         'outofplace="1" minBytes="0" maxBytes="0">')

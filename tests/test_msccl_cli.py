@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from shared_paths import vectors
 
 from collsynth.cli import main
 
-VECTOR = "/work/shared/vectors/msccl/msccl-tools-azure_allreduce_ring_simple_4gpu_1inst.xml"
+VECTOR = vectors("msccl", "msccl-tools-azure_allreduce_ring_simple_4gpu_1inst.xml")
 
 
 def run(capsys, *argv):

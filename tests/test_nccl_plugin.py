@@ -20,11 +20,12 @@ import nccl_testlib as lib  # noqa: E402
 from collsynth.backends.msccl.emit import emit_xml  # noqa: E402
 from collsynth.backends.nccl.plugin import generate_msccl_scheduler, render_msccl_scheduler, straggler_of  # noqa: E402
 from collsynth.errors import CollsynthError  # noqa: E402
+from shared_paths import vectors  # noqa: E402
 from collsynth.synth.registry import build_schedule  # noqa: E402
 
 GCC = lib.gcc()
 needs_gcc = pytest.mark.skipif(GCC is None, reason="gcc not found: the scheduler plugin is C")
-VECTORS = "/work/shared/vectors/msccl"
+VECTORS = vectors("msccl")
 AR, RS, AG = 2, 3, 4  # mscclFunc_t
 FLOAT, AVG = 7, 4
 
