@@ -58,7 +58,8 @@ def main() -> None:
     preds = [
         {"case": "straggler", "algorithm": a, "predicted_s": pred_late[a], "measured_s": med(run1, a)}
         for a in ("ring", "stragglar")
-    ] + [{"case": "no straggler", "algorithm": "ring", "predicted_s": pred_none["ring"], "measured_s": med(run2, "ring")}]
+    ] + [{"case": "no straggler", "algorithm": "ring", "predicted_s": pred_none["ring"],
+          "measured_s": med(run2, "ring")}]
     for p in preds:
         p["error"] = p["predicted_s"] / p["measured_s"] - 1.0
 

@@ -38,7 +38,8 @@ SCENARIOS = {
 
 def sim_speed() -> dict[str, float]:
     out = {}
-    for label, algs in (("ring+stragglar_1000_steps_s", ["ring", "stragglar"]), ("stragglar_1000_steps_s", ["stragglar"])):
+    for label, algs in (("ring+stragglar_1000_steps_s", ["ring", "stragglar"]),
+                        ("stragglar_1000_steps_s", ["stragglar"])):
         t = time.perf_counter()
         setup = TrainingSetup(ComputeModel(8, 0.1, jitter=0.1, slow={7: 1.3}), make_topology("nvswitch", 8),
                               2.5e9, optimizer_s=0.01, steps=1000)
@@ -50,8 +51,9 @@ def sim_speed() -> dict[str, float]:
 def scenarios(steps: int) -> list[dict[str, object]]:
     rows = []
     for name, (bw, tau, jitter, slow) in SCENARIOS.items():
-        setup = TrainingSetup(ComputeModel(8, tau, jitter=jitter, slow=slow), make_topology("nvswitch", 8, bandwidth=bw),
-                              2.6e9, optimizer_s=0.01, buckets=16, steps=steps)
+        setup = TrainingSetup(ComputeModel(8, tau, jitter=jitter, slow=slow),
+                              make_topology("nvswitch", 8, bandwidth=bw), 2.6e9, optimizer_s=0.01, buckets=16,
+                              steps=steps)
         res = simulate_training(setup, METHODS, ["ring", "stragglar"])
         base = res[0].throughput
         rows.append({"scenario": name, "results": [
@@ -84,7 +86,8 @@ def real(steps: int) -> list[dict[str, object]]:
             "ranks": cfg["ranks"], "compute": cfg["compute"], "slow": {str(k): v for k, v in cfg["slow"].items()},
             "grad_bytes": res["grad_bytes"],
             "wall_s": round(time.perf_counter() - t, 1), "load_1min": round(os.getloadavg()[0], 2),
-            "runs": [{"run": r["run"], "model": f"{r['alpha']}, {r['bandwidth']}", "measured": round(r["measured"]["throughput_samples_s"], 1),
+            "runs": [{"run": r["run"], "model": f"{r['alpha']}, {r['bandwidth']}",
+                      "measured": round(r["measured"]["throughput_samples_s"], 1),
                       "predicted": round(r["predicted"]["throughput_samples_s"], 1), "error": round(r["error"], 3),
                       "predicted_nominal": round(r["predicted_nominal"]["throughput_samples_s"], 1),
                       "error_nominal": round(r["error_nominal"], 3),
@@ -104,7 +107,8 @@ def main() -> None:
     ap.add_argument("--real-steps", type=int, default=20)
     ap.add_argument("--scenario-steps", type=int, default=200)
     args = ap.parse_args()
-    res: dict[str, object] = {"cpus": os.cpu_count(), "sim_speed": sim_speed(), "scenarios": scenarios(args.scenario_steps)}
+    res: dict[str, object] = {"cpus": os.cpu_count(), "sim_speed": sim_speed(),
+                              "scenarios": scenarios(args.scenario_steps)}
     if not args.no_real:
         res["real"] = real(args.real_steps)
     print(json.dumps(res, indent=1))

@@ -3,7 +3,8 @@
 Written without numpy bit sets and without sharing code with synth/verify.py, so that the two can be
 compared on mutants. Semantics (synth/ir.py): a step reads all sources, then copies overwrite and
 reduces accumulate; a copy whose destination another transfer of the same step reads or writes makes
-that location, and what any transfer reads from it in that step, garbage (NaN). Ports and ranges are checked by plain counting.
+that location, and what any transfer reads from it in that step, garbage (NaN). Ports and ranges are checked by
+plain counting.
 """
 
 from __future__ import annotations

@@ -231,7 +231,8 @@ def test_missing_contribution():
 
 
 def test_out_of_place_call_must_not_write_the_input():
-    text = direct2().replace('type="rrc" srcbuf="i" srcoff="0" dstbuf="o"', 'type="rrc" srcbuf="i" srcoff="0" dstbuf="i"')
+    text = direct2().replace('type="rrc" srcbuf="i" srcoff="0" dstbuf="o"',
+                             'type="rrc" srcbuf="i" srcoff="0" dstbuf="i"')
     _kind(text, "inplace", "writes the input buffer")
     in_place_only = text.replace('outofplace="1"', 'outofplace="0"')
     assert check(in_place_only).ok
@@ -255,7 +256,8 @@ def test_channel_beyond_nchannels():
 @pytest.mark.parametrize("path", [p for p in VECTORS if "r48ll" in p or "ar_hier" in p][:2], ids=os.path.basename)
 def test_mutated_vectors_fail(path):
     """Changing one offset or one step type of a real file is always detected."""
-    text = open(path).read()
+    with open(path) as f:
+        text = f.read()
     lines = text.split("\n")
     steps = [i for i, ln in enumerate(lines) if "<step" in ln and 'type="nop"' not in ln]
     caught = 0

@@ -55,7 +55,8 @@ def test_synth_format_msccl_xml(capsys, tmp_path):
 
 def test_verify_exit_codes(capsys, tmp_path):
     assert run(capsys, "verify", VECTOR)[0] == 0
-    text = open(VECTOR).read()
+    with open(VECTOR) as f:
+        text = f.read()
     tab = tmp_path / "tab.xml"
     tab.write_text(text.replace("    <tb", "\t<tb", 1))
     code, out, err = run(capsys, "verify", tab)
@@ -90,7 +91,8 @@ def test_emit_bad_input_writes_nothing(capsys, tmp_path, s8):
 
 
 def test_simulate_refuses_a_wrong_xml(capsys, tmp_path):
-    text = open(VECTOR).read().replace('type="rrcs"', 'type="rcs"', 1)
+    with open(VECTOR) as f:
+        text = f.read().replace('type="rrcs"', 'type="rcs"', 1)
     p = tmp_path / "w.xml"
     p.write_text(text)
     code, _, err = run(capsys, "simulate", p, "--size", "1MiB", "--alpha", "1us", "--bandwidth", "100GB/s")

@@ -21,7 +21,8 @@ def _tree(root):
     for d, _, names in os.walk(root):
         for nm in names:
             p = os.path.join(d, nm)
-            out[os.path.relpath(p, root).replace(os.sep, "/")] = open(p, "rb").read()
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, root).replace(os.sep, "/")] = f.read()
     return out
 
 

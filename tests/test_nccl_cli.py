@@ -52,7 +52,8 @@ def test_emit_msccl_scheduler(capsys, tmp_path):
     xml = tmp_path / "xml"
     xml.mkdir()
     for s in range(4):
-        (xml / f"stragglar_n4_straggler{s}_Simple.xml").write_text(emit_xml(build_schedule("stragglar", 4, straggler=s)))
+        xml_text = emit_xml(build_schedule("stragglar", 4, straggler=s))
+        (xml / f"stragglar_n4_straggler{s}_Simple.xml").write_text(xml_text)
     (xml / "ring_n4_Simple.xml").write_text(emit_xml(build_schedule("ring", 4)))
     code, _, err = run(capsys, "emit", "--format", "msccl-scheduler", str(xml), "-o", str(tmp_path / "plug"))
     assert code == 0 and "5 checked MSCCL XML file(s)" in err

@@ -40,11 +40,16 @@ def test_generates_library_benchmark_and_makefile(tmp_path):
             assert line[1:2] in ("$", "r")  # recipe lines are tab-indented commands
 
 
+def _read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def test_output_is_deterministic(tmp_path):
     s = build_schedule("stragglar", 8, straggler=3)
     a = generate_nccl_cuda(s, str(tmp_path / "a"), name="sa")
     b = generate_nccl_cuda(build_schedule("stragglar", 8, straggler=3), str(tmp_path / "b"), name="sa")
-    assert [open(p, "rb").read() for p in a] == [open(p, "rb").read() for p in b]
+    assert [_read_bytes(p) for p in a] == [_read_bytes(p) for p in b]
     assert render_nccl_cuda(s, name="x") == render_nccl_cuda(s, name="x")
 
 

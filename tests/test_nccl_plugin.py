@@ -16,11 +16,11 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "nccl_emu"))
 import nccl_testlib as lib  # noqa: E402
+from shared_paths import vectors  # noqa: E402
 
 from collsynth.backends.msccl.emit import emit_xml  # noqa: E402
 from collsynth.backends.nccl.plugin import generate_msccl_scheduler, render_msccl_scheduler, straggler_of  # noqa: E402
 from collsynth.errors import CollsynthError  # noqa: E402
-from shared_paths import vectors  # noqa: E402
 from collsynth.synth.registry import build_schedule  # noqa: E402
 
 GCC = lib.gcc()

@@ -38,11 +38,12 @@ def test_the_wheel_holds_the_package_and_nothing_else(wheel):
     files = [n for n in names if not n.startswith("collsynth-")]
     assert [n for n in files if not ALLOWED.match(n)] == []
     for needed in ("collsynth/__init__.py", "collsynth/backends/msccl/templates/msccl.xml.j2",
-                   "collsynth/backends/nccl/templates/library.cu.j2", "collsynth/synth/algorithms/stragglar/designs.json",
+                   "collsynth/backends/nccl/templates/library.cu.j2",
+                   "collsynth/synth/algorithms/stragglar/designs.json",
                    "collsynth/schedules/MANIFEST.json", "collsynth/py.typed"):
         assert needed in files
     assert not any(n.startswith(("collsynth/tests/", "collsynth/bench/", "collsynth/docs/")) for n in files)
     py = {os.path.relpath(os.path.join(dp, f), ROOT) for dp, dns, fns in os.walk(ROOT)
           for f in fns if f.endswith(".py")
-          and not os.path.relpath(dp, ROOT).split(os.sep)[0] in {"tests", "bench", ".venv", "build", ".git"}}
+          and os.path.relpath(dp, ROOT).split(os.sep)[0] not in {"tests", "bench", ".venv", "build", ".git"}}
     assert {f"collsynth/{p}" for p in py} == {n for n in files if n.endswith(".py")}
