@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 from collsynth.errors import CollsynthError
 
@@ -69,13 +69,23 @@ def parse_rate(text: str | float) -> float:
     return value
 
 
+@overload
+def parse_rank_map(items: Sequence[str] | None, nranks: int, *, flag: str = ..., value: None = None,
+                   what: str = ..., example: str = ...) -> dict[int, float]: ...
+
+
+@overload
+def parse_rank_map(items: Sequence[str] | None, nranks: int, *, flag: str = ..., value: Callable[[str], T],
+                   what: str = ..., example: str = ...) -> dict[int, T]: ...
+
+
 def parse_rank_map(items: Sequence[str] | None, nranks: int, *, flag: str = "--arrival",
-                   value: Callable[[str], T] | None = None, what: str = "TIME",
-                   example: str = "7=5ms") -> dict[int, T]:
+                   value: Callable[[str], object] | None = None, what: str = "TIME",
+                   example: str = "7=5ms") -> dict[int, Any]:
     """RANK=VALUE pairs (repeated, or comma-separated) into {rank: value}; every rank must exist.
     ``value`` parses the right-hand side (default: a time in seconds)."""
-    parse = value or parse_time  # type: ignore[assignment]
-    out: dict[int, T] = {}
+    parse: Callable[[str], object] = value or parse_time
+    out: dict[int, Any] = {}
     for item in items or []:
         for part in str(item).split(","):
             part = part.strip()
@@ -90,7 +100,7 @@ def parse_rank_map(items: Sequence[str] | None, nranks: int, *, flag: str = "--a
                 raise CollsynthError(f"{flag} {part!r}: rank {rank_text!r} is not an integer") from None
             if not 0 <= rank < nranks:
                 raise CollsynthError(f"{flag} {part!r}: rank {rank} does not exist; ranks are 0..{nranks - 1}")
-            out[rank] = parse(value_text)  # type: ignore[operator]
+            out[rank] = parse(value_text)
     return out
 
 

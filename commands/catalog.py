@@ -7,6 +7,7 @@ The CLI lists every command from this table without importing any command module
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 
@@ -42,3 +43,13 @@ def add_command_parser(sub: argparse._SubParsersAction[Any], name: str, **kwargs
     kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
     parser: argparse.ArgumentParser = sub.add_parser(name, help=_HELP[name], **kwargs)
     return parser
+
+
+def show_help(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    """The command function of a command group run without an action: print the group's help, exit 2."""
+
+    def run(args: argparse.Namespace) -> int:
+        parser.print_help()
+        return 2
+
+    return run

@@ -35,8 +35,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                            epilog="examples:\n  collsynth topologies\n  collsynth compare --gpus 8 --size 1GiB -t dgx1")
     p.set_defaults(func=cmd_topologies)
 
-    p = add_command_parser(sub, "synth", description="Build a schedule with a named algorithm, verify it, and write it (JSON by default). "
-                    "An unverified schedule is never written.",
+    p = add_command_parser(sub, "synth", description="Build a schedule with a named algorithm, verify it, and write it "
+                    "(JSON by default). An unverified schedule is never written.",
         epilog="examples:\n  collsynth synth -a ring -n 8 -o ring8.json\n"
                "  collsynth synth -a stragglar -n 8 --straggler 3 -o s8.json\n"
                "  collsynth synth -a stragglar -n 8 --straggler all -o family/\n"
@@ -86,8 +86,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_verify)
 
-    p = add_command_parser(sub, "simulate", description="Event-driven alpha-beta simulation with per-rank arrival times and link "
-                                   "sharing. Times are measured from 0; --arrival RANK=TIME delays a rank.",
+    p = add_command_parser(sub, "simulate", description="Event-driven alpha-beta simulation with per-rank arrival "
+                                   "times and link sharing. Times are measured from 0; --arrival RANK=TIME delays a "
+                                   "rank.",
                        epilog="example: collsynth simulate ring8.json --size 1GiB --alpha 3us "
                               "--bandwidth 450GiB/s --arrival 7=5ms")
     p.add_argument("file")
@@ -96,9 +97,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeline", metavar="FILE", default=None, help="also write every transfer's start/end as JSON")
     p.set_defaults(func=cmd_simulate)
 
-    p = add_command_parser(sub, "compare", description="Build, verify and simulate every algorithm for the same ranks, size, model "
-                                   "and arrivals; rows sorted fastest first. stragglar takes the latest "
-                                   "arrival as its straggler.",
+    p = add_command_parser(sub, "compare", description="Build, verify and simulate every algorithm for the same "
+                                   "ranks, size, model and arrivals; rows sorted fastest first. stragglar takes the "
+                                   "latest arrival as its straggler.",
                        epilog="example: collsynth compare --gpus 8 --size 1GiB --alpha 3us --bandwidth 450GiB/s "
                               "--arrival 7=5ms")
     p.add_argument("--gpus", "-n", required=True, type=int_arg("--gpus"), help="number of ranks (>= 2)")

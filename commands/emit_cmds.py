@@ -9,10 +9,10 @@ import os
 import sys
 from typing import Any
 
-from collsynth.backends import FORMATS, emit, get_format
+from collsynth.backends import FORMATS, emit, emit_to, get_format
 from collsynth.backends.msccl.library import build_files, compare_folder, default_dir, write
 from collsynth.backends.msccl.model import DIALECTS, PROTOCOLS
-from collsynth.commands.catalog import add_command_parser
+from collsynth.commands.catalog import add_command_parser, show_help
 from collsynth.commands.common import print_json, print_table
 from collsynth.errors import CollsynthError
 from collsynth.fileio import check_outdir, write_text_atomic, write_tree
@@ -85,8 +85,8 @@ def _format_options(fmt: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    p = add_command_parser(sub, "emit", description="Verify a schedule (JSON, from `collsynth synth`) and write it in a runtime's format. "
-                    "A schedule that does not verify is never written. Formats: "
+    p = add_command_parser(sub, "emit", description="Verify a schedule (JSON, from `collsynth synth`) and write it in "
+                    "a runtime's format. A schedule that does not verify is never written. Formats: "
                     + "; ".join(f"{f.name}: {f.help}" for f in FORMATS) + ".",
         epilog="examples:\n  collsynth emit ring8.json --format msccl-xml -o ring8.xml\n"
                "  collsynth emit s8.json --format msccl-xml --proto LL128 --max-bytes 64MiB -o s8.xml\n"
@@ -112,14 +112,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                            epilog="examples:\n  collsynth schedules list\n  collsynth schedules list --json\n"
                                   "  collsynth schedules regenerate --check")
     ssub = p.add_subparsers(dest="schedules_command", metavar="ACTION")
-    q = ssub.add_parser("list", help="list the library's entries", description="One row per file: algorithm, GPUs, straggler, protocol and the folder to "
+    q = ssub.add_parser("list", help="list the library's entries",
+                        description="One row per file: algorithm, GPUs, straggler, protocol and the folder to "
                                     "point MSCCL_ALGO_DIR at.")
     q.epilog = "example:\n  collsynth schedules list"
     q.formatter_class = argparse.RawDescriptionHelpFormatter
     q.add_argument("--dir", default=None, help="library folder (default: the installed one)")
     q.add_argument("--json", action="store_true", help="print the manifest")
     q.set_defaults(func=cmd_schedules_list)
-    q = ssub.add_parser("regenerate", help="rebuild the library from code", description="Rebuild every library file deterministically (byte-identical for the same "
+    q = ssub.add_parser("regenerate", help="rebuild the library from code",
+                        description="Rebuild every library file deterministically (byte-identical for the same "
                                     "code). Only MANIFEST.json, json/ and msccl/ in the folder are replaced.")
     q.epilog = "examples:\n  collsynth schedules regenerate --check\n  collsynth schedules regenerate --out mylib"
     q.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -127,7 +129,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 and list the differences if the folder is out of date")
     q.set_defaults(func=cmd_schedules_regenerate)
-    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+    p.set_defaults(func=show_help(p))
 
 
 def _need_folder(args: argparse.Namespace, fmt: str) -> str:
@@ -141,8 +143,7 @@ def cmd_emit(args: argparse.Namespace) -> int:
     fmt = get_format(args.format)
     if fmt.reads == "xml-folder":
         out = _need_folder(args, fmt.name)
-        check_outdir(out, args.force)
-        paths = write_tree(out, emit(args.schedule, fmt.name), force=args.force)
+        paths = emit_to(args.schedule, fmt.name, out, force=args.force)
         nxml = sum(1 for p in paths if p.endswith(".xml"))
         print(f"wrote {len(paths)} file(s) to {out} (msccl-scheduler over {nxml} checked MSCCL XML file(s)); "
               f"build with `make -C {out}`", file=sys.stderr)
@@ -153,16 +154,16 @@ def cmd_emit(args: argparse.Namespace) -> int:
     if fmt.writes == "folder":
         check_outdir(_need_folder(args, fmt.name), args.force)
     schedule = check(load_schedule(args.schedule), source=args.schedule)
-    out = emit(schedule, fmt.name, **_format_options(fmt.name, args))
-    if isinstance(out, dict):
-        write_tree(args.output, out, force=args.force)
-        print(f"wrote {len(out)} file(s) to {args.output} ({fmt.name}, from verified {schedule.name})",
+    result = emit(schedule, fmt.name, **_format_options(fmt.name, args))
+    if isinstance(result, dict):
+        write_tree(args.output, result, force=args.force)
+        print(f"wrote {len(result)} file(s) to {args.output} ({fmt.name}, from verified {schedule.name})",
               file=sys.stderr)
         return 0
     if args.output in (None, "-"):
-        sys.stdout.write(out)
+        sys.stdout.write(result)
         return 0
-    write_text_atomic(args.output, out)
+    write_text_atomic(args.output, result)
     print(f"wrote {args.output} ({fmt.name}, from verified {schedule.name}: {schedule.nranks} ranks, "
           f"{schedule.nsteps} steps)", file=sys.stderr)
     return 0

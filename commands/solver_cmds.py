@@ -16,10 +16,10 @@ from collsynth.units import parse_time
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    p = add_command_parser(sub, "solve-rounds", description="Decide with a MILP how many rounds the completion collective of StragglAR needs "
-                    "after the ReduceScatter among the punctual GPUs (one port, one chunk per transfer): "
-                    "search a schedule with n-2+ceil(log2 n) rounds (the lower bound), verify it as a whole "
-                    "AllReduce, and try one round fewer.",
+    p = add_command_parser(sub, "solve-rounds", description="Decide with a MILP how many rounds the completion "
+                    "collective of StragglAR needs after the ReduceScatter among the punctual GPUs (one port, one "
+                    "chunk per transfer): search a schedule with n-2+ceil(log2 n) rounds (the lower bound), verify it "
+                    "as a whole AllReduce, and try one round fewer.",
         epilog="examples:\n  collsynth solve-rounds --gpus 8\n  collsynth solve-rounds --gpus 4,6,8,10,12 --json\n"
                "  collsynth solve-rounds --gpus 8 -o rounds8.json",
         formatter_class=argparse.RawDescriptionHelpFormatter)

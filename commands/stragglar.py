@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from collsynth.commands.catalog import add_command_parser
+from collsynth.commands.catalog import add_command_parser, show_help
 from collsynth.commands.common import print_json, print_table
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.stragglar.analysis import DEFAULT_NS, plot, reproduce
@@ -40,7 +40,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--json", action="store_true", help="print JSON instead of a table")
     q.add_argument("--plot", metavar="FILE.png", default=None, help="also plot speedup over ring against n")
     q.set_defaults(func=cmd_reproduce_stragglar)
-    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+    p.set_defaults(func=show_help(p))
 
 
 def _gpus(text: str | None) -> list[int]:

@@ -16,11 +16,11 @@ DEFAULT_ALGORITHMS = "ring,rhd,stragglar,torch"
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    p = add_command_parser(sub, "bench", description="Start --ranks processes on this machine (torch.distributed, gloo on CPU or nccl on GPUs), "
-                    "delay the given ranks before every collective, and time each algorithm after the last "
-                    "arrival and from the punctual ranks' arrival. Every result is checked against "
-                    "torch.distributed.all_reduce. `torch` is torch's own all_reduce; `auto` detects the "
-                    "straggler at run time (StragglerAwareAllReduce); stragglar takes the most delayed rank.",
+    p = add_command_parser(sub, "bench", description="Start --ranks processes on this machine (torch.distributed, gloo "
+                    "on CPU or nccl on GPUs), delay the given ranks before every collective, and time each algorithm "
+                    "after the last arrival and from the punctual ranks' arrival. Every result is checked against "
+                    "torch.distributed.all_reduce. `torch` is torch's own all_reduce; `auto` detects the straggler at "
+                    "run time (StragglerAwareAllReduce); stragglar takes the most delayed rank.",
         epilog="example: collsynth bench --backend gloo --ranks 8 --size 32MiB --delay 7=3s "
                "--algorithms ring,stragglar,torch --iters 5")
     p.add_argument("--backend", default="gloo", help="gloo (CPU, default) or nccl (one GPU per rank)")
@@ -40,10 +40,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     p.set_defaults(func=cmd_bench)
 
-    p = add_command_parser(sub, "calibrate", description="Start --ranks processes, time messages of several sizes and fit t = alpha + size/bandwidth "
-                    "(least squares on relative error). Pattern ring (default): every rank sends to the next "
-                    "at once, alternating copy and reduce steps like the executor, so the figures predict "
-                    "`collsynth bench` through `collsynth compare --alpha A --bandwidth B`. Pattern "
+    p = add_command_parser(sub, "calibrate", description="Start --ranks processes, time messages of several sizes and "
+                    "fit t = alpha + size/bandwidth (least squares on relative error). Pattern ring (default): every "
+                    "rank sends to the next at once, alternating copy and reduce steps like the executor, so the "
+                    "figures predict `collsynth bench` through `collsynth compare --alpha A --bandwidth B`. Pattern "
                     "pingpong: ranks 0 and 1 alone.",
         epilog="example: collsynth calibrate --backend gloo --ranks 8")
     p.add_argument("--backend", default="gloo", help="gloo (CPU, default) or nccl (one GPU per rank)")

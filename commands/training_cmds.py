@@ -61,21 +61,23 @@ def _add_workload_args(p: argparse.ArgumentParser, *, trace: bool = True, comput
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    p = add_command_parser(sub, "train-sim", description="Simulate many training steps on --gpus ranks: per-rank compute per micro-batch (constant, "
-                    "jitter, persistent slow ranks, or a trace) and every collective through the schedule "
-                    "simulator at the arrival times that compute produces (stragglar: the rank that arrives last, "
-                    "as the run-time detector picks it). Prints throughput (samples/s, steady state), the batch "
-                    "per optimizer step (ACCO's varies), and per-rank idle time. Methods: ddp (compute, then "
-                    "AllReduce), ddp-bucketed (K buckets during backward), zero1 (ReduceScatter, shard step, "
-                    "AllGather), acco (ZeRO-1 rounds overlapped with more micro-batches, arXiv 2406.02613). "
-                    "An algorithm without a ReduceScatter (stragglar, rhd) runs its AllReduce in its place.",
+    p = add_command_parser(sub, "train-sim", description="Simulate many training steps on --gpus ranks: per-rank "
+                    "compute per micro-batch (constant, jitter, persistent slow ranks, or a trace) and every "
+                    "collective through the schedule simulator at the arrival times that compute produces (stragglar: "
+                    "the rank that arrives last, as the run-time detector picks it). Prints throughput (samples/s, "
+                    "steady state), the batch per optimizer step (ACCO's varies), and per-rank idle time. Methods: ddp "
+                    "(compute, then AllReduce), ddp-bucketed (K buckets during backward), zero1 (ReduceScatter, shard "
+                    "step, AllGather), acco (ZeRO-1 rounds overlapped with more micro-batches, arXiv 2406.02613). An "
+                    "algorithm without a ReduceScatter (stragglar, rhd) runs its AllReduce in its place.",
         epilog="example: collsynth train-sim --gpus 8 --grad-bytes 2.5GB --compute 100ms --jitter 0.1 --slow 7=1.3 "
                "--methods ddp,ddp-bucketed,zero1,acco --algorithms ring,stragglar --plot train.png")
     p.add_argument("--gpus", "-n", required=True, type=int_arg("--gpus"), help="number of ranks (>= 2)")
     p.add_argument("--grad-bytes", required=True, help="gradient bytes per rank, e.g. 2.5GB (bf16: 2 x parameters)")
-    p.add_argument("--param-bytes", default=None, help="parameter bytes gathered by ZeRO-1/ACCO (default = --grad-bytes)")
+    p.add_argument("--param-bytes", default=None,
+                   help="parameter bytes gathered by ZeRO-1/ACCO (default = --grad-bytes)")
     _add_workload_args(p)
-    p.add_argument("--optimizer", default="0s", help="optimizer step over the whole model (ZeRO shard: 1/n) (default 0)")
+    p.add_argument("--optimizer", default="0s",
+                   help="optimizer step over the whole model (ZeRO shard: 1/n) (default 0)")
     p.add_argument("--buckets", type=int_arg("--buckets"), default=4, help="ddp-bucketed: gradient buckets (default 4)")
     p.add_argument("--backward-fraction", type=_float_arg("--backward-fraction"), default=2 / 3,
                    help="backward share of a micro-batch (buckets are released during it) (default 0.667)")
@@ -92,7 +94,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--window", default="100ms",
                    help="stragglar: if the second-to-last rank is this much later than the third-to-last, two are "
                         "late and ring runs (the run-time detector's window) (default 100ms)")
-    p.add_argument("--agree", default="0s", help="stragglar: run-time detection cost added to the straggler (default 0)")
+    p.add_argument("--agree", default="0s",
+                   help="stragglar: run-time detection cost added to the straggler (default 0)")
     p.add_argument("--exact", action="store_true",
                    help="call the event simulator for every collective (slower; same numbers for one-port schedules)")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
@@ -100,16 +103,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="write throughput per method and algorithm and a per-rank timeline of a few steps")
     p.set_defaults(func=cmd_train_sim)
 
-    p = add_command_parser(sub, "train-bench", description="Train a small model (embedding bag + MLP, synthetic regression) with --ranks processes on "
-                    "this machine (torch.distributed, gloo), each micro-batch padded with sleep to --compute "
-                    "times the rank's --slow factor (and --jitter), for each run METHOD:ALGORITHM: ddp:torch "
-                    "(DDP, torch's all_reduce), ddp:ring / ddp:stragglar (DDP with the collsynth comm hook; "
-                    "stragglar detects the late rank at run time), acco:ring (ACCO loop: a communication thread "
-                    "does ReduceScatter, shard AdamW, AllGather while the main thread keeps computing). Prints "
-                    "measured throughput next to train-sim's prediction for the same settings, with alpha and "
-                    "bandwidth measured right before each run with `collsynth calibrate`'s ring pattern (torch's "
-                    "all_reduce: timed on the job's sizes), the measured optimizer and swap costs, and the compute "
-                    "times each micro-batch really took (and, as a second figure, the nominal compute).",
+    p = add_command_parser(sub, "train-bench", description="Train a small model (embedding bag + MLP, synthetic "
+                    "regression) with --ranks processes on this machine (torch.distributed, gloo), each micro-batch "
+                    "padded with sleep to --compute times the rank's --slow factor (and --jitter), for each run "
+                    "METHOD:ALGORITHM: ddp:torch (DDP, torch's all_reduce), ddp:ring / ddp:stragglar (DDP with the "
+                    "collsynth comm hook; stragglar detects the late rank at run time), acco:ring (ACCO loop: a "
+                    "communication thread does ReduceScatter, shard AdamW, AllGather while the main thread keeps "
+                    "computing). Prints measured throughput next to train-sim's prediction for the same settings, with "
+                    "alpha and bandwidth measured right before each run with `collsynth calibrate`'s ring pattern "
+                    "(torch's all_reduce: timed on the job's sizes), the measured optimizer and swap costs, and the "
+                    "compute times each micro-batch really took (and, as a second figure, the nominal compute).",
         epilog="example: collsynth train-bench --ranks 4 --compute 40ms --slow 3=1.3 --grad-bytes 8MiB --steps 20")
     p.add_argument("--ranks", "-n", type=int_arg("--ranks"), default=4, help="processes (default 4)")
     p.add_argument("--runs", default=DEFAULT_RUNS, help=f"comma-separated METHOD:ALGORITHM (default {DEFAULT_RUNS})")
@@ -150,7 +153,8 @@ def compute_model_from_args(args: argparse.Namespace, n: int) -> Any:
         raise CollsynthError("give --compute TIME (e.g. 100ms) or --trace FILE")
     if trace_path:
         return ComputeModel(n, trace=load_trace(trace_path, n), slow=slow, jitter=args.jitter, seed=args.seed)
-    return ComputeModel(n, _time("--compute", args.compute, allow_zero=False), jitter=args.jitter, slow=slow, seed=args.seed)
+    return ComputeModel(n, _time("--compute", args.compute, allow_zero=False), jitter=args.jitter, slow=slow,
+                        seed=args.seed)
 
 
 def setup_from_args(args: argparse.Namespace) -> Any:
@@ -165,7 +169,8 @@ def setup_from_args(args: argparse.Namespace) -> Any:
         microbatches=args.microbatches, batch=args.batch, optimizer_s=_time("--optimizer", args.optimizer),
         buckets=args.buckets, backward_fraction=args.backward_fraction, swap_s=_time("--swap", args.swap),
         count_allreduce=args.acco_count == "allreduce", steps=args.steps, warmup=args.warmup,
-        window_s=_time("--window", args.window, allow_zero=False), agree_s=_time("--agree", args.agree), exact=args.exact)
+        window_s=_time("--window", args.window, allow_zero=False), agree_s=_time("--agree", args.agree),
+        exact=args.exact)
     setup.check()
     return setup
 

@@ -173,10 +173,10 @@ def verify(schedule: Schedule, ports: int | None = None) -> VerifyReport:
     rank_word, rank_bit = ranks >> 6, np.left_shift(np.uint64(1), (ranks & 63).astype(np.uint64))
     if s.collective == "allgather":
         owner = np.asarray(s.owner, np.int64)
-        loc = owner * C + np.arange(C)
+        owned = owner * C + np.arange(C)
         taint[:] = True
-        taint[loc] = False
-        bits[loc, rank_word[owner]] = rank_bit[owner]
+        taint[owned] = False
+        bits[owned, rank_word[owner]] = rank_bit[owner]
     else:
         rows = np.arange(n * C)
         r_of = rows // C
@@ -191,7 +191,9 @@ def verify(schedule: Schedule, ports: int | None = None) -> VerifyReport:
     # steps where two reduces land in one location need sequential accumulation
     rkey = s.step[uidx][ured] * (n * C) + uwrite[ured]
     rk_sorted = np.sort(rkey)
-    dup_steps = np.unique(rk_sorted[1:][np.diff(rk_sorted) == 0] // (n * C)) if len(rkey) > 1 else []
+    dup_steps: np.ndarray | list[int] = []
+    if len(rkey) > 1:
+        dup_steps = np.unique(rk_sorted[1:][np.diff(rk_sorted) == 0] // (n * C))
     step_multi_reduce = np.zeros(s.nsteps, np.bool_)
     step_multi_reduce[np.asarray(dup_steps, np.int64)] = True
     any_taint = bool(taint.any())

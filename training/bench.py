@@ -8,9 +8,10 @@ same settings with ``synth.training.simulate_training`` on an nvswitch model wit
 bandwidth and the costs measured in the run that are not communication (optimizer step, ACCO buffer
 swap, run-time detection). ``ddp:torch`` runs torch's own all_reduce, not a collsynth schedule, so it
 is modelled as a ring whose alpha and bandwidth are fitted to timed ``dist.all_reduce`` calls of the
-job's sizes instead. ``--alpha``/``--bandwidth`` skip every calibration. Two predictions per run: ``predicted`` takes the compute times each
-micro-batch really took as a trace (on a loaded machine forward+backward can outgrow the injected
-time), ``predicted_nominal`` the nominal --compute/--slow/--jitter draws. Throughput is measured as the simulator measures it: samples of steps
+job's sizes instead. ``--alpha``/``--bandwidth`` skip every calibration. Two predictions per run:
+``predicted`` takes the compute times each micro-batch really took as a trace (on a loaded machine
+forward+backward can outgrow the injected time), ``predicted_nominal`` the nominal
+--compute/--slow/--jitter draws. Throughput is measured as the simulator measures it: samples of steps
 ``warmup..steps-1`` over the time from the end of step ``warmup-1`` (latest rank) to the end of the
 last step, on the machine-wide monotonic clock.
 """
@@ -55,7 +56,8 @@ def parse_runs(text: str) -> tuple[tuple[str, str], ...]:
                 raise CollsynthError(f"--runs {item!r}: the ACCO loop runs collsynth schedules; use acco:ring")
         elif alg not in regs or "allreduce" not in regs[alg].collectives:
             names = [a for a, i in regs.items() if "allreduce" in i.collectives]
-            raise CollsynthError(f"--runs {item!r}: unknown algorithm {alg!r}; choose torch or one of {', '.join(names)}")
+            raise CollsynthError(f"--runs {item!r}: unknown algorithm {alg!r}; choose torch or one of "
+                                 f"{', '.join(names)}")
         if (method, alg) not in out:
             out.append((method, alg))
     if not out:
@@ -213,7 +215,7 @@ def run_train_bench(spec: TrainSpec, *, alpha: float | None = None, bandwidth: f
     for method, alg in spec.runs:
         label = f"{method}:{alg}"
         meas = measure(spec, results, label)
-        fit = (alpha, bandwidth) if fixed else fit_run(spec, results, label)
+        fit = (alpha, bandwidth) if alpha is not None and bandwidth is not None else fit_run(spec, results, label)
         if fit is None:
             raise CollsynthError(f"could not calibrate run {label} (no bandwidth cost visible): pass --alpha and "
                                  f"--bandwidth, or use a larger --grad-bytes")

@@ -123,10 +123,10 @@ def plot_training(results: Sequence[MethodResult], path: str, title: str = "") -
                                     facecolors=COLORS[kind], edgecolors="white",
                                     linewidth=0.6 if kind == "compute" else 0)
             gaps, cur = [], t0
-            for a, b in _merge(busy):
-                if a > cur:
-                    gaps.append((cur, a))
-                cur = max(cur, b)
+            for lo, hi in _merge(busy):
+                if lo > cur:
+                    gaps.append((cur, lo))
+                cur = max(cur, hi)
             if cur < t1:
                 gaps.append((cur, t1))
             if gaps:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,13 +177,13 @@ class _Pad:
 
 # ---------------------------------------------------------------------------------------------- DDP
 def _stamp_hook(inner: Any, stamps: list[float]) -> Any:
-    def hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP rejects non-torch annotations
+    def hook(state, bucket):  # unannotated: DDP rejects non-torch annotations
         stamps.append(time.perf_counter())
         return inner(state, bucket)
     return hook
 
 
-def _torch_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
+def _torch_allreduce_hook(state, bucket):  # unannotated: DDP rejects non-torch annotations
     import torch.distributed as dist
 
     buf = bucket.buffer()
@@ -259,7 +260,7 @@ class _AccoComm:
         self.P = int(sum(p.numel() for p in params))
         self.rs_sched = check(build_schedule("ring", n, "reducescatter"))
         self.ag_sched = check(build_schedule("ring", n, "allgather"))
-        self.runner = None
+        self.runner: StragglerAwareAllReduce | Callable[[Any], Any] | None = None
         if "reducescatter" in get_algorithm(algorithm).collectives:
             self.rs_sched = check(build_schedule(algorithm, n, "reducescatter"))
             if "allgather" in get_algorithm(algorithm).collectives:
@@ -270,10 +271,12 @@ class _AccoComm:
             ar = check(build_schedule(algorithm, n, "allreduce"))
 
             self.runner = lambda t: allreduce(t, ar, timeout=spec.timeout_s)
-        if list(self.rs_sched.owner) != list(self.ag_sched.owner):
+        rs_owner, ag_owner = self.rs_sched.owner, self.ag_sched.owner
+        assert rs_owner is not None and ag_owner is not None  # Schedule sets them for these collectives
+        if list(rs_owner) != list(ag_owner):
             raise RuntimeError("ReduceScatter and AllGather chunk owners differ")
         self.nch = self.rs_sched.nchunks
-        self.mine = [c for c in range(self.nch) if self.rs_sched.owner[c] == rank]
+        self.mine = [c for c in range(self.nch) if rs_owner[c] == rank]
         self.m = -(-self.P // self.nch) + 1  # per chunk: data, then one count slot
         self.buf = torch.zeros(self.nch * self.m)
         self.bufm = self.buf.view(self.nch, self.m)
@@ -361,9 +364,10 @@ class _AccoComm:
         t3 = time.perf_counter()
         rec = {"launch": t0, "rs_done": t1, "opt_s": t2 - t1, "done": t3, "count": int(round(count)),
                "estimate": self.estimate}
-        if self.runner is not None and getattr(self.runner, "last", None) is not None:
-            rec["agree_s"] = self.runner.last.agree_s
-            rec["chosen"] = self.runner.last.schedule
+        last = getattr(self.runner, "last", None)  # what StragglerAwareAllReduce detected
+        if last is not None:
+            rec["agree_s"] = last.agree_s
+            rec["chosen"] = last.schedule
         self.rounds.append(rec)
 
     def close(self) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from collsynth.backends.msccl.check import check_xml_text
 from collsynth.backends.msccl.deps import hazard_deps, order_deps
-from collsynth.backends.msccl.lower import Lowered, TbPlan, lower
+from collsynth.backends.msccl.lower import Lowered, Op, TbPlan, lower
 from collsynth.backends.msccl.model import (
     DIALECTS,
     MAX_CHANNELS,
@@ -154,6 +154,12 @@ def loop_chunks(s: Any, value: int | str | None) -> int:
     return value
 
 
+def _tb_index(op: Op) -> int:
+    """The index of the thread block lowering placed ``op`` in."""
+    assert op.tb is not None  # lower() places every op
+    return op.tb.idx
+
+
 def _render(low: Lowered, xs: dict[int, int], *, algo_attrs: list[tuple[str, Any]], instances: int,
             M: int, comment: str = "") -> str:
     mp = _Mapper(low, instances, M)
@@ -167,12 +173,12 @@ def _render(low: Lowered, xs: dict[int, int], *, algo_attrs: list[tuple[str, Any
         gtbs = []
         for i in range(K):
             for tb in tbs:
-                steps = []
+                steps: list[tuple[int, str, str, int, str, int, int, int, int, int]] = []
                 for op in tb.ops:
                     for d in op.deps[:-1]:
-                        steps.append((len(steps), "nop", "i", -1, "i", -1, 0, i * ntb + d.tb.idx, xs[id(d)], 0))
+                        steps.append((len(steps), "nop", "i", -1, "i", -1, 0, i * ntb + _tb_index(d), xs[id(d)], 0))
                     dep = op.deps[-1] if op.deps else None
-                    depid = i * ntb + dep.tb.idx if dep is not None else -1
+                    depid = i * ntb + _tb_index(dep) if dep is not None else -1
                     deps = xs[id(dep)] if dep is not None else -1
                     src, dst = op.src, op.dst
                     if op.type in ("r", "rcs"):
@@ -276,8 +282,8 @@ def plan(s: Any, *, dialect: str = "executor", inplace: bool = True, instances: 
     while True:
         low = lower(s, inplace=inplace, nseg=nseg)
         if low.nsegments * instances > MAX_CHANNELS:
-            raise CollsynthError(f"the program needs {low.nsegments * instances} channels ({low.nsegments} per instance "
-                                 f"x {instances} instance(s)); MSCCL allows at most {MAX_CHANNELS} (chan 0.."
+            raise CollsynthError(f"the program needs {low.nsegments * instances} channels ({low.nsegments} per "
+                                 f"instance x {instances} instance(s)); MSCCL allows at most {MAX_CHANNELS} (chan 0.."
                                  f"{MAX_CHANNELS - 1}): use fewer --instances")
         hazard_deps(low)
         ntb = max(len(t) for t in low.tbs) * instances
@@ -296,16 +302,16 @@ def plan(s: Any, *, dialect: str = "executor", inplace: bool = True, instances: 
                 break
         nxt = max(nseg + 1, -(-nseg * steps // max_steps))
         if nxt > max(s.nsteps, 1):
-            raise CollsynthError(f"rank {r} thread block {tbi} needs {steps} steps; MSCCL allows {max_steps} per thread "
-                                 f"block, and the schedule's {s.nsteps} step(s) cannot be spread over more channels "
-                                 f"(one Schedule step stays in one thread block per peer pair)")
+            raise CollsynthError(f"rank {r} thread block {tbi} needs {steps} steps; MSCCL allows {max_steps} per "
+                                 f"thread block, and the schedule's {s.nsteps} step(s) cannot be spread over more "
+                                 f"channels (one Schedule step stays in one thread block per peer pair)")
         nseg = nxt
     xs = _number(low)
     for r, tbs in enumerate(low.tbs):
         nodes = 1 + s.nranks + instances * (len(tbs) + sum(max(len(op.deps), 1) for tb in tbs for op in tb.ops))
         if nodes > MAX_NODES_PER_RANK:
-            raise CollsynthError(f"rank {r} needs {nodes} XML elements (its thread blocks and steps, plus one per GPU); "
-                                 f"the runtime's parser holds at most {MAX_NODES_PER_RANK} per rank: use fewer "
+            raise CollsynthError(f"rank {r} needs {nodes} XML elements (its thread blocks and steps, plus one per "
+                                 f"GPU); the runtime's parser holds at most {MAX_NODES_PER_RANK} per rank: use fewer "
                                  f"--instances or fewer ranks")
     for tbs in low.tbs:
         for tb in tbs:

@@ -330,7 +330,7 @@ class Executor:
             self._join_deps(t, j, tb, tx)
         kind = tx.kind
         here = f"{where(tb.gpu, tb.id, tx.s)} ({tx.type})"
-        inc = None
+        inc: list[Value] = []  # what this step receives (the types that receive all have kind.recv)
         if kind.recv:
             cnt, vals, sender = self.fifos[fkey].popleft()
             st = self.tbs[sender[0]]
@@ -345,7 +345,7 @@ class Executor:
             self.recv_from[(t, j)] = sender
             inc = vals
         typ = tx.type
-        out = None
+        out: list[Value] | None = None
         if typ == "s":
             out = self._read(t, j, tb, tx, tx.srcbuf, tx.srcoff, tx.cnt)
         elif typ == "r":

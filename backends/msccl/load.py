@@ -72,8 +72,9 @@ def validate_load(algo: XAlgo, source: str = "") -> None:
             raise XmlFormatError(f"{pre}{where(g.id)}: thread block {gap} is missing (ids must run 0..n-1)")
         nodes = 1 + len(algo.gpus) + len(g.tbs) + sum(len(tb.steps) for tb in g.tbs)
         if nodes > MAX_NODES_PER_RANK:
-            raise XmlFormatError(f"{pre}{where(g.id, line=g.line)}: {nodes} XML nodes for this rank (algo, every gpu, its "
-                                 f"thread blocks and steps); the runtime's parser holds at most {MAX_NODES_PER_RANK}")
+            raise XmlFormatError(f"{pre}{where(g.id, line=g.line)}: {nodes} XML nodes for this rank (algo, every "
+                                 f"gpu, its thread blocks and steps); the runtime's parser holds at most "
+                                 f"{MAX_NODES_PER_RANK}")
         decl = _declared(g)
         senders: dict[int, int] = {}
         receivers: dict[int, int] = {}

@@ -51,7 +51,8 @@ class _Node:
     __slots__ = ("name", "attrs", "children", "line")
 
     def __init__(self, name: str, attrs: dict[str, str], line: int) -> None:
-        self.name, self.attrs, self.children, self.line = name, attrs, [], line
+        self.children: list[_Node] = []
+        self.name, self.attrs, self.line = name, attrs, line
 
 
 def _line_of(text: str, pos: int) -> int:

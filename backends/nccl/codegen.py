@@ -74,8 +74,14 @@ def _rows(items: Sequence[Sequence[int]], comments: Sequence[str] | None = None)
 
 
 def _tables(plan: Plan) -> dict[str, str]:
-    p2p, adds, srcs, steps, tails = [], [], [], [], []
-    p2p_c, step_c, tail_c = [], [], []
+    p2p: list[tuple[int, ...]] = []
+    adds: list[tuple[int, ...]] = []
+    srcs: list[tuple[int, int]] = []
+    steps: list[tuple[int, ...]] = []
+    tails: list[tuple[int, ...]] = []
+    p2p_c: list[str] = []
+    step_c: list[str] = []
+    tail_c: list[str] = []
     rank_steps, rank_tails = [0], [0]
     for r in range(plan.nranks):
         for st in plan.steps[r]:
@@ -94,10 +100,10 @@ def _tables(plan: Plan) -> dict[str, str]:
             tails.append((t.chunk, t.nchunk, t.src_loc))
             tail_c.append(f"rank {r} from {LOC_NAMES[t.src_loc]}")
         rank_tails.append(len(tails))
-    if len(p2p) > _COMMENT_LIMIT:  # keep big tables compact (a 256-rank ring has 261k operations)
-        p2p_c = None
+    # keep big tables compact (a 256-rank ring has 261k operations)
+    p2p_comments = p2p_c if len(p2p) <= _COMMENT_LIMIT else None
     return {
-        "p2p_rows": _rows(p2p, p2p_c),
+        "p2p_rows": _rows(p2p, p2p_comments),
         "add_rows": _rows(adds),
         "src_rows": _rows(srcs),
         "step_rows": _rows(steps, step_c),

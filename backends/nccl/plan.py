@@ -363,8 +363,8 @@ def run_plan(plan: Plan, inputs: Sequence[np.ndarray], *, inplace: bool = False)
                     acc += t
                 view(r, ad.dst_loc, ad.chunk, ad.nchunk)[...] = acc.astype(dtype)
     for r in range(n):
-        for t in plan.tails[r]:
-            src, dst = view(r, t.src_loc, t.chunk, t.nchunk), view(r, OUT, t.chunk, t.nchunk)
+        for tail in plan.tails[r]:
+            src, dst = view(r, tail.src_loc, tail.chunk, tail.nchunk), view(r, OUT, tail.chunk, tail.nchunk)
             if not np.shares_memory(src, dst):
                 dst[...] = src
     return [mems[r][1] for r in range(n)]

@@ -13,8 +13,9 @@ result is refused), reads its selection attributes and writes:
 StragglAR files are tied to one late rank; the rank comes from ``stragglers`` (file name -> rank), from
 the phase comment collsynth's emitter writes (the rank the first phase does not wait for) or, failing
 that, from the file's ``name`` attribute or file name (``stragglar..._s<RANK>`` or
-``stragglar..._straggler<RANK>``, the names collsynth gives its StragglAR schedules and library files). The interface is documented in ../shared/docs/msccl-xml.md
-section 5 (Azure/msccl-executor-nccl's ``msccl_scheduler.h``); the C declaration is written here.
+``stragglar..._straggler<RANK>``, the names collsynth gives its StragglAR schedules and library files).
+The interface is documented in ../shared/docs/msccl-xml.md section 5 (Azure/msccl-executor-nccl's
+``msccl_scheduler.h``); the C declaration is written here.
 """
 
 from __future__ import annotations

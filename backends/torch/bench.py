@@ -16,11 +16,12 @@ untimed), and a checksum of the result is compared across ranks (bitwise identic
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,7 +140,7 @@ def _bench_worker(rank: int, nranks: int, spec: BenchSpec) -> dict[str, Any]:
     buf = torch.empty_like(x)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     auto = None
-    runners = []
+    runners: list[tuple[str, Callable[[Any], object]]] = []
     for label, what in spec.entries:
         if what == "torch":
             runners.append((label, lambda t: dist.all_reduce(t)))
@@ -147,7 +148,7 @@ def _bench_worker(rank: int, nranks: int, spec: BenchSpec) -> dict[str, Any]:
             auto = StragglerAwareAllReduce(timeout=spec.timeout, window=0.25)
             runners.append((label, auto))
         else:
-            runners.append((label, lambda t, s=what: allreduce(t, s, timeout=spec.timeout)))
+            runners.append((label, functools.partial(allreduce, schedule=what, timeout=spec.timeout)))
     delay = spec.delays.get(rank, 0.0)
     tol = {"float32": 1e-4, "float64": 1e-9, "float16": 5e-2, "bfloat16": 2e-1}[spec.dtype]
     scale = float(ref.abs().max()) or 1.0
@@ -200,16 +201,16 @@ def summarize(spec: BenchSpec, results: dict[int, Any]) -> dict[str, Any]:
     """Combine the ranks' stamps into per-algorithm statistics (JSON-ready)."""
     n = spec.nranks
     punctual = [r for r in range(n) if spec.delays.get(r, 0.0) <= 0] or list(range(n))
-    by: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    by: dict[tuple[int, int], dict[int, dict[str, Any]]] = {}  # (algorithm, iteration) -> rank -> record
     for r in range(n):
         for rec in results[r]["records"]:
-            by.setdefault((rec["alg"], rec["it"]), [None] * n)[r] = rec  # type: ignore[index]
+            by.setdefault((rec["alg"], rec["it"]), {})[r] = rec
     rows = []
     for k, (label, what) in enumerate(spec.entries):
         after, total, agree, chosen = [], [], [], []
         ok, identical, maxerr = True, True, 0.0
         for it in range(spec.iters):
-            recs = by[(k, it)]
+            recs = [by[(k, it)][r] for r in range(n)]
             last_done = max(rec["done"] for rec in recs)
             after.append(last_done - max(rec["arrive"] for rec in recs))
             total.append(last_done - max(recs[r]["arrive"] for r in punctual))
@@ -233,12 +234,12 @@ def summarize(spec: BenchSpec, results: dict[int, Any]) -> dict[str, Any]:
             row["chosen"] = sorted(set(chosen))
         rows.append(row)
     torch_row = next((r for r in rows if r["algorithm"] == "torch"), None)
-    for r in rows:
+    for entry in rows:
         if torch_row is not None:
             for key, out in (("after_last_arrival_s", "speedup_vs_torch"),
                              ("from_punctual_arrival_s", "speedup_vs_torch_from_punctual")):
-                mine = r[key]["median"]
-                r[out] = torch_row[key]["median"] / mine if mine > 0 else math.inf
+                mine = entry[key]["median"]
+                entry[out] = torch_row[key]["median"] / mine if mine > 0 else math.inf
     return {
         "backend": spec.backend, "ranks": n, "size_bytes": spec.size_bytes, "dtype": spec.dtype,
         "delays_s": {str(r): t for r, t in sorted(spec.delays.items())}, "straggler": spec.straggler,

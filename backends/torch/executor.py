@@ -198,6 +198,7 @@ def _execute(torch: Any, dist: Any, flat: Any, schedule: Schedule, rank: int, gr
                 if op.kind == "copy" and not clash:
                     buf = flat[lo:hi]
                 else:
+                    assert scratch is not None  # scratch_need counted this receive
                     buf = scratch[off:off + hi - lo]
                     off += hi - lo
                     pending.append((op.kind, lo, hi, buf, op.peer))

@@ -31,7 +31,7 @@ class CommHookState:
         self.world = world
 
 
-def comm_hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP rejects non-torch annotations
+def comm_hook(state, bucket):  # unannotated: DDP rejects non-torch annotations
     """DDP communication hook: average the gradient bucket with a collsynth schedule.
 
     ``state``: a CommHookState; ``bucket``: torch.distributed.GradBucket; returns

@@ -122,7 +122,8 @@ def greedy(grid: Grid, rule: CopyRule, owners: Sequence[int] | None = None) -> l
                 if not state.live[c, p]:
                     continue
                 final = state.dead[c] == n - 2
-                offer(1e6 + (1e5 if final else 0) + grid.arrivals[u] * 1e3 / max(grid.tau, 1e-12) - c, (REDUCE, c, u, p))
+                score = 1e6 + (1e5 if final else 0) + grid.arrivals[u] * 1e3 / max(grid.tau, 1e-12) - c
+                offer(score, (REDUCE, c, u, p))
             holders = [int(x) for x in state.full[c].nonzero()[0]]
             if holders:
                 for v in range(n):
@@ -146,7 +147,7 @@ def greedy(grid: Grid, rule: CopyRule, owners: Sequence[int] | None = None) -> l
         if not moves:
             continue
         moves.sort(key=lambda m: (m[1], m[2], m[3], m[0]))
-        for kind, c, u, v in moves:
+        for kind, c, _u, v in moves:
             if kind == REDUCE:
                 pending[c][v] -= 1
         state.apply(slot, moves)

@@ -66,7 +66,7 @@ class Model:
 
 def estimate_binaries(grid: Grid) -> int:
     """Binary variable count of the model for ``grid`` (cheap; used to refuse oversized models)."""
-    total = 0
+    total: float = 0
     for t in range(grid.nslots):
         k = len(grid.slot_pairs(t))
         total += grid.nchunks * (k if t < grid.first_final else 2.5 * k) + (t >= grid.first_final)
@@ -116,7 +116,7 @@ def build_model(grid: Grid, slot_bound: bool = True) -> Model:
     port_r: dict[tuple[int, int], list[Any]] = {}
     ex_ct: dict[tuple[int, int], list[Any]] = {}
     on_pair: dict[tuple[int, int, int], list[Any]] = {}  # (u,v,t) -> transfers over the directed pair
-    for (c, u, v, t), x in list(r.items()) + list(y.items()):
+    for (_c, u, v, t), x in list(r.items()) + list(y.items()):
         on_pair.setdefault((u, v, t), []).append(x)
     for (c, u, v, t), x in e.items():
         ex_ct.setdefault((c, t), []).append(x)
@@ -212,8 +212,8 @@ def build_model(grid: Grid, slot_bound: bool = True) -> Model:
                 prob += pulp.lpSum(port_s[(u, t)]) <= cap
             if port_r.get((u, t)):
                 prob += pulp.lpSum(port_r[(u, t)]) <= cap
-        for group in grid.shared_links:
-            xs = [x for i in group for x in on_pair.get((*grid.pairs[i], t), [])]
+        for shared in grid.shared_links:
+            xs = [x for i in shared for x in on_pair.get((*grid.pairs[i], t), [])]
             if len(xs) > 1:
                 prob += pulp.lpSum(xs) <= 1
     for t in range(t0, T - 1):
@@ -320,8 +320,8 @@ def set_start(model: Model, placed: Sequence[tuple[int, Sequence[Move]]]) -> Non
     """Give every variable the value of a placement (a MIP start)."""
     import pulp
     grid = model.grid
-    for d in (model.r, model.e, model.y):
-        for x in d.values():
+    for variables in (model.r, model.e, model.y):
+        for x in variables.values():
             x.setInitialValue(0)
     by_slot = dict((s, m) for s, m in placed)
     state = ModelState(grid)
@@ -459,7 +459,7 @@ def _warm_highs() -> Any:
     first use, so that pulp stays off the import path)."""
     import pulp
 
-    class WarmHiGHS(pulp.HiGHS):  # type: ignore[misc]
+    class WarmHiGHS(pulp.HiGHS):
         def callSolver(self, lp: Any) -> None:  # noqa: N802 (pulp's name)
             import highspy
 

@@ -40,7 +40,8 @@ def _after(schedule: Any, size: float, topo: Any, delay: float) -> float:
 
 
 def stragglar_row(n: int, size: float = 2**30, alpha: float = 3e-6, bandwidth: float = 450 * 2**30,
-                  topology: str = "nvswitch", rel_tol: float = 1e-6, pipeline: int | str | None = None) -> dict[str, Any]:
+                  topology: str = "nvswitch", rel_tol: float = 1e-6,
+                  pipeline: int | str | None = None) -> dict[str, Any]:
     """One row of the study for n GPUs (see the module docstring)."""
     algorithms()
     topo = make_topology(topology, n, alpha=alpha, bandwidth=bandwidth)
@@ -62,8 +63,8 @@ def stragglar_row(n: int, size: float = 2**30, alpha: float = 3e-6, bandwidth: f
         times["ideal"][name] = _after(sched, size, topo, ideal_delay)
         times["worst"][name] = _after(sched, size, topo, 0.0)
     for case in ("ideal", "worst"):
-        for name, t in times[case].items():
-            row[f"{name}_{case}_s"] = t
+        for name, secs in times[case].items():
+            row[f"{name}_{case}_s"] = secs
         row[f"speedup_{case}"] = times[case]["ring"] / times[case]["stragglar"]
     row["closed_form_speedup_ideal"] = closed_form_speedup(n, size, alpha, bandwidth)
     row["critical_delay_s"] = critical_delay(s, size, topo, times["ideal"]["ring"], ideal_delay, rel_tol)

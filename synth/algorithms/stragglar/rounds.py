@@ -109,9 +109,9 @@ def _build(n: int, R: int, staircase: bool = False) -> tuple[pulp.LpProblem, dic
     if staircase:  # S reduces raw chunk c into GPU c in round c (the shape of every known optimum)
         for c in range(C):
             prob += a[c, c] == 1
-    for (u, t), xs in send.items():
+    for xs in send.values():
         prob += pulp.lpSum(xs) <= 1
-    for (v, t), xs in recv.items():
+    for xs in recv.values():
         prob += pulp.lpSum(xs) <= 1
     return prob, {"a": a, "b": b, "y": y}
 
