@@ -6,12 +6,10 @@ into the Schedule its per-rank programs run); ``verify_file(path)`` proves eithe
 
 from __future__ import annotations
 
-from typing import Any
-
-from collsynth.backends.msccl import check_xml_file, xml_to_schedule
+from collsynth.backends.msccl import XmlReport, check_xml_file, xml_to_schedule
 from collsynth.synth import ir
 from collsynth.synth.ir import Schedule
-from collsynth.synth.verify import verify
+from collsynth.synth.verify import VerifyReport, verify
 
 
 def is_xml(path: str) -> bool:
@@ -25,7 +23,7 @@ def load_schedule(path: str) -> Schedule:
     return xml_to_schedule(path) if is_xml(path) else ir.load_schedule(path)
 
 
-def verify_file(path: str, ports: int | None = None) -> Any:
+def verify_file(path: str, ports: int | None = None) -> VerifyReport | XmlReport:
     """The verifier's report (``.ok``, ``.message``) for a JSON schedule or an MSCCL XML file."""
     if is_xml(path):
         return check_xml_file(path)

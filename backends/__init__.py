@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, overload
 
+from collsynth.apitypes import EmitOption, Emitted
 from collsynth.backends.msccl import emit_xml
 from collsynth.backends.nccl import render_msccl_scheduler, render_nccl_cuda
 from collsynth.errors import CollsynthError
@@ -32,7 +33,7 @@ class Format:
 
     name: str
     help: str
-    render: Callable[..., Any]
+    render: Callable[..., str | Mapping[str, str | bytes]]  # text, or {relative path: content}
     reads: str = "schedule"  # "schedule" or "xml-folder"
     writes: str = "file"  # "file" or "folder"
 
@@ -60,7 +61,15 @@ def get_format(name: str) -> Format:
     return _BY_NAME[name]
 
 
-def emit(source: Schedule | str, format: str, **options: Any) -> Any:
+@overload
+def emit(source: Schedule | str, format: Literal["msccl-xml"], **options: EmitOption) -> str: ...
+
+
+@overload
+def emit(source: Schedule | str, format: str, **options: EmitOption) -> Emitted: ...
+
+
+def emit(source: Schedule | str, format: str, **options: EmitOption) -> Emitted:
     """Render ``source`` in ``format`` (see the module docstring); returns text or {path: content}."""
     fmt = get_format(format)
     unknown = sorted(set(options) - set(fmt.options()))
@@ -74,10 +83,12 @@ def emit(source: Schedule | str, format: str, **options: Any) -> Any:
     elif not (isinstance(source, str) and os.path.isdir(source)):
         raise CollsynthError(f"{source} is not a folder: --format {fmt.name} reads a folder of MSCCL XML files "
                              "(emit them with --format msccl-xml)")
-    return fmt.render(source, **options)
+    out = fmt.render(source, **options)
+    return out if isinstance(out, str) else dict(out)
 
 
-def emit_to(source: Schedule | str, format: str, output: str, *, force: bool = False, **options: Any) -> list[str]:
+def emit_to(source: Schedule | str, format: str, output: str, *, force: bool = False,
+            **options: EmitOption) -> list[str]:
     """``emit`` and write the result to ``output`` (a file, or a folder for folder formats), all or
     nothing; a non-empty output folder is replaced only with ``force``. Returns the written paths."""
     fmt = get_format(format)

@@ -9,16 +9,17 @@ the straggler: the rank that arrives last, the highest rank among ties.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from collsynth.apitypes import Arrivals
 from collsynth.errors import CollsynthError
 from collsynth.units import parse_time
 
 
-def arrival_vector(arrivals: Mapping[Any, Any] | Sequence[Any] | np.ndarray | None, nranks: int) -> np.ndarray:
+def arrival_vector(arrivals: Arrivals, nranks: int) -> np.ndarray:
     """Per-rank arrival times (seconds) from a {rank: time} dict (missing ranks 0) or a sequence."""
     out = np.zeros(nranks, np.float64)
     if arrivals is None:
@@ -56,7 +57,7 @@ def _seconds(v: Any, rank: int) -> float:
     return x
 
 
-def latest_rank(arrivals: Mapping[Any, Any] | Sequence[Any] | np.ndarray | None, nranks: int) -> int:
+def latest_rank(arrivals: Arrivals, nranks: int) -> int:
     """The rank that arrives last (the highest rank among ties): StragglAR's straggler."""
     times = arrival_vector(arrivals, nranks)
     return max(range(nranks), key=lambda r: (float(times[r]), r))

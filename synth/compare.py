@@ -8,9 +8,10 @@ picks for what that rank sees on the topology; the solver runs only when given a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from collsynth import progress
+from collsynth.apitypes import Arrivals, Bytes
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.stragglar.pipeline import topology_model
 from collsynth.synth.arrivals import arrival_vector, latest_rank
@@ -22,14 +23,25 @@ from collsynth.synth.verify import check
 from collsynth.units import parse_size
 
 
+class CompareRow(TypedDict):
+    """One algorithm's row of ``compare`` (times in seconds)."""
+
+    algorithm: str
+    completion_s: float
+    after_last_arrival_s: float
+    steps: int
+    note: str
+    speedup_vs_ring: float  # ring's after_last_arrival_s over this row's (inf when this row's is 0)
+
+
 def default_algorithms() -> list[str]:
     """The AllReduce algorithms `compare` runs by default (all but the solver)."""
     return [a for a, info in algorithm_table().items() if "allreduce" in info.collectives and a != "solver"]
 
 
-def compare(n: int, size: int | float | str, topology: Topology | str = "nvswitch",
-            arrivals: Any = None, algorithms: Sequence[str] | None = None,
-            solver_time_limit: float | None = None) -> list[dict[str, Any]]:
+def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
+            arrivals: Arrivals = None, algorithms: Sequence[str] | None = None,
+            solver_time_limit: float | None = None) -> list[CompareRow]:
     """One row per algorithm (``algorithm``, ``completion_s``, ``after_last_arrival_s``, ``steps``,
     ``note``, ``speedup_vs_ring``), sorted fastest first after the last arrival. ``topology`` is a
     Topology or a preset name / JSON path; ``arrivals`` a {rank: time} mapping or one time per rank."""
@@ -50,7 +62,7 @@ def compare(n: int, size: int | float | str, topology: Topology | str = "nvswitc
     if hide_ring:
         names = ["ring", *names]
     latest = latest_rank(times, n)
-    rows = []
+    rows: list[CompareRow] = []
     for i, a in enumerate(names):
         progress.note(f"compare [{i + 1}/{len(names)}] {a}")
         accepted = regs[a].params()
@@ -69,7 +81,8 @@ def compare(n: int, size: int | float | str, topology: Topology | str = "nvswitc
             note += f" K={s.meta['pipeline']}"
         res = simulate(s, size_b, topo, arr)
         rows.append({"algorithm": a, "completion_s": res.completion_s,
-                     "after_last_arrival_s": res.after_last_arrival_s, "steps": s.nsteps, "note": note.strip()})
+                     "after_last_arrival_s": res.after_last_arrival_s, "steps": s.nsteps, "note": note.strip(),
+                     "speedup_vs_ring": 0.0})  # set below, once ring's time is known
     ring = next(r for r in rows if r["algorithm"] == "ring")["after_last_arrival_s"]
     for r in rows:
         r["speedup_vs_ring"] = ring / r["after_last_arrival_s"] if r["after_last_arrival_s"] > 0 else float("inf")

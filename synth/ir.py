@@ -22,15 +22,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypedDict
 
 import numpy as np
 
+from collsynth.apitypes import Column, Ints
 from collsynth.errors import CollsynthError, ScheduleFileError
 from collsynth.fileio import read_text, write_text_atomic
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 COLLECTIVES = ("allreduce", "reducescatter", "allgather")
 FORMAT = "collsynth-schedule"
@@ -45,7 +49,7 @@ class Transfer(NamedTuple):
     src: int
     dst: int
     chunk: int
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count on purpose: the field's name is public API
     reduce: bool
 
 
@@ -58,7 +62,7 @@ class Phase:
     stop: int
     waits_for: tuple[int, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"name": self.name, "start": self.start, "stop": self.stop, "waits_for": list(self.waits_for)}
 
 
@@ -73,6 +77,26 @@ def _frozen(a: Any, dtype: Any) -> np.ndarray:
         arr = arr.reshape(-1)
     arr.flags.writeable = False
     return arr
+
+
+class ScheduleSummary(TypedDict):
+    """What ``Schedule.summary()`` returns (`collsynth info --json`)."""
+
+    name: str
+    collective: str
+    ranks: int
+    chunks: int
+    steps: int
+    transfers: int
+    ports: int
+    steps_per_phase: dict[str, int]
+    phases: list[dict[str, object]]
+    bytes_sent_per_buffer_byte: list[float]
+    meta: dict[str, object]
+
+
+FieldValue: TypeAlias = str | int | Column | tuple[Phase, ...] | Mapping[str, object] | None
+"""The value of one Schedule field (``Schedule.replace(**changes)``)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,7 +117,7 @@ class Schedule:
     owner: tuple[int, ...] | None = None
     ports: int = 1
     name: str = ""
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.collective not in COLLECTIVES:
@@ -129,22 +153,23 @@ class Schedule:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_arrays(cls, collective: str, nranks: int, nchunks: int, *, step: Any, src: Any, dst: Any,
-                    chunk: Any, count: Any = None, reduce: Any = None, nsteps: int | None = None,
-                    **kw: Any) -> Schedule:
+    def from_arrays(cls, collective: str, nranks: int, nchunks: int, *, step: Column, src: Column, dst: Column,
+                    chunk: Column, count: Column | None = None, reduce: Sequence[bool] | np.ndarray | None = None,
+                    nsteps: int | None = None, phases: tuple[Phase, ...] = (), owner: tuple[int, ...] | None = None,
+                    ports: int = 1, name: str = "", meta: Mapping[str, object] | None = None) -> Schedule:
         """Build from parallel arrays; sorts stably by step."""
-        step = np.asarray(step, dtype=np.int64)
-        m = len(step)
-        count = np.ones(m, np.int64) if count is None else np.asarray(count, np.int64)
-        reduce = np.zeros(m, np.bool_) if reduce is None else np.asarray(reduce, np.bool_)
-        order = np.argsort(step, kind="stable")
-        cols = {k: np.asarray(v)[order] for k, v in
-                dict(step=step, src=src, dst=dst, chunk=chunk, count=count, reduce=reduce).items()}
+        steps = np.asarray(step, dtype=np.int64)
+        m = len(steps)
+        counts = np.ones(m, np.int64) if count is None else np.asarray(count, np.int64)
+        reduces = np.zeros(m, np.bool_) if reduce is None else np.asarray(reduce, np.bool_)
+        order = np.argsort(steps, kind="stable")
         if nsteps is None:
-            nsteps = int(step.max()) + 1 if m else 0
-        return cls(collective, nranks, nchunks, nsteps, **cols, **kw)
+            nsteps = int(steps.max()) + 1 if m else 0
+        return cls(collective, nranks, nchunks, nsteps, steps[order], np.asarray(src)[order], np.asarray(dst)[order],
+                   np.asarray(chunk)[order], counts[order], reduces[order], phases=phases, owner=owner, ports=ports,
+                   name=name, meta=dict(meta or {}))
 
-    def replace(self, **changes: Any) -> Schedule:
+    def replace(self, **changes: FieldValue) -> Schedule:
         """A copy with some fields changed (passes never mutate)."""
         fields = {k: getattr(self, k) for k in ("collective", "nranks", "nchunks", "nsteps", *_COLUMNS,
                                                 "phases", "owner", "ports", "name", "meta")}
@@ -194,7 +219,7 @@ class Schedule:
             progs[t.dst].append(("recv", t.step, t.src, t.chunk, t.count, t.reduce))
         return progs
 
-    def dependency_dag(self) -> Any:
+    def dependency_dag(self) -> nx.DiGraph:
         """networkx DiGraph over transfer indices: RAW, WAW and WAR edges between steps."""
         import networkx as nx
 
@@ -236,7 +261,7 @@ class Schedule:
             out["(all ranks)"] = self.nsteps - covered
         return out
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> ScheduleSummary:
         """The facts `collsynth info` prints (JSON-ready)."""
         sent = self.bytes_sent_per_rank()
         return {"name": self.name, "collective": self.collective, "ranks": self.nranks, "chunks": self.nchunks,
@@ -260,8 +285,8 @@ class Schedule:
         return self.replace(src=p[self.src], dst=p[self.dst], phases=phases, owner=owner)
 
     # ------------------------------------------------------------------ JSON
-    def to_json_dict(self, columns: bool = True) -> dict[str, Any]:
-        d = {
+    def to_json_dict(self, columns: bool = True) -> dict[str, object]:
+        d: dict[str, object] = {
             "format": FORMAT,
             "version": VERSION,
             "name": self.name,
@@ -290,7 +315,7 @@ class Schedule:
         return hashlib.sha256(self.to_json().encode()).hexdigest()
 
     @classmethod
-    def from_json_dict(cls, d: Any, source: str = "schedule") -> Schedule:
+    def from_json_dict(cls, d: object, source: str = "schedule") -> Schedule:
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ScheduleFileError(f"{source}: not a collsynth schedule (missing \"format\": \"{FORMAT}\")")
         if d.get("version") != VERSION:
@@ -375,7 +400,7 @@ class ScheduleBuilder:
     """Incremental construction for constructive algorithms (scalar or vectorised adds)."""
 
     def __init__(self, collective: str, nranks: int, nchunks: int, *, name: str = "", ports: int = 1,
-                 owner: Sequence[int] | None = None, meta: dict[str, Any] | None = None) -> None:
+                 owner: Sequence[int] | None = None, meta: Mapping[str, object] | None = None) -> None:
         self.collective, self.nranks, self.nchunks = collective, nranks, nchunks
         self.name, self.ports, self.owner, self.meta = name, ports, owner, dict(meta or {})
         self._cols: dict[str, list[np.ndarray]] = {k: [] for k in _COLUMNS}
@@ -396,14 +421,16 @@ class ScheduleBuilder:
             self.new_step()
         self._scalar.append((self._cur, src, dst, chunk, count, reduce))
 
-    def add_many(self, src: Any, dst: Any, chunk: Any, count: Any = 1, reduce: Any = False) -> None:
-        """Add arrays of transfers to the current step."""
+    def add_many(self, src: Column, dst: Ints, chunk: Ints, count: Ints = 1,
+                 reduce: bool | Sequence[bool] | np.ndarray = False) -> None:
+        """Add arrays of transfers to the current step (``dst``, ``chunk``, ``count`` and ``reduce`` may be
+        one value for all)."""
         if self._cur < 0:
             self.new_step()
-        src = np.asarray(src, np.int64)
-        m = len(src)
+        srcs = np.asarray(src, np.int64)
+        m = len(srcs)
         self._cols["step"].append(np.full(m, self._cur, np.int64))
-        self._cols["src"].append(src)
+        self._cols["src"].append(srcs)
         self._cols["dst"].append(np.broadcast_to(np.asarray(dst, np.int64), (m,)))
         self._cols["chunk"].append(np.broadcast_to(np.asarray(chunk, np.int64), (m,)))
         self._cols["count"].append(np.broadcast_to(np.asarray(count, np.int64), (m,)))
@@ -436,7 +463,7 @@ class ScheduleBuilder:
         arr = {k: v[order] for k, v in arr.items()}
         used = np.zeros(self._nsteps + 1, np.bool_)
         used[arr["step"]] = True
-        newidx = np.cumsum(used) - used  # index of each old step among used steps
+        newidx: np.ndarray = np.cumsum(used) - used  # index of each old step among used steps
         arr["step"] = newidx[arr["step"]]
         nsteps = int(used.sum())
         phases = tuple(Phase(p.name, int(newidx[p.start]), int(newidx[p.stop]), p.waits_for) for p in self._phases)

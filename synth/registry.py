@@ -3,13 +3,20 @@ order, and ``build_schedule``, the one entry point the CLI, the Python API and t
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TypeAlias
 
 from collsynth import progress
+from collsynth.apitypes import Seconds
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import CONSTRUCTIVE, Algorithm
 from collsynth.synth.ir import Schedule
 from collsynth.synth.solver import solve as solver
+from collsynth.synth.topology import Topology
+
+BuildParam: TypeAlias = int | float | str | Topology | Mapping[int, Seconds] | Sequence[Seconds] | None
+"""One keyword parameter of an algorithm's ``build`` (``build_schedule(name, n, **params)``): a rank, a
+count, a size, a time, a preset name, a Topology or arrival times (see ``algorithm_params(name)``)."""
 
 ALGORITHMS: tuple[Algorithm, ...] = CONSTRUCTIVE + (
     Algorithm("solver", "MILP (pulp: CBC or HiGHS) for any arrival times and topology, warm-started from the "
@@ -44,7 +51,7 @@ def algorithm_params(name: str) -> tuple[str, ...]:
     return get_algorithm(name).params()
 
 
-def build_schedule(name: str, n: int, collective: str = "allreduce", **params: Any) -> Schedule:
+def build_schedule(name: str, n: int, collective: str = "allreduce", **params: BuildParam) -> Schedule:
     """Build algorithm ``name`` for ``n`` ranks (not yet verified: see synth.verify.check)."""
     info = get_algorithm(name)
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:

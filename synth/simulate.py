@@ -28,12 +28,12 @@ with numpy, so millions of transfers simulate in seconds.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from collsynth.apitypes import Arrivals, Bytes, Seconds
 from collsynth.errors import CollsynthError
 from collsynth.synth.arrivals import arrival_vector
 from collsynth.synth.ir import Schedule
@@ -49,16 +49,16 @@ class SimResult:
     after_last_arrival_s: float  # completion_s - last_arrival_s
     last_arrival_s: float
     rank_finish_s: list[float]  # per rank: end of its last send/receive (its arrival if none)
-    timeline: list[dict[str, Any]] | None = None
+    timeline: list[dict[str, int | float]] | None = None  # per transfer: its columns, start_s, end_s
     schedule: str = ""
     topology: str = ""
     size_bytes: float = 0.0
-    start_s: np.ndarray = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
-    end_s: np.ndarray = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    start_s: np.ndarray | None = field(default=None, repr=False, compare=False)  # per transfer (simulate sets both)
+    end_s: np.ndarray | None = field(default=None, repr=False, compare=False)
 
-    def to_json_dict(self) -> dict[str, Any]:
+    def to_json_dict(self) -> dict[str, object]:
         """JSON-ready summary (the timeline only if it was asked for)."""
-        d: dict[str, Any] = {"schedule": self.schedule, "topology": self.topology,
+        d: dict[str, object] = {"schedule": self.schedule, "topology": self.topology,
                              "size_bytes": self.size_bytes, "completion_s": self.completion_s,
                              "after_last_arrival_s": self.after_last_arrival_s,
                              "last_arrival_s": self.last_arrival_s, "rank_finish_s": self.rank_finish_s}
@@ -113,8 +113,8 @@ def _occurrence(ranks: np.ndarray) -> np.ndarray:
     return out
 
 
-def simulate(schedule: Schedule, size_bytes: float | int | str, topology: Topology | str,
-             arrivals: Mapping[Any, Any] | Sequence[Any] | None = None, timeline: bool = False) -> SimResult:
+def simulate(schedule: Schedule, size_bytes: Bytes, topology: Topology | str, arrivals: Arrivals = None,
+             timeline: bool = False) -> SimResult:
     """Simulate ``schedule`` moving a ``size_bytes`` buffer per rank over ``topology``.
 
     See the module docstring for the model. ``topology`` may be a Topology or a preset name / JSON
@@ -245,7 +245,7 @@ def _run(s: Schedule, size: float, topo: Topology, arr: np.ndarray, start: np.nd
                 send_slots[us] = np.sort(send_slots[us], axis=1)
                 recv_slots[ud] = np.sort(recv_slots[ud], axis=1)
         else:
-            if js is None:
+            if js is None or jr is None:
                 js, jr = _occurrence(src), _occurrence(dst)
             t, e = _queued_ports(src, dst, js, jr, t, dur, send_slots, recv_slots, P)
         start[lo:hi] = t
@@ -293,9 +293,9 @@ def _queued_ports(src: np.ndarray, dst: np.ndarray, js: np.ndarray, jr: np.ndarr
     return np.array(t_out), np.array(e_out)
 
 
-def simulate_model(schedule: Schedule, size: float | int | str, alpha: float | str | None = None,
+def simulate_model(schedule: Schedule, size: Bytes, alpha: Seconds | None = None,
                    bandwidth: float | str | None = None, topology: Topology | str = "nvswitch",
-                   arrivals: Mapping[Any, Any] | Sequence[Any] | None = None, timeline: bool = False) -> SimResult:
+                   arrivals: Arrivals = None, timeline: bool = False) -> SimResult:
     """One call for the common case: a preset or JSON topology with alpha (s) and bandwidth (B/s)."""
     if isinstance(topology, Topology):
         if alpha is not None or bandwidth is not None:

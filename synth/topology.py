@@ -46,10 +46,11 @@ import json
 import math
 import os
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
+from collsynth.apitypes import Column
 from collsynth.errors import CollsynthError
 from collsynth.fileio import read_text
 from collsynth.units import parse_rate, parse_time
@@ -90,6 +91,18 @@ def topology_presets() -> dict[str, str]:
     return dict(_PRESET_TEXT)
 
 
+class TopologySummary(TypedDict):
+    """What ``Topology.summary()`` returns."""
+
+    name: str
+    gpus: int
+    switches: list[str]
+    links: int
+    ports: int
+    alpha_s: list[float]
+    bandwidth_Bps: list[float]
+
+
 class Topology:
     """A validated network: flat per-link arrays, cached routes and (lazily) the networkx graph.
 
@@ -98,13 +111,14 @@ class Topology:
     ``make_topology``, ``Topology.from_graph`` or ``Topology.from_arrays``.
     """
 
-    def __init__(self, name: str, nranks: int, link_src: Any, link_dst: Any, link_alpha: Any,
-                 link_bw: Any, ports: int = 1, switches: Sequence[str] = ()) -> None:
+    def __init__(self, name: str, nranks: int, link_src: Column, link_dst: Column,
+                 link_alpha: Sequence[float] | np.ndarray, link_bw: Sequence[float] | np.ndarray, ports: int = 1,
+                 switches: Sequence[str] = ()) -> None:
         self.name = name
         self.nranks = int(nranks)
         self.ports = int(ports)
         self.switches = tuple(switches)
-        self.nodes: tuple[Any, ...] = tuple(range(self.nranks)) + self.switches
+        self.nodes: tuple[int | str, ...] = tuple(range(self.nranks)) + self.switches
         nv = self.nnodes = len(self.nodes)
         ls, ld = np.asarray(link_src, np.int64), np.asarray(link_dst, np.int64)
         order = np.lexsort((ld, ls))
@@ -132,8 +146,8 @@ class Topology:
         for k, sw in enumerate(switches):
             index[sw] = nranks + k
         e = [(index[u], index[v], float(d["alpha"]), float(d["bandwidth"])) for u, v, d in graph.edges(data=True)]
-        cols = list(zip(*e)) if e else [(), (), (), ()]
-        topo = cls(name, nranks, *cols, ports=ports, switches=switches)
+        topo = cls(name, nranks, [x[0] for x in e], [x[1] for x in e], [x[2] for x in e], [x[3] for x in e],
+                   ports=ports, switches=switches)
         topo._graph = graph
         return topo
 
@@ -159,7 +173,7 @@ class Topology:
         """'u->v' for a link index."""
         return f"{self.nodes[int(self.link_src[link])]}->{self.nodes[int(self.link_dst[link])]}"
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> TopologySummary:
         """JSON-ready description (for `collsynth topologies` and reports)."""
         return {"name": self.name, "gpus": self.nranks, "switches": list(self.switches),
                 "links": self.nlinks, "ports": self.ports,
@@ -180,7 +194,7 @@ class Topology:
             self._path_cache[key] = hit
         return hit
 
-    def pair_table(self, pairs: Any) -> tuple[np.ndarray, np.ndarray]:
+    def pair_table(self, pairs: Sequence[tuple[int, int]] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Routes of many (src, dst) GPU pairs at once.
 
         Returns ``links`` (P x L int64, the path's link indices padded with -1) and ``alpha_sum`` (P,),

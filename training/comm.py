@@ -143,6 +143,7 @@ class CollectiveModel:
         if detail:
             first = finish.copy()
             if s.ntransfers:
+                assert res.start_s is not None  # simulate always sets it
                 np.minimum.at(first, s.src, res.start_s)
                 np.minimum.at(first, s.dst, res.start_s)
         return CommResult(finish, label, first)

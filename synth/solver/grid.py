@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from collsynth.apitypes import Arrivals
 from collsynth.errors import CollsynthError
 from collsynth.synth.arrivals import arrival_vector
 from collsynth.synth.ir import Phase, Schedule, ScheduleBuilder
@@ -87,12 +88,13 @@ class Grid:
         return self.slot_start[last_slot] + self.tau
 
 
-def normalize_arrivals(arrivals: Any, n: int) -> tuple[float, ...]:
+def normalize_arrivals(arrivals: Arrivals, n: int) -> tuple[float, ...]:
     """A dict {rank: seconds} or a sequence of n times as a tuple (synth.arrivals.arrival_vector)."""
     return tuple(float(t) for t in arrival_vector(arrivals, n))
 
 
-def pair_costs(topology: Any, n: int, chunk_bytes: float) -> tuple[list[tuple[int, int]], list[float], list[tuple[int, ...]]]:
+def pair_costs(topology: Any, n: int,
+               chunk_bytes: float) -> tuple[list[tuple[int, int]], list[float], list[tuple[int, ...]]]:
     """Direct pairs (no GPU in between), their transfer time for one chunk, and their route links."""
     pairs = [(u, v) for u in range(n) for v in range(n) if u != v]
     links, alpha = topology.pair_table(np.array(pairs, np.int64))
@@ -141,7 +143,7 @@ def make_grid(n: int, nchunks: int, size: float, topology: Any, arrivals: Sequen
         for link in route:
             users.setdefault(link, []).append(i)
     shared = []
-    for link, idx in sorted(users.items()):
+    for _link, idx in sorted(users.items()):
         if len(idx) < 2:
             continue
         same_src = len({pairs[i][0] for i in idx}) == 1
@@ -257,7 +259,7 @@ class ModelState:
                 self.live[c, u] = self.live[c, v] = False
                 self.dead[c] += 2
                 self.full[c, u] = self.full[c, v] = True
-        for kind, c, u, v in moves:
+        for kind, c, _u, v in moves:
             if kind == COPY:
                 self.full[c, v] = True
         for c in touched:

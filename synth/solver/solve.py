@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 from collsynth import progress
+from collsynth.apitypes import Arrivals, Bytes, Seconds
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import CONSTRUCTIVE
 from collsynth.synth.arrivals import latest_rank
@@ -56,7 +57,7 @@ from collsynth.synth.solver.model import (
     solve_model,
     symmetric_start,
 )
-from collsynth.synth.topology import make_topology
+from collsynth.synth.topology import Topology, make_topology
 from collsynth.synth.verify import check
 from collsynth.units import parse_size, parse_time
 
@@ -145,7 +146,7 @@ def _constructive(n: int, size: float, topo: Any, arrivals: tuple[float, ...]) -
         if "allreduce" not in alg.collectives:
             continue
         accepted = alg.params()
-        base = {"straggler": latest} if "straggler" in accepted else {}
+        base: dict[str, int | str] = {"straggler": latest} if "straggler" in accepted else {}
         variants = [("", base)]
         if "pipeline" in accepted:
             variants += [(f" pipeline={k}", {**base, "pipeline": k}) for k in PIPELINES]
@@ -193,11 +194,11 @@ def _model_candidates(n: int, size: float, topo: Any, arrivals: tuple[float, ...
             if steps is None:
                 continue
             big = make_grid(n, C, size, topo, arrivals, final_slots=len(steps) + 1)
-            placed = place(big, steps)
-            if placed is None:
+            fitted = place(big, steps)
+            if fitted is None:
                 continue
-            s = check(to_schedule(big, placed, {}))
-            out.append(_Candidate(cand.source, s, _simulate(s, size, topo, arrivals), placed, big))
+            s = check(to_schedule(big, fitted, {}))
+            out.append(_Candidate(cand.source, s, _simulate(s, size, topo, arrivals), fitted, big))
     return out
 
 
@@ -224,8 +225,8 @@ def largest_n(topology: Any, time_limit: float) -> int:
     return best
 
 
-def solve(n: int, *, topology: Any = None, arrivals: Any = None, chunks: Any = None, size: Any = None,
-          time_limit: Any = None, solver: str = "cbc", threads: int = 1,
+def solve(n: int, *, topology: Topology | str | None = None, arrivals: Arrivals = None, chunks: int | str | None = None,
+          size: Bytes | None = None, time_limit: Seconds | None = None, solver: str = "cbc", threads: int = 1,
           constructive_starts: bool = True) -> Schedule:
     """The fastest verified AllReduce schedule the solver finds (see the module docstring).
     ``constructive_starts=False`` uses only the greedy warm start (to measure the MILP on its own)."""
@@ -342,10 +343,11 @@ def solve(n: int, *, topology: Any = None, arrivals: Any = None, chunks: Any = N
     return check(out)
 
 
-def build(n: int, collective: str = "allreduce", *, topology: Any = None, arrivals: Any = None,
-          chunks: Any = None, size: Any = None, time_limit: Any = None, solver: str = "cbc") -> Schedule:
-    """The algorithm table's entry for ``solve``: ``topology`` is a preset name, a JSON path or a Topology; ``arrivals`` a
-    {rank: seconds} dict or a list; ``size`` bytes (or "1GiB"); ``time_limit`` seconds (or "30s")."""
+def build(n: int, collective: str = "allreduce", *, topology: Topology | str | None = None, arrivals: Arrivals = None,
+          chunks: int | str | None = None, size: Bytes | None = None, time_limit: Seconds | None = None,
+          solver: str = "cbc") -> Schedule:
+    """The algorithm table's entry for ``solve``: ``topology`` is a preset name, a JSON path or a Topology;
+    ``arrivals`` a {rank: seconds} dict or a list; ``size`` bytes (or "1GiB"); ``time_limit`` seconds (or "30s")."""
     if collective != "allreduce":
         raise CollsynthError(f"the solver builds allreduce only, not {collective!r}")
     return solve(n, topology=topology, arrivals=arrivals, chunks=chunks, size=size, time_limit=time_limit,

@@ -33,8 +33,10 @@ def write_family(n: int, outdir: str, force: bool = False, **params: Any) -> dic
         name = f"stragglar_n{n}_s{r}.json"
         text = s.to_json()
         texts[name] = text
+        rounds = s.meta["phase2_rounds"]
+        assert isinstance(rounds, int)  # build() records the completion collective's round count
         entries.append({"straggler": r, "file": name, "sha256": hashlib.sha256(text.encode()).hexdigest(),
-                        "rounds": int(s.meta["phase2_rounds"]), "steps": s.nsteps})
+                        "rounds": rounds, "steps": s.nsteps})
     first = family[0].meta
     manifest = {"algorithm": "stragglar", "n": n, "phase1": first["phase1"], "pipeline": first["pipeline"],
                 "phase2_rounds": first["phase2_rounds"], "schedules": entries}
