@@ -129,3 +129,16 @@ def test_skipped_blocks_say_why():
         for b in blocks(doc):
             if b.skip is not None:
                 assert len(b.skip) > 5, f"{doc}:{b.line}: say why the block is not run"
+
+
+def test_every_doc_a_source_file_cites_exists():
+    """Docstrings cite docs/NAME.md (sometimes with a section); each must be in the repository."""
+    cited = set()
+    for dp, dns, fns in os.walk(ROOT):
+        dns[:] = [d for d in dns if not d.startswith(".") and d not in ("build", "schedules")]
+        for f in fns:
+            if f.endswith(".py"):
+                with open(os.path.join(dp, f), encoding="utf-8") as fh:
+                    cited |= set(re.findall(r"\bdocs/([a-z0-9_-]+\.md)", fh.read()))
+    assert cited, "no citation found: the pattern is wrong"
+    assert sorted(c for c in cited if not os.path.exists(os.path.join(ROOT, "docs", c))) == []

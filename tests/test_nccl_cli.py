@@ -1,4 +1,4 @@
-"""`collsynth emit --format nccl-cuda` and `collsynth emit --format msccl-scheduler` (commands/nccl_cmds.py)."""
+"""`collsynth emit --format nccl-cuda` and `collsynth emit --format msccl-scheduler` (commands/emit_cmds.py)."""
 
 from __future__ import annotations
 

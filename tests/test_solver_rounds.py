@@ -1,4 +1,4 @@
-"""Round-optimality of StragglAR's completion collective (synth/solver_rounds.py) and `solve-rounds`."""
+"""Round-optimality of StragglAR's completion collective (synth/algorithms/stragglar/rounds.py) and `solve-rounds`."""
 
 from __future__ import annotations
 

@@ -71,7 +71,7 @@ def test_power_of_two_1024():
 def test_stored_non_power_of_two_sizes_meet_the_lower_bound():
     """Every stored design completes, and a sample of the larger ones give verified optimal schedules."""
     sizes = stored_sizes()
-    assert sizes, "stragglar_designs.json is missing"
+    assert sizes, "designs.json is missing"
     for n in sizes:
         d = cached_design(n)
         assert d is not None and not d.problems(), n

@@ -1,4 +1,4 @@
-"""Training-step simulator (synth/training*.py) and `collsynth train-sim`: models checked against
+"""Training-step simulator (training/) and `collsynth train-sim`: models checked against
 closed forms computed here from the schedule simulator, the fast path against the event simulator,
 the compute model, bad input, output determinism and the plot."""
 

@@ -1,4 +1,4 @@
-"""Real training on gloo (backends/torch_train*.py) and `collsynth train-bench`: the ACCO loop's loss
+"""Real training on gloo (training/run.py, training/bench.py) and `collsynth train-bench`: the ACCO loop's loss
 against DDP's after the same samples, identical replicas, run-time straggler detection inside DDP,
 the measurement maths, and bad input (no processes). Values only, never a speed."""
 

@@ -1,8 +1,8 @@
 """``collsynth train-bench``: real training runs on gloo, measured next to ``train-sim``'s prediction.
 
 Steps: check the request (nothing starts on bad input); run every ``METHOD:ALGORITHM`` in one set of
-processes (``torch_train.train_worker``), each right after a calibration in the same processes (the
-ring pattern of ``collsynth calibrate``, ``torch_bench``'s worker, on the job's message sizes), so that
+processes (``training.run.train_worker``), each right after a calibration in the same processes (the
+ring pattern of ``collsynth calibrate``, ``backends.torch.bench``'s worker, on the job's message sizes), so that
 the model sees the machine's load of that moment (this 2-core machine is shared); then simulate the
 same settings with ``synth.training.simulate_training`` on an nvswitch model with that run's alpha and
 bandwidth and the costs measured in the run that are not communication (optimizer step, ACCO buffer

@@ -18,7 +18,7 @@ times, which is not linear: they call ``simulate`` every time. ``exact=True`` fo
 
 Algorithm choice per call:
 - ``stragglar`` (AllReduce): the straggler is the rank that arrives last, as the run-time detector
-  ``backends.torch_straggler.StragglerAwareAllReduce`` decides. When the second-to-last rank arrives
+  ``backends.torch.straggler.StragglerAwareAllReduce`` decides. When the second-to-last rank arrives
   more than ``window_s`` after the third-to-last, the last two are late together and ring runs (the
   detector's fallback). ``agree_s`` (the detector's store round trips) delays the straggler's start.
 - An algorithm without a ReduceScatter (stragglar, rhd, twoshot) runs its AllReduce in place of the

@@ -1,4 +1,4 @@
-"""Per-rank compute time of every micro-batch, for the training-step simulator (synth/training.py).
+"""Per-rank compute time of every micro-batch, for the training-step simulator (training/model.py).
 
 A ``ComputeModel`` gives, for rank r and its k-th micro-batch, the forward+backward time
 

@@ -1,8 +1,8 @@
 """Training-step simulator: throughput of DDP, bucketed DDP, ZeRO-1 and ACCO under stragglers.
 
 Every rank runs its own clock. Compute times per micro-batch come from a ComputeModel
-(synth/training_compute.py); every collective is the schedule simulator (synth/simulate.py, through
-synth/training_comm.py) started at the arrival times the compute model produced, and each rank goes
+(training/compute.py); every collective is the schedule simulator (synth/simulate.py, through
+training/comm.py) started at the arrival times the compute model produced, and each rank goes
 on from its own finish time, so the latest rank changes from step to step. Models (symbols as in
 docs/acco.md section 4: A micro-batches per step, tau per micro-batch, M_g / M_p gradient / parameter
 bytes, T_opt optimizer step over the full model, K buckets):

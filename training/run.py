@@ -4,13 +4,13 @@ The model is an embedding bag plus a small MLP (``EmbBagMLP``) regressing synthe
 the mean of a fixed random value per token id; ids skewed so that frequent embeddings learn). Its
 gradient is dominated by the dense embedding gradient, so the gradient bytes are set by the table
 size while forward+backward stays cheap; each micro-batch is then padded with ``time.sleep`` up to
-``tau(rank, k)`` of a ``synth.training_compute.ComputeModel`` (the injected per-rank delay), so the
+``tau(rank, k)`` of a ``training.compute.ComputeModel`` (the injected per-rank delay), so the
 compute times are the ones ``train-sim`` is given. Micro-batch k of rank r always sees the same data.
 
 Runs (``METHOD:ALGORITHM``):
 - ``ddp:torch``: DistributedDataParallel (one bucket), torch's own all_reduce (a thin hook around
   ``dist.all_reduce`` that stamps when the bucket is ready);
-- ``ddp:<alg>``: DDP with the collsynth comm hook (``torch_exec.comm_hook``); ``ddp:stragglar``
+- ``ddp:<alg>``: DDP with the collsynth comm hook (``backends.torch.hook.comm_hook``); ``ddp:stragglar``
   detects the late rank at run time (``StragglerAwareAllReduce``);
 - ``acco:<alg>``: the ACCO loop (Nabli et al., arXiv 2406.02613; docs/acco.md 1.2-1.4 and 2). A
   communication thread runs ReduceScatter (collsynth ``reduce_scatter``; an algorithm without one runs
@@ -464,7 +464,7 @@ def _time_torch_allreduce(spec: TrainSpec) -> dict[str, list[float]]:
 
 
 def train_worker(rank: int, nranks: int, spec: TrainSpec) -> dict[str, Any]:
-    """Every run of ``spec`` in turn on this rank (module level: spawned by torch_launch.launch)."""
+    """Every run of ``spec`` in turn on this rank (module level: spawned by backends.torch.launch.launch)."""
 
     data = _Data(spec)
     out: dict[str, Any] = {}

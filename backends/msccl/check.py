@@ -8,7 +8,7 @@ Order of checks, the first problem wins:
    step numbering that differs from the kernel's counter, a dependency on a step that never publishes,
    depid > 127, offsets past the end of a buffer, too many thread blocks, a channel >= nchannels, two
    thread blocks sharing a FIFO, send/receive counts that differ on a connection;
-3. symbolic execution in every call mode the file declares (``msccl_exec``): deadlock, FIFO mismatch,
+3. symbolic execution in every call mode the file declares (``execute.py``): deadlock, FIFO mismatch,
    races, writes to the read-only input of an out-of-place call;
 4. the collective's postcondition (allreduce, reducescatter, allgather, alltoall): every output chunk
    holds exactly the contributions it should, with no double counting.

@@ -1,4 +1,4 @@
-"""Dependencies between the thread blocks of a lowered program (``msccl_lower``).
+"""Dependencies between the thread blocks of a lowered program (``lower.py``).
 
 1. Hazards. For each rank, steps are visited in the Schedule's order (step, then sends before receives
    before local reductions). A step that reads a chunk last written by another thread block, or writes
@@ -8,7 +8,7 @@
    own earlier dependencies, transitively) or when another dependency of the same step implies it.
 2. Ordering. The runtime is data-driven: a transfer whose data and peers are ready runs at once,
    maybe before its step in the Schedule (a rank sending two chunks in one step instead of one per
-   step). Levels are computed with the timing model of ``msccl_levels``; a transfer that would run
+   step). Levels are computed with the timing model of ``levels.py``; a transfer that would run
    early waits for a step of its sender (or receiver) in the previous Schedule step. Then the program
    and the Schedule put every transfer in the same step, and both simulate alike.
 """
@@ -88,7 +88,7 @@ def _parts(op: Op, local_id: dict[int, int]) -> list[tuple[int, int]]:
 
 
 def levels(low: Lowered) -> np.ndarray:
-    """Level of every piece (the step the program runs it in), by the timing model of msccl_levels."""
+    """Level of every piece (the step the program runs it in), by the timing model of levels.py."""
     P = len(low.pieces)
     local_id: dict[int, int] = {}
     for rops in low.ops:

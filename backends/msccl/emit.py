@@ -1,6 +1,6 @@
 """Emit MSCCL algorithm XML from a verified Schedule (executor/RCCL dialect by default, or legacy).
 
-``emit_xml`` lowers the Schedule (``msccl_lower``), adds dependencies (``msccl_deps``), numbers the
+``emit_xml`` lowers the Schedule (``lower.py``), adds dependencies (``deps.py``), numbers the
 steps (k-1 ``nop`` steps in front of a step with k dependencies, each carrying one; ``re`` steps that
 complete the same reduction take their dependencies up front so that the runtime fuses them),
 replicates the program over ``instances`` (each on its own channels and chunks), renders it with
@@ -330,7 +330,7 @@ def emit_xml(schedule: Any, *, dialect: str = "executor", proto: str = "Simple",
              name: str | None = None, nchunksperloop: int | str | None = None, check: bool = True) -> str:
     """MSCCL XML text for a verified Schedule; raises CollsynthError naming the limit it cannot fit.
 
-    The text is checked by the independent checker (``msccl_check``) before it is returned."""
+    The text is checked by the independent checker (``check.py``) before it is returned."""
     name = name if name is not None else (schedule.name or f"collsynth_{schedule.collective}_n{schedule.nranks}")
     _check_options(dialect, proto, min_bytes, max_bytes, inplace, outofplace, instances, name)
     if dialect == "legacy":

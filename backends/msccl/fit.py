@@ -1,8 +1,8 @@
 """MSCCL XML for pipelined StragglAR schedules: the largest pipeline depth K that fits the runtime.
 
-A pipelined StragglAR schedule (synth/algorithms/stragglar.py, ``pipeline=K``) has K(n-1) chunks, a
+A pipelined StragglAR schedule (synth/algorithms/stragglar/build.py, ``pipeline=K``) has K(n-1) chunks, a
 phase 1 whose transfers move K chunks at a time (each punctual rank owns a block of K chunks) and
-K(n-1) - 1 + ceil(log2 n) completion steps. The MSCCL emitter (msccl_emit) spreads long programs
+K(n-1) - 1 + ceil(log2 n) completion steps. The MSCCL emitter (emit.py) spreads long programs
 over channels so that no thread block exceeds the runtime's 64 steps; what stops a large K is one of
 the runtime's other limits: ``cnt`` < 72 chunks per step (phase 1 moves K chunks per step), 64
 thread blocks per GPU, 32 channels, 4096 XML elements per rank. ``emit_stragglar_xml`` turns such a
@@ -56,7 +56,7 @@ def xml_max_pipeline(n: int, *, straggler: int | None = None, phase1: str = "rin
 
 @functools.wraps(emit_xml, assigned=())  # same keyword options as emit_xml (inspect.signature sees them)
 def emit_stragglar_xml(schedule: Any, **xml_options: Any) -> str:
-    """``msccl_emit.emit_xml``, except that a pipelined StragglAR schedule that does not fit fails with
+    """``emit.emit_xml``, except that a pipelined StragglAR schedule that does not fit fails with
     one line naming the limit and the largest ``--pipeline`` that fits."""
 
     try:

@@ -16,7 +16,7 @@ How the IR's semantics map onto the runtime (synth/ir.py, docs/msccl-xml.md):
   peers can share one thread block.
 - Thread blocks: one per (send peer, receive peer, channel); per channel a peer has one sending and one
   receiving thread block, so each FIFO sees sends and receives in the same order (the Schedule's).
-- Dependencies (``msccl_deps``): read-after-write, write-after-read and write-after-write between
+- Dependencies (``deps.py``): read-after-write, write-after-read and write-after-write between
   thread blocks of a rank, then ordering dependencies so that no transfer runs before its step.
 - Channels: when a thread block would exceed the step limit, the Schedule's steps are cut into
   segments, each on its own channel (and its own thread blocks).
@@ -99,7 +99,7 @@ class Piece:
 
 @dataclass
 class Lowered:
-    """One instance of the program; ``msccl_emit`` numbers steps, adds nops and replicates instances."""
+    """One instance of the program; ``emit.py`` numbers steps, adds nops and replicates instances."""
 
     collective: str
     nranks: int

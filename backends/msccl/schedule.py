@@ -21,7 +21,7 @@ def _checked(prog: Program, source: str) -> Any:
 
 def xml_to_schedule(path: str) -> Any:
     """Read, check and convert an MSCCL XML file into a Schedule (transfers at the steps its per-rank
-    programs run them in; see msccl_levels). XmlFormatError when unreadable, CollsynthError when wrong."""
+    programs run them in; see levels.py). XmlFormatError when unreadable, CollsynthError when wrong."""
     prog = load_program(path)
     return xml_to_schedule_from(prog, _checked(prog, path), source=path)
 

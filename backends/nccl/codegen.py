@@ -10,7 +10,7 @@ per-rank plan (plan.py) and renders the jinja2 templates in templates/:
 - ``Makefile``: ``make NCCL_HOME=...`` with nvcc for sm_90 (``ARCH=sm_80`` or ``all``).
 
 The approach (host-side grouped ncclSend/ncclRecv per step plus local reduction kernels) is the one
-stock NCCL allows for a custom schedule (../shared/docs/msccl-xml.md section 5); the StragglAR authors'
+stock NCCL allows for a custom schedule (docs/msccl-xml.md section 5); the StragglAR authors'
 hand-written benchmarks do the same for their fixed 4- and 8-GPU schedules.
 """
 

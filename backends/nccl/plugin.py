@@ -1,7 +1,7 @@
 """Generate an MSCCL external scheduler (``mscclScheduler``) that chooses among MSCCL XML files.
 
 ``generate_msccl_scheduler(xml_dir, outdir)`` checks every ``*.xml`` file in ``xml_dir`` with
-collsynth's MSCCL checker (backends/msccl_check.py; a file that would hang, race or compute the wrong
+collsynth's MSCCL checker (backends/msccl/check.py; a file that would hang, race or compute the wrong
 result is refused), reads its selection attributes and writes:
 
 - ``collsynth_msccl_scheduler.c`` and ``msccl_scheduler_interface.h``: the scheduler, with the files'
@@ -14,7 +14,7 @@ StragglAR files are tied to one late rank; the rank comes from ``stragglers`` (f
 the phase comment collsynth's emitter writes (the rank the first phase does not wait for) or, failing
 that, from the file's ``name`` attribute or file name (``stragglar..._s<RANK>`` or
 ``stragglar..._straggler<RANK>``, the names collsynth gives its StragglAR schedules and library files).
-The interface is documented in ../shared/docs/msccl-xml.md section 5 (Azure/msccl-executor-nccl's
+The interface is documented in docs/msccl-xml.md section 5 (Azure/msccl-executor-nccl's
 ``msccl_scheduler.h``); the C declaration is written here.
 """
 

@@ -1,4 +1,4 @@
-"""The time-expanded MILP (pulp) over the solver's grid and model class (synth/solver_grid.py).
+"""The time-expanded MILP (pulp) over the solver's grid and model class (synth/solver/grid.py).
 
 Variables, per chunk c and slot t (only for pairs whose two ranks have arrived):
 - ``r[c,u,v,t]`` one-way reduce (u forwards its partial sum to v), every slot;

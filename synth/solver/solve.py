@@ -5,8 +5,8 @@ verified schedule:
 
 1. Warm starts: every constructive algorithm in the registry (ring, rhd, direct, twoshot, stragglar
    with the latest rank as straggler, pipelined variants) and a greedy list scheduler inside the MILP's
-   model class (synth/solver_greedy.py) for several chunk counts, all simulated with the given arrivals.
-2. The time-expanded MILP of synth/solver_model.py over the grid of synth/solver_grid.py (one chunk
+   model class (synth/solver/greedy.py) for several chunk counts, all simulated with the given arrivals.
+2. The time-expanded MILP of synth/solver/model.py over the grid of synth/solver/grid.py (one chunk
    per transfer, a slot = one chunk transfer, slots aligned to the arrival times), for the chunk count
    of the best warm start of its model class, started from it and limited to its horizon. It is not
    run when that warm start already meets the model's slot lower bound (``slot_lower_bound``: then it
@@ -16,7 +16,7 @@ verified schedule:
    ``meta["solver"]`` records the status (``optimal``: no schedule of the model class on this grid
    finishes sooner; ``time-limit``: stopped with the gap shown; ``warm-start``: the MILP did not run,
    found nothing, or something outside its model is faster, see ``note``), the simulated completion
-   ``objective_s``, the universal lower bound ``lower_bound_s`` of synth/solver_bounds.py with ``gap``,
+   ``objective_s``, the universal lower bound ``lower_bound_s`` of synth/bounds.py with ``gap``,
    and the model's proven bound ``model_bound_s`` with ``model_gap``.
 
 With a time limit the result depends on how far the solver got, so it can differ between machines;

@@ -4,10 +4,10 @@ Source: Devraj, Ding, Vijaya Kumar, Kleinberg, Singh, "Efficient AllReduce with 
 arXiv 2505.23523 (2025); restated in docs/stragglar.md. Two phases over n-1 chunks:
 
 1. ``reducescatter`` (waits for the n-1 punctual ranks only): a ReduceScatter among them (ring,
-   direct or rhd; see stragglar_phase1), so punctual rank c ends holding chunk c summed over them.
+   direct or rhd; see phase1.py), so punctual rank c ends holding chunk c summed over them.
 2. ``completion`` (waits for everyone): in round c the straggler S and the owner of chunk c swap
    chunk c and both add (the exchange X(c, c): two reduce transfers in one step); reduced chunks
-   spread by copies (stragglar_design). n - 2 + log2 n rounds for powers of two (the lower bound
+   spread by copies (design.py, phase2.py). n - 2 + log2 n rounds for powers of two (the lower bound
    n - 2 + ceil(log2 n) holds for every n), found by search for other n, odd n included.
 
 Cost after the straggler arrives, phase 1 hidden: (n-2+log2 n)(alpha + s/(n-1) beta).
@@ -16,13 +16,13 @@ Any straggler rank: the schedule is built for straggler n-1 and relabelled.
 Pipelining (``pipeline=K``, issue 9): the buffer is cut into K(n-1) chunks; S reduces them one per
 round, meeting punctual GPU 0, 1, ..., n-2, 0, 1, ... in turn, so phase 2 takes K(n-1) - 1 +
 ceil(log2 n) rounds of s/(K(n-1)) (the lower bound; n = 3 takes one more), i.e. about
-(1 + log2(n)/(K(n-1))) s beta instead of (1 + log2(n)/(n-1)) s beta. The cyclic design carries
-over unchanged (its port conditions are residues mod n-1); see stragglar_design. Buffer layout: the
+(1 + (ceil(log2 n) - 1)/(K(n-1))) s beta instead of (1 + (ceil(log2 n) - 1)/(n-1)) s beta. The
+cyclic design carries over unchanged (its port conditions are residues mod n-1); see design.py. Buffer layout: the
 j-th chunk S reduces (logical chunk j, owned by GPU j mod (n-1)) is stored at physical chunk
 (j mod (n-1)) K + j div (n-1), so each punctual GPU owns one contiguous block of K chunks and
 phase 1 is the unpipelined ReduceScatter with every transfer K chunks long: same steps, same bytes,
 one message per rank per step (round-robin physical ownership would need K messages per step or K
-times the steps). ``pipeline="auto"`` picks K from the alpha-beta model (stragglar_pipeline).
+times the steps). ``pipeline="auto"`` picks K from the alpha-beta model (pipeline.py).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def build(n: int, collective: str = "allreduce", straggler: int | None = None, p
           bandwidth: float | str | None = None) -> Schedule:
     """StragglAR AllReduce for n ranks, ``straggler`` late (default n-1), K(n-1) chunks for
     ``pipeline=K`` (or "auto": K from the alpha-beta model for ``size`` bytes per rank, ``alpha``
-    seconds per message and ``bandwidth`` bytes/s per port; see stragglar_pipeline). A given ``size``
+    seconds per message and ``bandwidth`` bytes/s per port; see pipeline.py). A given ``size``
     also bounds K: a chunk must hold at least one 4-byte element."""
     if collective != "allreduce":
         raise CollsynthError(f"stragglar builds allreduce only, not {collective!r}")

@@ -1,6 +1,6 @@
 """Round-optimality of StragglAR's completion collective (phase 2), decided with a MILP (pulp).
 
-Setting (../shared/docs/stragglar.md): n GPUs, straggler S = n-1; after the ReduceScatter among the
+Setting (docs/stragglar.md): n GPUs, straggler S = n-1; after the ReduceScatter among the
 punctual GPUs, GPU g (0..n-2) holds the punctual sum P_g of chunk g and S holds its raw chunks R_c.
 Per round every GPU sends at most one chunk and receives at most one (one port, one chunk per
 transfer); data received in round t can be sent from round t+1. Moves:
