@@ -58,7 +58,8 @@ def fidelity() -> list[dict[str, object]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    ap.add_argument("--vectors", default=os.path.join(root, "..", "shared", "vectors", "msccl"))
+    default = os.path.join(root, "..", "shared", "vectors", "msccl")
+    ap.add_argument("--vectors", default=default if os.path.isdir(default) else "/work/shared/vectors/msccl")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     out: dict[str, object] = {"cpus": os.cpu_count()}
