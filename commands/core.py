@@ -89,7 +89,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = add_command_parser(sub, "simulate", description="Event-driven alpha-beta simulation with per-rank arrival "
                                    "times and link sharing. Times are measured from 0; --arrival RANK=TIME delays a "
                                    "rank.",
-                       epilog="example: collsynth simulate ring8.json --size 1GiB --alpha 3us "
+                       epilog="example:\n  collsynth simulate ring8.json --size 1GiB --alpha 3us "
                               "--bandwidth 450GiB/s --arrival 7=5ms")
     p.add_argument("file")
     add_model_args(p)
@@ -100,7 +100,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = add_command_parser(sub, "compare", description="Build, verify and simulate every algorithm for the same "
                                    "ranks, size, model and arrivals; rows sorted fastest first. stragglar takes the "
                                    "latest arrival as its straggler.",
-                       epilog="example: collsynth compare --gpus 8 --size 1GiB --alpha 3us --bandwidth 450GiB/s "
+                       epilog="example:\n  collsynth compare --gpus 8 --size 1GiB --alpha 3us --bandwidth 450GiB/s "
                               "--arrival 7=5ms")
     p.add_argument("--gpus", "-n", required=True, type=int_arg("--gpus"), help="number of ranks (>= 2)")
     add_model_args(p)

@@ -21,7 +21,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                     "after the last arrival and from the punctual ranks' arrival. Every result is checked against "
                     "torch.distributed.all_reduce. `torch` is torch's own all_reduce; `auto` detects the straggler at "
                     "run time (StragglerAwareAllReduce); stragglar takes the most delayed rank.",
-        epilog="example: collsynth bench --backend gloo --ranks 8 --size 32MiB --delay 7=3s "
+        epilog="example:\n  collsynth bench --backend gloo --ranks 8 --size 32MiB --delay 7=3s "
                "--algorithms ring,stragglar,torch --iters 5")
     p.add_argument("--backend", default="gloo", help="gloo (CPU, default) or nccl (one GPU per rank)")
     p.add_argument("--ranks", "-n", required=True, type=int_arg("--ranks"), help="number of processes (>= 2)")
@@ -45,7 +45,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                     "rank sends to the next at once, alternating copy and reduce steps like the executor, so the "
                     "figures predict `collsynth bench` through `collsynth compare --alpha A --bandwidth B`. Pattern "
                     "pingpong: ranks 0 and 1 alone.",
-        epilog="example: collsynth calibrate --backend gloo --ranks 8")
+        epilog="example:\n  collsynth calibrate --backend gloo --ranks 8")
     p.add_argument("--backend", default="gloo", help="gloo (CPU, default) or nccl (one GPU per rank)")
     p.add_argument("--ranks", "-n", required=True, type=int_arg("--ranks"), help="number of processes (>= 2)")
     p.add_argument("--sizes", default=None, help="comma-separated message sizes, at least two (default "

@@ -69,7 +69,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                     "(compute, then AllReduce), ddp-bucketed (K buckets during backward), zero1 (ReduceScatter, shard "
                     "step, AllGather), acco (ZeRO-1 rounds overlapped with more micro-batches, arXiv 2406.02613). An "
                     "algorithm without a ReduceScatter (stragglar, rhd) runs its AllReduce in its place.",
-        epilog="example: collsynth train-sim --gpus 8 --grad-bytes 2.5GB --compute 100ms --jitter 0.1 --slow 7=1.3 "
+        epilog="example:\n  collsynth train-sim --gpus 8 --grad-bytes 2.5GB --compute 100ms --jitter 0.1 --slow 7=1.3 "
                "--methods ddp,ddp-bucketed,zero1,acco --algorithms ring,stragglar --plot train.png")
     p.add_argument("--gpus", "-n", required=True, type=int_arg("--gpus"), help="number of ranks (>= 2)")
     p.add_argument("--grad-bytes", required=True, help="gradient bytes per rank, e.g. 2.5GB (bf16: 2 x parameters)")
@@ -113,7 +113,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                     "alpha and bandwidth measured right before each run with `collsynth calibrate`'s ring pattern "
                     "(torch's all_reduce: timed on the job's sizes), the measured optimizer and swap costs, and the "
                     "compute times each micro-batch really took (and, as a second figure, the nominal compute).",
-        epilog="example: collsynth train-bench --ranks 4 --compute 40ms --slow 3=1.3 --grad-bytes 8MiB --steps 20")
+        epilog="example:\n  collsynth train-bench --ranks 4 --compute 40ms --slow 3=1.3 --grad-bytes 8MiB --steps 20")
     p.add_argument("--ranks", "-n", type=int_arg("--ranks"), default=4, help="processes (default 4)")
     p.add_argument("--runs", default=DEFAULT_RUNS, help=f"comma-separated METHOD:ALGORITHM (default {DEFAULT_RUNS})")
     p.add_argument("--grad-bytes", default="8MiB", help="fp32 gradient bytes (sets the embedding table) (default 8MiB)")

@@ -118,3 +118,52 @@ def test_console_script_runs():
     r = subprocess.run([sys.executable, "-m", "collsynth.cli", "synth", "-a", "ring", "-n", "1"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.startswith("collsynth: error:") and "Traceback" not in r.stderr
+
+
+def test_every_command_help_has_an_example(capsys):
+    from collsynth.commands.catalog import COMMANDS
+
+    for c in COMMANDS:
+        with pytest.raises(SystemExit) as e:
+            main([c.name, "--help"])
+        assert e.value.code == 0
+        out = capsys.readouterr().out
+        assert f"  collsynth {c.name}" in out, f"`collsynth {c.name} --help` shows no example"
+
+
+def test_version_and_top_level_help_list_every_command(capsys):
+    from collsynth import __version__
+    from collsynth.commands.catalog import COMMANDS
+
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.strip() == f"collsynth {__version__}"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert all(c.name in out for c in COMMANDS) and "exit codes" in out
+
+
+def test_progress_lines_go_to_stderr_when_asked(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("COLLSYNTH_PROGRESS", "1")
+    assert main(["compare", "--gpus", "4", "--size", "1MiB", "--json"]) == 0
+    out, err = capsys.readouterr()
+    json.loads(out)  # stdout stays clean JSON
+    assert "compare [1/5] ring" in err
+    monkeypatch.setenv("COLLSYNTH_PROGRESS", "0")
+    assert main(["compare", "--gpus", "4", "--size", "1MiB", "--json"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_an_internal_error_exits_3_with_one_line(capsys, monkeypatch):
+    from collsynth.commands import core
+
+    def boom(args):
+        raise RuntimeError("simulated bug\nsecond line")
+
+    monkeypatch.setattr(core, "cmd_algorithms", boom)
+    assert main(["algorithms"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("collsynth: internal error: RuntimeError: simulated bug")
+    assert main(["--debug", "algorithms"]) == 3
+    assert "Traceback" in capsys.readouterr().err
