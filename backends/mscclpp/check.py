@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from collsynth.backends.mscclpp.execute import ExecFailure, Executor, ExecResult
+from collsynth.backends.mscclpp.execute import ExecFailure, ExecResult, Executor
 from collsynth.backends.mscclpp.load import check_offsets, choose_chunk, validate
 from collsynth.backends.mscclpp.model import FORMAT_VERSION, Plan, PlanFormatError, parse_plan
 from collsynth.fileio import read_text

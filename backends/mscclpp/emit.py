@@ -17,16 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from collsynth.backends.mscclpp.lower import (
-    Channels,
-    Item,
-    Layout,
-    Program,
-    allocate_channels,
-    build_programs,
-    check_emittable,
-    pieces,
-)
+from collsynth.backends.layout import Layout, check_block_owners
+from collsynth.backends.mscclpp.lower import Channels, Item, Program, allocate_channels, build_programs, pieces
 from collsynth.backends.mscclpp.model import FORMAT_VERSION, MAX_CHANNELS_PER_TB, MAX_ITERATIONS, MAX_OPS_PER_TB
 from collsynth.errors import CollsynthError
 
@@ -261,48 +253,30 @@ def _late_rank(s: Any) -> int | None:
     return missing.pop() if len(missing) == 1 else None
 
 
+_COMPACT = frozenset(("channels", "remote_buffer_refs", "remote_buffers", "semaphores", "phases", "send_steps",
+                      "send_transfers"))
+
+
 def dump(plan: dict[str, Any]) -> str:
-    """Deterministic JSON: the DSL's key order, objects indented, every op and reference on one line."""
+    """Deterministic JSON in the given key order: objects indented, and every op, reference list and
+    table on one line."""
     def one(x: Any) -> str:
         return json.dumps(x, separators=(", ", ": "))
 
-    lines = ["{"]
-    top = list(plan.items())
-    for i, (k, v) in enumerate(top):
-        comma = "," if i < len(top) - 1 else ""
-        if k == "gpus":
-            lines.append(' "gpus": [')
-            for j, g in enumerate(v):
-                lines.append("  {")
-                gi = list(g.items())
-                for m, (gk, gv) in enumerate(gi):
-                    gc = "," if m < len(gi) - 1 else ""
-                    if gk == "threadblocks":
-                        lines.append('   "threadblocks": [')
-                        for q, tb in enumerate(gv):
-                            tail = "," if q < len(gv) - 1 else ""
-                            head = (f'    {{"id": {tb["id"]}, "channels": {one(tb["channels"])}, '
-                                    f'"remote_buffer_refs": {one(tb["remote_buffer_refs"])}, "ops": [')
-                            lines.append(head)
-                            ops = tb["ops"]
-                            for o, op in enumerate(ops):
-                                lines.append("      " + one(op) + ("," if o < len(ops) - 1 else ""))
-                            lines.append("    ]}" + tail)
-                        lines.append("   ]" + gc)
-                    else:
-                        lines.append(f"   {one(gk)}: {one(gv)}{gc}")
-                lines.append("  }" + ("," if j < len(v) - 1 else ""))
-            lines.append(" ]" + comma)
-        elif k == "collsynth":
-            lines.append(' "collsynth": {')
-            mi = list(v.items())
-            for m, (mk, mv) in enumerate(mi):
-                lines.append(f"  {one(mk)}: {one(mv)}" + ("," if m < len(mi) - 1 else ""))
-            lines.append(" }" + comma)
+    def enc(x: Any, ind: int, key: str = "") -> str:
+        if key in _COMPACT or not isinstance(x, (dict, list)) or (isinstance(x, dict) and "name" in x and
+                                                                   "gpus" not in x):
+            return one(x)
+        if isinstance(x, list):
+            items, brackets = [enc(v, ind + 1) for v in x], "[]"
         else:
-            lines.append(f" {one(k)}: {one(v)}{comma}")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+            items, brackets = [f"{one(k)}: {enc(v, ind + 1, k)}" for k, v in x.items()], "{}"
+        if not items:
+            return brackets
+        pad = " " * (ind + 1)
+        return brackets[0] + "\n" + ",\n".join(pad + it for it in items) + "\n" + " " * ind + brackets[1]
+
+    return enc(plan, 0) + "\n"
 
 
 def _check_options(proto: str, min_bytes: int, max_bytes: int, name: str, pipeline: int | None) -> None:
@@ -312,7 +286,8 @@ def _check_options(proto: str, min_bytes: int, max_bytes: int, name: str, pipeli
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise CollsynthError(f"{flag} must be a byte count >= 0, got {v!r}")
     if max_bytes and max_bytes < min_bytes:
-        raise CollsynthError(f"--max-bytes {max_bytes} is below --min-bytes {min_bytes} (0 means the largest that fits)")
+        raise CollsynthError(f"--max-bytes {max_bytes} is below --min-bytes {min_bytes} (0 means the largest that "
+                             f"fits)")
     if not name or any(ch in name for ch in '"\\\n\r\t'):
         raise CollsynthError(f"--name {name!r}: use a non-empty name without quotes, backslashes or tabs")
     if pipeline is not None:
@@ -327,7 +302,7 @@ def fits(schedule: Any, *, proto: str = "Simple", pipeline: int | None = None,
          gpus_per_node: int | None = None) -> tuple[bool, str]:
     """Whether the schedule lowers within the executor's limits (without rendering or checking)."""
     try:
-        check_emittable(schedule)
+        check_block_owners(schedule, "an MSCCL++ plan")
         lay = Layout(schedule.collective, schedule.nranks, schedule.nchunks)
         pcs, _ = pieces(schedule, lay, nodes_of(schedule, gpus_per_node))
         progs = build_programs(schedule, pcs, packets=proto == "LL", pipeline=bool(pipeline), budget_peers=8,
@@ -352,7 +327,7 @@ def emit_plan(schedule: Any, *, proto: str = "Simple", inplace: bool = True, min
 
     name = name if name is not None else (schedule.name or f"collsynth_{schedule.collective}_n{schedule.nranks}")
     _check_options(proto, min_bytes, max_bytes, name, pipeline)
-    check_emittable(schedule)
+    check_block_owners(schedule, "an MSCCL++ plan")
     if pipeline and schedule.ntransfers and int(schedule.count.max()) != 1:
         raise CollsynthError(f"--pipeline-unit needs transfers of one chunk each (the pipeline steps every reference "
                              f"by the same offset); this schedule moves up to {int(schedule.count.max())} chunks at "
@@ -363,10 +338,11 @@ def emit_plan(schedule: Any, *, proto: str = "Simple", inplace: bool = True, min
     if b.segments(worst) > MAX_RESIDENT_TBS:
         from collsynth.backends.mscclpp.fit import fit_hint
 
+        hint = fit_hint(schedule, b.segments(worst), MAX_RESIDENT_TBS, proto=proto, pipeline=pipeline,
+                        gpus_per_node=gpus_per_node)
         raise CollsynthError(f"rank {worst} needs {b.segments(worst)} thread blocks of at most {MAX_OPS_PER_TB} ops; "
                              f"at most {MAX_RESIDENT_TBS} can be resident at once (one 1024-thread block per SM of "
-                             f"an A100, and they wait on each other): "
-                             f"{fit_hint(schedule, b.segments(worst), MAX_RESIDENT_TBS, proto=proto, pipeline=pipeline, gpus_per_node=gpus_per_node)}")
+                             f"an A100, and they wait on each other): {hint}")
     per = b.lay.chunks()[1] if schedule.collective == "allgather" else b.lay.chunks()[0]
     largest = max_chunk_bytes(b) * per
     if max_bytes > largest:

@@ -327,7 +327,7 @@ class Executor:
     def _start_launch(self, r: int) -> None:
         self.launch_of[r] += 1
         L = self.launch_of[r]
-        if L > self.launches:
+        if self.launches < L:
             return
         user = self.users[r]
         for a in self.by_rank[r]:
@@ -409,7 +409,8 @@ class Executor:
                 missing = [x for x in range(self.n) if (want & ~v[0]) >> x & 1]
                 extra = [x for x in range(self.n) if (v[0] & ~want) >> x & 1]
                 what = (f"miss the contribution of rank(s) {', '.join(map(str, missing[:8]))}" if missing
-                        else f"hold the contribution of rank(s) {', '.join(map(str, extra[:8]))}, which they should not")
+                        else f"hold the contribution of rank(s) {', '.join(map(str, extra[:8]))}, which they "
+                             f"should not")
                 raise ExecFailure("result", f"{at} {what}", r)
 
     def _deadlock(self) -> None:
@@ -569,12 +570,12 @@ class Executor:
         if a.blocked is None:
             a.tick += 1
         # each lane takes its ticket once; a lane that cannot pass blocks the thread block
-        for lane, key in enumerate(keys):
+        for key in keys:
             c = self.counters[key]
             if (key, a.pc) not in a.ticket:
                 c.issued += 1
                 a.ticket[(key, a.pc)] = c.issued
-        for lane, key in enumerate(keys):
+        for key in keys:
             c = self.counters[key]
             tk = a.ticket[(key, a.pc)]
             if len(c.signals) + c.init < tk:
@@ -636,9 +637,7 @@ class Executor:
         last = None
         for req in p.reqs:
             aid, ln, tick = req[0], req[1], req[2]
-            if aid == a.id and (ln == lane or a.vc[a.id] >= tick):
-                last = req
-            elif aid != a.id and a.vc[aid] >= tick:
+            if aid == a.id and (ln == lane or a.vc[a.id] >= tick) or aid != a.id and a.vc[aid] >= tick:
                 last = req
             else:
                 break
@@ -726,9 +725,8 @@ class Executor:
         aid, tick = rec[0], rec[1]
         if kv[aid] >= tick:
             return True
-        if aid == actor.id and unit and rec[2] == unit and (rec[3] - base) % (unit * self.plan.threads) == 0:
-            return True  # the same thread touches these bytes in both ops
-        return False
+        # otherwise only the same thread touching these bytes in both ops orders them
+        return bool(aid == actor.id and unit and rec[2] == unit and (rec[3] - base) % (unit * self.plan.threads) == 0)
 
     def _race(self, rank: int, phys: str, x0: int, x1: int, old: tuple, new: tuple, write: bool, did: str) -> None:
         name = {"I": "input", "O": "output", "S": "scratch"}[phys]
@@ -760,10 +758,10 @@ class Executor:
         self._check_bounds(a, op, rank, phys, lo, lo + span)
         pieces = self.mem[rank][phys].get(lo, lo + span)
         if packet:
-            for x0, x1, v in pieces:
+            for _, _, v in pieces:
                 if v is None or v[4] != 2 or v[5] != a.launch:
                     return None
-            for x0, x1, v in pieces:
+            for _, _, v in pieces:
                 if v[6] is not None:
                     if who is a:
                         np.maximum(a.vc, v[6], out=a.vc)
@@ -1080,21 +1078,37 @@ def _read_packets(ex: Executor, a: _Actor, g: Gpu, op: Op, ref: Ref, size: int |
     return s
 
 
-def _not_ready(ex: Executor, a: _Actor, g: Gpu, op: Op, ref: Ref) -> bool:
-    off, _ = ex._ref_span(g, ref, op)
-    return ex._block(a, ("packets", f"spins on packets at chunk {ref.index} of its scratch that never carry launch "
-                                    f"{a.launch}'s flag"))
+def _packets_in(ex: Executor, a: _Actor, g: Gpu, op: Op, refs: tuple[Ref, ...], size: int | None = None,
+                local_buffer: bool = False) -> list[list[tuple[int, int, Any]]] | None:
+    """Packets an op spins on (its tick counted once however often it is woken); None, with the thread
+    block blocked, until all of them carry this launch's flag."""
+    if a.blocked is None:
+        a.tick += 1
+    out = []
+    for ref in refs:
+        s = _read_packets(ex, a, g, op, ref, size, local_buffer)
+        if s is None:
+            ex._block(a, ("packets", f"spins on packets at chunk {ref.index} of its scratch that never carry "
+                                     f"launch {a.launch}'s flag"))
+            return None
+        out.append(s)
+    a.blocked = None
+    return out
+
+
+def _landed_packets(ex: Executor, a: _Actor, g: Gpu, inst: Inst) -> list[tuple[int, int, Any]] | None:
+    """The packets of src_buff[0] once they carry this launch's flag (data from a peer land here)."""
+    got = _packets_in(ex, a, g, inst.op, inst.op.src[:1])
+    if got is not None:
+        _finish(ex, a, inst, got, 1)
+    return None if got is None else got[0]
 
 
 def _h_rppkt(ex: Executor, a: _Actor, g: Gpu, tb: ThreadBlock, inst: Inst) -> bool:
     op = inst.op
-    if a.blocked is None:
-        a.tick += 1
-    s = _read_packets(ex, a, g, op, op.src[0])
+    s = _landed_packets(ex, a, g, inst)
     if s is None:
-        return _not_ready(ex, a, g, op, op.src[0])
-    a.blocked = None
-    _finish(ex, a, inst, [s], 1)
+        return False
     if op.channel_type == "port":
         a.tick += 1
         ex._sync_threads(a)  # the handler syncs the block between reading and putting
@@ -1120,17 +1134,11 @@ def _h_rppkt(ex: Executor, a: _Actor, g: Gpu, tb: ThreadBlock, inst: Inst) -> bo
 def _h_reduce_packets(ex: Executor, a: _Actor, g: Gpu, tb: ThreadBlock, inst: Inst) -> bool:
     """repkt/respkt/recpkt/recspkt: out[0] = in[0] (plain) + packets in[1..] (local scratch)."""
     op = inst.op
-    if a.blocked is None:
-        a.tick += 1
     in0 = op.src[0]
     off0, size = ex._ref_span(g, in0, op)
-    pk = []
-    for ref in op.src[1:]:
-        s = _read_packets(ex, a, g, op, ref, size)
-        if s is None:
-            return _not_ready(ex, a, g, op, ref)
-        pk.append(s)
-    a.blocked = None
+    pk = _packets_in(ex, a, g, op, op.src[1:], size)
+    if pk is None:
+        return False
     sp, sa = ex._phys(g.id, in0.buf, off0, True, a.launch)
     s0 = ex._read(a, op, g.id, sp, sa, size, a, a.vc, PACKET_UNIT, a.tick, op.where)
     assert s0 is not None
@@ -1176,13 +1184,9 @@ def _h_cpkt(ex: Executor, a: _Actor, g: Gpu, tb: ThreadBlock, inst: Inst) -> boo
 
 def _h_upkt(ex: Executor, a: _Actor, g: Gpu, tb: ThreadBlock, inst: Inst) -> bool:
     op = inst.op
-    if a.blocked is None:
-        a.tick += 1
-    s = _read_packets(ex, a, g, op, op.src[0])
+    s = _landed_packets(ex, a, g, inst)
     if s is None:
-        return _not_ready(ex, a, g, op, op.src[0])
-    a.blocked = None
-    _finish(ex, a, inst, [s], 1)
+        return False
     dst = op.dst[0]
     doff, _ = ex._ref_span(g, dst, op)
     dp, da = ex._phys(g.id, dst.buf, doff, True, a.launch)
@@ -1226,17 +1230,16 @@ def _h_glres(ex: Executor, a: _Actor, g: Gpu, tb: ThreadBlock, inst: Inst) -> bo
 def _h_gstore(ex: Executor, a: _Actor, g: Gpu, tb: ThreadBlock, inst: Inst) -> bool:
     op = inst.op
     packet = op.name == "gstorepkt"
-    if a.blocked is None:
-        a.tick += 1
     src, dst = op.src[0], op.dst[0]
     soff, ssize = ex._ref_span(g, src, op)
     if packet:
-        s = _read_packets(ex, a, g, op, src, local_buffer=True)
-        if s is None:
-            return _not_ready(ex, a, g, op, src)
-        a.blocked = None
+        got = _packets_in(ex, a, g, op, op.src[:1], local_buffer=True)
+        if got is None:
+            return False
+        s = got[0]
         size = ssize
     else:
+        a.tick += 1
         size = ex._size(ssize, inst)
         if size == 0:
             return True

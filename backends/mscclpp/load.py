@@ -187,7 +187,7 @@ def chunks_of(g: Gpu, buf: str) -> int:
 
 
 def _check_op(plan: Plan, g: Gpu, tb: ThreadBlock, op: Op) -> None:
-    name, ct = op.name, op.channel_type
+    ct = op.channel_type
     fail = lambda what: _fail(plan, g, tb, op, what)  # noqa: E731
     if len(op.channel_ids) > MAX_CHANNELS_PER_OP:
         raise fail(f"{len(op.channel_ids)} channel ids; an op holds {MAX_CHANNELS_PER_OP}")
@@ -257,9 +257,7 @@ def _is_packet_ref(op: Op, side: str, i: int) -> bool:
         return side == "dst_buff"
     if n == "upkt":
         return side == "src_buff"
-    if n == "gstorepkt":
-        return True
-    return False
+    return n == "gstorepkt"
 
 
 def _kinds(refs: tuple[Ref, ...]) -> list[str]:

@@ -33,47 +33,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from collsynth.backends.layout import Layout, Loc, contiguous_runs
 from collsynth.backends.mscclpp.model import MAX_CHANNELS_PER_OP, MAX_CHANNELS_PER_TB, MAX_OPS_PER_TB
 from collsynth.errors import CollsynthError
 
-Loc = tuple[str, int]  # (buffer i/o/s, chunk index in the plan)
 MAX_SOURCES = 10  # src_buff entries per op
 MAX_PAIRS = 8  # put/ppkt (src, dst) pairs per op: one channel or remote buffer each
-
-
-class Layout:
-    """Where (rank, chunk) lives; see the module docstring. ``m`` chunks per rank block."""
-
-    def __init__(self, coll: str, n: int, N: int) -> None:
-        self.coll, self.n, self.N = coll, n, N
-        self.m = N // n
-
-    def read(self, r: int, c: int, written: bool) -> Loc:
-        if self.coll == "allgather":
-            return ("o", c)
-        return ("i", c) if not written else self.write(r, c)
-
-    def write(self, r: int, c: int) -> Loc:
-        if self.coll == "reducescatter":
-            m = self.m
-            if c // m == r:
-                return ("o", c - r * m)
-            return ("s", c if c < r * m else c - m)
-        return ("o", c)
-
-    def scratch_base(self) -> int:
-        """Scratch chunks the layout itself uses (reducescatter partial sums) before the slots."""
-        return self.N - self.m if self.coll == "reducescatter" else 0
-
-    def chunks(self) -> tuple[int, int]:
-        """(input_chunks, output_chunks) of every rank."""
-        if self.coll == "allgather":
-            return self.m, self.N
-        if self.coll == "reducescatter":
-            return self.N, self.m
-        return self.N, self.N
 
 
 @dataclass
@@ -110,38 +75,11 @@ class Item:
     prologue: bool = False  # runs once before a pipeline (the allgather's own-block copy)
 
 
-def check_emittable(s: Any) -> None:
-    """Refuse Schedules the plan layout cannot express, naming the rule."""
-    n, N = s.nranks, s.nchunks
-    if s.collective != "allreduce":
-        if N % n:
-            raise CollsynthError(f"{s.collective} with {N} chunks on {n} ranks: an MSCCL++ plan needs nchunks to be "
-                                 f"a multiple of the rank count (each rank owns an equal block)")
-        m = N // n
-        if tuple(s.owner) != tuple(c // m for c in range(N)):
-            raise CollsynthError(f"{s.collective}: the plan needs rank r to own chunks r*{m}..r*{m}+{m - 1} "
-                                 f"(contiguous blocks in rank order); relabel the schedule's chunks")
-
-
-def _runs(roles: list[list[Loc]]) -> list[tuple[int, int]]:
-    """Positions cut into runs contiguous in every role's buffer."""
-    count = len(roles[0])
-    out, start = [], 0
-    for k in range(1, count + 1):
-        if k == count or any(r[k - 1][0] != r[k][0] or r[k][1] != r[k - 1][1] + 1 for r in roles):
-            out.append((start, k))
-            start = k
-    return out
-
-
 def pieces(s: Any, lay: Layout, node_of: list[int]) -> tuple[list[Piece], list[int]]:
     """Every transfer's pieces with their locations (snapshot reads per step), receive slots and
     staging slots; returns the pieces and each rank's scratch chunks."""
-    n, N = s.nranks, s.nchunks
-    written = np.zeros((n, N), np.bool_)
-    if s.collective == "allgather":
-        for r in range(n):
-            written[r, r * lay.m:(r + 1) * lay.m] = True
+    n = s.nranks
+    written = lay.written0()
     nxt = [lay.scratch_base()] * n
     out: list[Piece] = []
     bounds = s.step_bounds.tolist()
@@ -162,7 +100,7 @@ def pieces(s: Any, lay: Layout, node_of: list[int]) -> tuple[list[Piece], list[i
             wl = [lay.write(b, x) for x in range(c, c + cnt)]
             al = [lay.read(b, x, bool(written[b, x])) for x in range(c, c + cnt)] if red else []
             port = node_of[a] != node_of[b]
-            for x0, x1 in _runs([sl, wl, al] if red else [sl, wl]):
+            for x0, x1 in contiguous_runs([sl, wl, al] if red else [sl, wl]):
                 p = Piece(t, k, a, b, x1 - x0, sl[x0], wl[x0], al[x0] if red else None, port=port, id=len(out))
                 p.slot = nxt[b]
                 nxt[b] += p.cnt

@@ -189,6 +189,11 @@ class _Reader:
             raise self.fail(at, f"{key!r} must be >= {lo}, got {v}")
         return int(v) if v is not None else v  # type: ignore[return-value]
 
+    def each(self, d: dict[str, Any], key: str, at: str, label: str, default: Any = ...) -> list[tuple[str, dict]]:
+        """(where, object) for every entry of the list ``d[key]``."""
+        return [(f"{at} {label}[{i}]", self.obj(x, f"{at} {label}[{i}]"))
+                for i, x in enumerate(self.get(d, key, "list", at, default))]
+
     def ints(self, d: dict[str, Any], key: str, at: str, default: Any = ...) -> list[int]:
         v = self.get(d, key, "list", at, default)
         return [self._nat(x, f"{at} {key}[{i}]") for i, x in enumerate(v)]
@@ -198,6 +203,14 @@ class _Reader:
         if v < 0:
             raise self.fail(at, f"must be >= 0, got {v}")
         return int(v)
+
+
+def _choice(r: _Reader, d: dict[str, Any], key: str, choices: tuple[str, ...], at: str) -> str:
+    """A string key that must be one of ``choices`` (the loader throws on anything else)."""
+    v = r.get(d, key, "str", at)
+    if v not in choices:
+        raise r.fail(at, f"{key} {v!r} must be one of {', '.join(choices)} (the executor refuses it)")
+    return str(v)
 
 
 def _kind(v: Any) -> str:
@@ -255,40 +268,25 @@ def _gpu(r: _Reader, d: dict[str, Any], g: int) -> Gpu:
         if getattr(gpu, key) == 0:
             raise r.fail(at, f"{key!r} is 0: the executor divides by it (give the number of chunks the buffer is "
                              f"cut into)")
-    for c, cobj in enumerate(r.get(d, "channels", "list", at)):
-        cat = f"{at} channels[{c}]"
-        ch = r.obj(cobj, cat)
-        ctype = r.get(ch, "channel_type", "str", cat)
-        if ctype not in CHANNEL_TYPES:
-            raise r.fail(cat, f"unknown channel_type {ctype!r}: use one of {', '.join(CHANNEL_TYPES)}")
+    for cat, ch in r.each(d, "channels", at, "channels"):
+        ctype = _choice(r, ch, "channel_type", CHANNEL_TYPES, cat)
         if ctype == "switch":
-            buf = r.get(ch, "buffer_type", "str", cat)
-            if buf not in BUFFERS:
-                raise r.fail(cat, f"buffer_type {buf!r} must be one of i, o, s")
-            for k, grp in enumerate(r.get(ch, "rank_groups", "list", cat)):
-                gat = f"{cat} rank_groups[{k}]"
-                gd = r.obj(grp, gat)
+            buf = _choice(r, ch, "buffer_type", BUFFERS, cat)
+            for gat, gd in r.each(ch, "rank_groups", cat, "rank_groups"):
                 r.nat(gd, "size", gat)
                 gpu.switches.append(Switch(buf, tuple(r.ints(gd, "ranks", gat))))
         elif ctype in ("memory", "port"):
             gpu.peers[ctype].extend(r.ints(ch, "connected_to", cat))
-    for b, bobj in enumerate(r.get(d, "remote_buffers", "list", at)):
-        bat = f"{at} remote_buffers[{b}]"
-        bd = r.obj(bobj, bat)
-        buf = r.get(bd, "type", "str", bat)
-        if buf not in BUFFERS:
-            raise r.fail(bat, f"type {buf!r} must be one of i, o, s (the executor refuses: invalid buffer type)")
-        access = r.get(bd, "access_channel_types", "list", bat)
-        acc = []
-        for k, a in enumerate(access):
-            a = r.check(a, "str", f"{bat} access_channel_types[{k}]")
+    for bat, bd in r.each(d, "remote_buffers", at, "remote_buffers"):
+        buf = _choice(r, bd, "type", BUFFERS, bat)
+        acc = [r.check(a, "str", f"{bat} access_channel_types[{k}]")
+               for k, a in enumerate(r.get(bd, "access_channel_types", "list", bat))]
+        for a in acc:
             if a not in ("memory", "port"):
                 raise r.fail(bat, f"access channel type {a!r} must be memory or port")
-            acc.append(a)
         gpu.remote_buffers.append(RemoteBuffer(r.nat(bd, "rank", bat), buf, tuple(acc)))
-    for s, sobj in enumerate(r.get(d, "semaphores", "list", at, [])):
-        sat = f"{at} semaphores[{s}]"
-        gpu.semaphores.append(r.get(r.obj(sobj, sat), "init_value", "int", sat))
+    for sat, sd in r.each(d, "semaphores", at, "semaphores", []):
+        gpu.semaphores.append(r.get(sd, "init_value", "int", sat))
     for t, tobj in enumerate(r.get(d, "threadblocks", "list", at)):
         gpu.tbs.append(_tb(r, r.obj(tobj, f"{at} threadblocks[{t}]"), g, t))
     return gpu
@@ -302,20 +300,12 @@ def _tb(r: _Reader, d: dict[str, Any], g: int, t: int) -> ThreadBlock:
                          f"threadblocks[{t}] must have \"id\": {t}")
     at = f"gpu {g} thread block {t}"
     chans: dict[str, list[int]] = {}
-    for c, cobj in enumerate(r.get(d, "channels", "list", at)):
-        cat = f"{at} channels[{c}]"
-        ch = r.obj(cobj, cat)
-        ctype = r.get(ch, "channel_type", "str", cat)
-        if ctype not in ("memory", "port", "switch"):
-            raise r.fail(cat, f"channel_type {ctype!r} must be memory, port or switch")
+    for cat, ch in r.each(d, "channels", at, "channels"):
+        ctype = _choice(r, ch, "channel_type", ("memory", "port", "switch"), cat)
         chans.setdefault(ctype, []).extend(r.ints(ch, "channel_ids", cat))
     remote: dict[str, list[int]] = {}
-    for k, robj in enumerate(r.get(d, "remote_buffer_refs", "list", at, [])):
-        rat = f"{at} remote_buffer_refs[{k}]"
-        rd = r.obj(robj, rat)
-        ctype = r.get(rd, "access_channel_type", "str", rat)
-        if ctype not in ("memory", "port"):
-            raise r.fail(rat, f"access_channel_type {ctype!r} must be memory or port")
+    for rat, rd in r.each(d, "remote_buffer_refs", at, "remote_buffer_refs", []):
+        ctype = _choice(r, rd, "access_channel_type", ("memory", "port"), rat)
         remote.setdefault(ctype, []).extend(r.ints(rd, "remote_buffer_ids", rat))
     tb = ThreadBlock(t, [], chans, remote)
     pos = 0

@@ -124,7 +124,7 @@ def _rows_from_record(mvs: list[Movement], transfer_of: dict[tuple[int, int, int
             return []
         groups.setdefault(t, []).append(mv)
     rows = []
-    for t, ms in sorted(groups.items()):
+    for _, ms in sorted(groups.items()):
         keys = {(m.src, m.dst, bool(m.reduce), step_of[m.start]) for m in ms}
         if len(keys) != 1:
             return []
