@@ -20,6 +20,7 @@ from typing import Literal, overload
 
 from collsynth.apitypes import EmitOption, Emitted
 from collsynth.backends.msccl import emit_xml
+from collsynth.backends.mscclpp import emit_plan
 from collsynth.backends.nccl import render_msccl_scheduler, render_nccl_cuda
 from collsynth.errors import CollsynthError
 from collsynth.fileio import check_outdir, write_text_atomic, write_tree
@@ -50,6 +51,8 @@ FORMATS: tuple[Format, ...] = (
     Format("msccl-scheduler", "C source of an MSCCL scheduler plugin choosing among a folder of MSCCL XML files "
                               "(give the folder instead of SCHEDULE); -o FOLDER", render_msccl_scheduler,
            reads="xml-folder", writes="folder"),
+    Format("mscclpp-plan", "MSCCL++ execution plan (JSON, format 0.9.0) for its executor and NCCL-compatible "
+                           "library", emit_plan),
 )
 _BY_NAME = {f.name: f for f in FORMATS}
 

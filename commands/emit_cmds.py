@@ -9,6 +9,7 @@ import os
 import sys
 from typing import Any
 
+from collsynth.api import file_kind
 from collsynth.backends import FORMATS, emit, emit_to, get_format
 from collsynth.backends.msccl.library import build_files, compare_folder, default_dir, write
 from collsynth.backends.msccl.model import DIALECTS, PROTOCOLS
@@ -45,6 +46,44 @@ def add_msccl_xml_options(p: argparse.ArgumentParser) -> None:
                         "count is a multiple of it). Schedule chunks then get floor/ceiling shares")
 
 
+def add_mscclpp_options(p: argparse.ArgumentParser) -> None:
+    """The options only ``--format mscclpp-plan`` takes (it shares --proto Simple|LL, --inplace/--no-inplace,
+    --min-bytes, --max-bytes and --name with msccl-xml)."""
+    g = p.add_argument_group("MSCCL++ plan output (--format mscclpp-plan; also --proto Simple|LL, --inplace/"
+                             "--no-inplace, --min-bytes, --max-bytes, --name)")
+    g.add_argument("--pipeline-unit", default=None, metavar="BYTES",
+                   help="pipeline form for large messages: every thread block runs its ops once per unit of this "
+                        "many bytes of each chunk, e.g. 1MiB (Simple only; default: no pipeline)")
+    g.add_argument("--gpus-per-node", default=None, metavar="N",
+                   help="consecutive ranks per node: memory channels inside a node, port channels across nodes "
+                        "(default: the schedule's, else one node)")
+    g.add_argument("--plan-chunks", default=None, metavar="N|pow2",
+                   help="chunks the plan cuts each buffer into: the schedule's (default), a larger number, or pow2 "
+                        "(so that power-of-two messages are eligible: the executor needs the size to be a multiple "
+                        "of 16 bytes times this). Schedule chunks then get floor/ceiling shares")
+
+
+def mscclpp_plan_options(args: argparse.Namespace) -> dict[str, Any]:
+    """emit_plan keywords from the parsed flags (sizes accept units, e.g. 1MiB)."""
+    gpn = getattr(args, "gpus_per_node", None)
+    if gpn is not None:
+        try:
+            gpn = int(str(gpn))
+        except ValueError:
+            raise CollsynthError(f"--gpus-per-node must be an integer >= 1, got {gpn!r}") from None
+    unit = getattr(args, "pipeline_unit", None)
+    chunks: int | str | None = getattr(args, "plan_chunks", None)
+    if chunks is not None and chunks != "pow2":
+        try:
+            chunks = int(str(chunks))
+        except ValueError:
+            raise CollsynthError(f"--plan-chunks must be an integer or pow2, got {chunks!r}") from None
+    return {"proto": args.proto, "inplace": bool(args.inplace), "min_bytes": _bytes("--min-bytes", args.min_bytes),
+            "max_bytes": _bytes("--max-bytes", args.max_bytes), "name": args.name,
+            "pipeline": None if unit is None else _bytes("--pipeline-unit", unit), "gpus_per_node": gpn,
+            "chunks": chunks}
+
+
 def _bytes(flag: str, text: Any) -> int:
     t = str(text).strip()
     if t.isascii() and t.isdigit():
@@ -79,6 +118,8 @@ def _format_options(fmt: str, args: argparse.Namespace) -> dict[str, Any]:
     """The keyword options of format ``fmt`` from the parsed `emit` flags."""
     if fmt == "msccl-xml":
         return msccl_xml_options(args)
+    if fmt == "mscclpp-plan":
+        return mscclpp_plan_options(args)
     if fmt == "nccl-cuda":
         return {"name": args.name, "dtypes": args.dtypes}
     return {}
@@ -92,7 +133,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                "  collsynth emit s8.json --format msccl-xml --proto LL128 --max-bytes 64MiB -o s8.xml\n"
                "  collsynth emit ring8.json --format msccl-xml --dialect legacy -o ring8-legacy.xml\n"
                "  collsynth emit s8.json --format nccl-cuda --name s8 -o s8cuda\n"
-               "  collsynth emit --format msccl-scheduler algos -o plugin",
+               "  collsynth emit --format msccl-scheduler algos -o plugin\n"
+               "  collsynth emit s8.json --format mscclpp-plan -o s8.plan.json\n"
+               "  collsynth emit s8.json --format mscclpp-plan --proto LL --max-bytes 1MiB --no-inplace -o s8.ll.json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("schedule", help="schedule JSON file (msccl-scheduler: a folder of MSCCL XML files)")
     p.add_argument("--format", "-f", required=True, metavar="FORMAT",
@@ -100,6 +143,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", default=None, help="output file, or folder for multi-file formats "
                                                         "(stdout when omitted)")
     add_msccl_xml_options(p)
+    add_mscclpp_options(p)
     g = p.add_argument_group("nccl-cuda and msccl-scheduler output (-o FOLDER; --name sets the C name)")
     g.add_argument("--dtypes", default="float,half,bfloat16",
                    help="nccl-cuda: element types to compile in, comma-separated (default float,half,bfloat16)")
@@ -148,9 +192,9 @@ def cmd_emit(args: argparse.Namespace) -> int:
         print(f"wrote {len(paths)} file(s) to {out} (msccl-scheduler over {nxml} checked MSCCL XML file(s)); "
               f"build with `make -C {out}`", file=sys.stderr)
         return 0
-    if args.schedule.lower().endswith(".xml"):
-        raise CollsynthError(f"{args.schedule}: emit reads a schedule JSON file (to check an MSCCL XML file use "
-                             f"`collsynth verify {args.schedule}`)")
+    if file_kind(args.schedule) != "schedule":
+        raise CollsynthError(f"{args.schedule}: emit reads a schedule JSON file (to check an MSCCL XML file or an "
+                             f"MSCCL++ plan use `collsynth verify {args.schedule}`)")
     if fmt.writes == "folder":
         check_outdir(_need_folder(args, fmt.name), args.force)
     schedule = check(load_schedule(args.schedule), source=args.schedule)

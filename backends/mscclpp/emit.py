@@ -18,7 +18,15 @@ import json
 from typing import Any
 
 from collsynth.backends.layout import Layout, check_block_owners
-from collsynth.backends.mscclpp.lower import Channels, Item, Program, allocate_channels, build_programs, pieces
+from collsynth.backends.mscclpp.lower import (
+    Channels,
+    Item,
+    Program,
+    allocate_channels,
+    build_programs,
+    pieces,
+    plan_chunks,
+)
 from collsynth.backends.mscclpp.model import FORMAT_VERSION, MAX_CHANNELS_PER_TB, MAX_ITERATIONS, MAX_OPS_PER_TB
 from collsynth.errors import CollsynthError
 
@@ -46,8 +54,8 @@ class _Built:
     """A lowered plan: programs, channels, and the per-rank tables the JSON needs."""
 
     def __init__(self, s: Any, progs: list[Program], chans: Channels, scratch: list[int], node_of: list[int],
-                 packets: bool, pipeline: int, lay: Layout) -> None:
-        self.s, self.progs, self.chans, self.scratch = s, progs, chans, scratch
+                 packets: bool, pipeline: int, lay: Layout, M: int) -> None:
+        self.s, self.progs, self.chans, self.scratch, self.M = s, progs, chans, scratch, M
         self.node_of, self.packets, self.pipeline, self.lay = node_of, packets, pipeline, lay
         self.sender_seg = {(p.rank, pid): it.seg for p in progs for it in p.items
                            if it.name in ("signal", "pws") for _, pid in it.sync}
@@ -66,14 +74,14 @@ class _Built:
         return self.progs[r].seg + 1
 
 
-def _build(s: Any, *, packets: bool, pipeline: int, node_of: list[int]) -> _Built:
+def _build(s: Any, *, packets: bool, pipeline: int, node_of: list[int], M: int) -> _Built:
     lay = Layout(s.collective, s.nranks, s.nchunks)
-    pcs, scratch = pieces(s, lay, node_of)
+    pcs, scratch = pieces(s, lay, node_of, M)
     for budget in (8, 4, 2, 1):
         progs = build_programs(s, pcs, packets=packets, pipeline=bool(pipeline), budget_peers=budget,
-                               allgather_copy=s.collective == "allgather")
+                               allgather_copy=s.collective == "allgather", M=M)
         chans = allocate_channels(progs, packets)
-        built = _Built(s, progs, chans, scratch, node_of, packets, pipeline, lay)
+        built = _Built(s, progs, chans, scratch, node_of, packets, pipeline, lay, M)
         if _tables_fit(built):
             return built
     raise CollsynthError("the plan's thread blocks need more channels than their tables hold "  # pragma: no cover
@@ -187,9 +195,19 @@ def _scratch_chunks(b: _Built) -> int:
     return max(max(b.scratch), 0)
 
 
+def io_chunks(b: _Built) -> tuple[int, int]:
+    """(input_chunks, output_chunks) of every rank, in plan chunks."""
+    n, M = b.s.nranks, b.M
+    if b.s.collective == "allgather":
+        return M // n, M
+    if b.s.collective == "reducescatter":
+        return M, M // n
+    return M, M
+
+
 def max_chunk_bytes(b: _Built) -> int:
     """The largest chunk (bytes) whose offsets stay below 4 GiB, and whose pipeline iterations fit 16 bits."""
-    ic, oc = b.lay.chunks()
+    ic, oc = io_chunks(b)
     extent = max(ic, oc, _scratch_chunks(b) * (2 if b.packets else 1) * (2 if b.packets else 1), 1)
     c = (UINT32 - 1) // extent // ALIGNMENT * ALIGNMENT
     if b.pipeline:
@@ -201,7 +219,7 @@ def render(b: _Built, *, name: str, proto: str, inplace: bool, min_bytes: int, m
     """The plan's JSON text (fixed key order, one op per line) and its object."""
     s = b.s
     n = s.nranks
-    ic, oc = b.lay.chunks()
+    ic, oc = io_chunks(b)
     gpus = []
     steps: list[int] = []
     transfers: list[int] = []
@@ -226,7 +244,7 @@ def render(b: _Built, *, name: str, proto: str, inplace: bool, min_bytes: int, m
                      "semaphores": [{"init_value": 0} for _ in range(b.segments(r) - 1)]})
     meta = {"format_version": FORMAT_VERSION, "generator": "collsynth", "schedule": s.name,
             "algorithm": s.meta.get("algorithm"), "straggler": _late_rank(s), "collective": s.collective,
-            "nranks": n, "nchunks": s.nchunks, "nsteps": s.nsteps, "ports": s.ports,
+            "nranks": n, "nchunks": s.nchunks, "plan_chunks": b.M, "nsteps": s.nsteps, "ports": s.ports,
             "gpus_per_node": n // (max(b.node_of) + 1), "pipeline_unit": b.pipeline or None,
             "phases": [ph.to_json() for ph in s.phases], "send_steps": steps, "send_transfers": transfers}
     plan = {"name": name, "collective": s.collective, "protocol": proto, "inplace": inplace, "reuse_resources": False,
@@ -237,8 +255,7 @@ def render(b: _Built, *, name: str, proto: str, inplace: bool, min_bytes: int, m
 
 
 def _piece_table(b: _Built) -> dict[int, tuple[int, int]]:
-    lay = Layout(b.s.collective, b.s.nranks, b.s.nchunks)
-    pcs, _ = pieces(b.s, lay, b.node_of)
+    pcs, _ = pieces(b.s, b.lay, b.node_of, b.M)
     return {p.id: (p.step, p.t) for p in pcs}
 
 
@@ -298,15 +315,16 @@ def _check_options(proto: str, min_bytes: int, max_bytes: int, name: str, pipeli
                                  "(the executor redoes their whole range every iteration)")
 
 
-def fits(schedule: Any, *, proto: str = "Simple", pipeline: int | None = None,
-         gpus_per_node: int | None = None) -> tuple[bool, str]:
+def fits(schedule: Any, *, proto: str = "Simple", pipeline: int | None = None, gpus_per_node: int | None = None,
+         chunks: int | str | None = None) -> tuple[bool, str]:
     """Whether the schedule lowers within the executor's limits (without rendering or checking)."""
     try:
         check_block_owners(schedule, "an MSCCL++ plan")
         lay = Layout(schedule.collective, schedule.nranks, schedule.nchunks)
-        pcs, _ = pieces(schedule, lay, nodes_of(schedule, gpus_per_node))
+        M = plan_chunks(schedule, chunks)
+        pcs, _ = pieces(schedule, lay, nodes_of(schedule, gpus_per_node), M)
         progs = build_programs(schedule, pcs, packets=proto == "LL", pipeline=bool(pipeline), budget_peers=8,
-                               allgather_copy=schedule.collective == "allgather")
+                               allgather_copy=schedule.collective == "allgather", M=M)
     except CollsynthError as e:
         return False, str(e)
     worst = max(range(schedule.nranks), key=lambda r: (progs[r].seg, -r))
@@ -318,11 +336,12 @@ def fits(schedule: Any, *, proto: str = "Simple", pipeline: int | None = None,
 
 def emit_plan(schedule: Any, *, proto: str = "Simple", inplace: bool = True, min_bytes: int = 0, max_bytes: int = 0,
               name: str | None = None, pipeline: int | None = None, gpus_per_node: int | None = None,
-              check: bool = True) -> str:
+              chunks: int | str | None = None, check: bool = True) -> str:
     """MSCCL++ execution plan text for a verified Schedule; CollsynthError naming the limit it cannot fit.
 
-    ``pipeline``: the unit size (bytes) of the pipeline form for large messages; ``max_bytes`` 0 means
-    the largest message whose offsets fit. The text is checked (check.py) before it is returned."""
+    ``pipeline``: the unit size (bytes) of the pipeline form for large messages; ``chunks``: the plan's
+    chunks per buffer (lower.plan_chunks: None, a number, or "pow2"); ``max_bytes`` 0 means the largest
+    message whose offsets fit. The text is checked (check.py) before it is returned."""
     from collsynth.backends.mscclpp.check import check_plan_text
 
     name = name if name is not None else (schedule.name or f"collsynth_{schedule.collective}_n{schedule.nranks}")
@@ -333,17 +352,18 @@ def emit_plan(schedule: Any, *, proto: str = "Simple", inplace: bool = True, min
                              f"by the same offset); this schedule moves up to {int(schedule.count.max())} chunks at "
                              f"once: build it with more chunks, or drop --pipeline-unit")
     node_of = nodes_of(schedule, gpus_per_node)
-    b = _build(schedule, packets=proto == "LL", pipeline=pipeline or 0, node_of=node_of)
+    b = _build(schedule, packets=proto == "LL", pipeline=pipeline or 0, node_of=node_of,
+               M=plan_chunks(schedule, chunks))
     worst = max(range(schedule.nranks), key=lambda r: (b.segments(r), -r))
     if b.segments(worst) > MAX_RESIDENT_TBS:
         from collsynth.backends.mscclpp.fit import fit_hint
 
         hint = fit_hint(schedule, b.segments(worst), MAX_RESIDENT_TBS, proto=proto, pipeline=pipeline,
-                        gpus_per_node=gpus_per_node)
+                        gpus_per_node=gpus_per_node, chunks=chunks)
         raise CollsynthError(f"rank {worst} needs {b.segments(worst)} thread blocks of at most {MAX_OPS_PER_TB} ops; "
                              f"at most {MAX_RESIDENT_TBS} can be resident at once (one 1024-thread block per SM of "
                              f"an A100, and they wait on each other): {hint}")
-    per = b.lay.chunks()[1] if schedule.collective == "allgather" else b.lay.chunks()[0]
+    per = io_chunks(b)[1] if schedule.collective == "allgather" else io_chunks(b)[0]
     largest = max_chunk_bytes(b) * per
     if max_bytes > largest:
         raise CollsynthError(f"--max-bytes {max_bytes}: byte offsets are uint32 on the device (and pipeline "

@@ -563,6 +563,7 @@ class Executor:
             self._wake(c.waiting)
 
     def _wait(self, a: _Actor, g: Gpu, tb: ThreadBlock, op: Op) -> bool:
+        keys: list[tuple[Any, ...]]
         if op.name == "sem_acquire":
             keys = [("sem", g.id, s) for s in op.semaphore_ids]
         else:
@@ -706,7 +707,7 @@ class Executor:
             return
         hist = self.hist[rank][phys]
         rec = (actor.id, tick, unit, base, label)
-        out = []
+        out: list[tuple[int, int, Any]] = []
         for x0, x1, h in hist.get(lo, hi):
             w, reads = h if h is not None else (None, ())
             if w is not None and not self._ordered(w, actor, kv, unit, base):
@@ -768,7 +769,7 @@ class Executor:
                     else:
                         np.maximum(kv, v[6], out=kv)
         self._touch(rank, phys, lo, lo + span, False, who, kv, unit, lo, tick, label)
-        out = []
+        out: list[tuple[int, int, Any]] = []
         for x0, x1, v in pieces:
             r0, r1 = (x0 - lo) // 2 if packet else x0 - lo, (x1 - lo) // 2 if packet else x1 - lo
             if v is None:
@@ -791,7 +792,7 @@ class Executor:
         self._touch(rank, phys, lo, lo + span, True, who, kv, unit, lo, tick, label)
         f = 2 if packet else 1
         flag = a.launch if packet else 0
-        pieces = []
+        pieces: list[tuple[int, int, Any]] = []
         for r0, r1, v in stream:
             if v is None:
                 pieces.append((lo + f * r0, lo + f * r1, None))
@@ -1236,7 +1237,7 @@ def _h_gstore(ex: Executor, a: _Actor, g: Gpu, tb: ThreadBlock, inst: Inst) -> b
         got = _packets_in(ex, a, g, op, op.src[:1], local_buffer=True)
         if got is None:
             return False
-        s = got[0]
+        s: list[tuple[int, int, Any]] | None = got[0]
         size = ssize
     else:
         a.tick += 1

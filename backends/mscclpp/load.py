@@ -159,8 +159,8 @@ def _check_tb(plan: Plan, g: Gpu, tb: ThreadBlock) -> None:
                               f"{MAX_OPS_PER_TB} per thread block (it throws)")
     for op in tb.ops:
         _check_op(plan, g, tb, op)
-        for b in op.body:
-            _check_op(plan, g, tb, b)
+        for inner in op.body:
+            _check_op(plan, g, tb, inner)
 
 
 def _fail(plan: Plan, g: Gpu, tb: ThreadBlock, op: Op, what: str) -> PlanFormatError:

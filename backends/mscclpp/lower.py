@@ -75,12 +75,42 @@ class Item:
     prologue: bool = False  # runs once before a pipeline (the allgather's own-block copy)
 
 
-def pieces(s: Any, lay: Layout, node_of: list[int]) -> tuple[list[Piece], list[int]]:
+def plan_chunks(s: Any, value: int | str | None) -> int:
+    """Chunks the plan cuts each buffer into: the Schedule's (None), a number >= it, or "pow2": the Schedule's
+    when that is a power of two, else the smallest power of two >= 8x it (schedule chunks then get floor
+    or ceiling shares that differ by at most an eighth, and power-of-two messages are eligible: the executor
+    needs the size to be a multiple of 16 bytes times the chunk count). ReduceScatter and AllGather need a
+    multiple of the rank count."""
+    N, n = s.nchunks, s.nranks
+    if value is None:
+        return int(N)
+    if value == "pow2":
+        if N & (N - 1) == 0:
+            return int(N)
+        M = 1 << (8 * N - 1).bit_length()
+        return M if s.collective == "allreduce" or M % n == 0 else int(N)
+    if isinstance(value, bool) or not isinstance(value, int) or value < N:
+        raise CollsynthError(f"--plan-chunks must be at least the schedule's {N} chunks (or pow2), got {value!r}")
+    if s.collective != "allreduce" and value % n:
+        raise CollsynthError(f"--plan-chunks {value}: {s.collective} needs a multiple of the {n} ranks")
+    return value
+
+
+def pieces(s: Any, lay: Layout, node_of: list[int], M: int | None = None) -> tuple[list[Piece], list[int]]:
     """Every transfer's pieces with their locations (snapshot reads per step), receive slots and
-    staging slots; returns the pieces and each rank's scratch chunks."""
-    n = s.nranks
+    staging slots, in plan chunks (schedule chunk c starts at plan chunk c*M//N); returns the pieces and
+    each rank's scratch chunks."""
+    n, N = s.nranks, s.nchunks
+    M = M or N
+
+    def x(c: int) -> int:
+        return c * M // N
+
+    def plan_loc(loc: Loc, cc: int) -> Loc:
+        return (loc[0], x(cc) - x(cc - loc[1]))
+
     written = lay.written0()
-    nxt = [lay.scratch_base()] * n
+    nxt = [x(lay.scratch_base())] * n
     out: list[Piece] = []
     bounds = s.step_bounds.tolist()
     src_l, dst_l, chunk_l, count_l, red_l = (s.src.tolist(), s.dst.tolist(), s.chunk.tolist(), s.count.tolist(),
@@ -96,12 +126,14 @@ def pieces(s: Any, lay: Layout, node_of: list[int]) -> tuple[list[Piece], list[i
                                          f"{c + cnt - 1} and {key[1]}..{key[1] + key[2] - 1}); the plan lowering "
                                          f"needs equal runs")
             landing[(b, c, cnt)] = True
-            sl = [lay.read(a, x, bool(written[a, x])) for x in range(c, c + cnt)]
-            wl = [lay.write(b, x) for x in range(c, c + cnt)]
-            al = [lay.read(b, x, bool(written[b, x])) for x in range(c, c + cnt)] if red else []
+            sl = [lay.read(a, y, bool(written[a, y])) for y in range(c, c + cnt)]
+            wl = [lay.write(b, y) for y in range(c, c + cnt)]
+            al = [lay.read(b, y, bool(written[b, y])) for y in range(c, c + cnt)] if red else []
             port = node_of[a] != node_of[b]
             for x0, x1 in contiguous_runs([sl, wl, al] if red else [sl, wl]):
-                p = Piece(t, k, a, b, x1 - x0, sl[x0], wl[x0], al[x0] if red else None, port=port, id=len(out))
+                cc = c + x0
+                p = Piece(t, k, a, b, x(c + x1) - x(cc), plan_loc(sl[x0], cc), plan_loc(wl[x0], cc),
+                          plan_loc(al[x0], cc) if red else None, port=port, id=len(out))
                 p.slot = nxt[b]
                 nxt[b] += p.cnt
                 out.append(p)
@@ -241,7 +273,7 @@ def _group(xs: list[Any], size: int) -> list[list[Any]]:
 
 
 def build_programs(s: Any, pcs: list[Piece], *, packets: bool, pipeline: bool, budget_peers: int,
-                   allgather_copy: bool) -> list[Program]:
+                   allgather_copy: bool, M: int | None = None) -> list[Program]:
     """Every rank's ops (items) in step order, segmented."""
     n = s.nranks
     progs = [Program(r, budget_peers, packets, pipeline) for r in range(n)]
@@ -251,7 +283,7 @@ def build_programs(s: Any, pcs: list[Piece], *, packets: bool, pipeline: bool, b
         sends.setdefault((p.src, p.step), []).append(p)
         recvs.setdefault((p.dst, p.step), []).append(p)
     if allgather_copy:
-        m = s.nchunks // n
+        m = (M or s.nchunks) // n
         for r in range(n):
             progs[r].add(Item("copy", src=[("l", "i", 0, m)], dst=[("l", "o", r * m, m)],
                               prologue=True))

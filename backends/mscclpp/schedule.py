@@ -78,12 +78,10 @@ def plan_to_schedule(plan: Plan, *, size: int | None = None) -> Schedule:
         used_record = bool(rows) or not mvs
     if not used_record:
         rows = _rows_from_levels(mvs)
-    grid = c if all(lo % c == 0 and hi % c == 0 for _, _, _, lo, hi, _ in rows) else math.gcd(
-        total, *(x for r in rows for x in (r[3], r[4])))
-    nchunks = total // grid
-    cols = np.array([(st, a, b, lo // grid, (hi - lo) // grid, int(red)) for st, a, b, lo, hi, red in sorted(rows)],
-                    np.int64).reshape(-1, 6)
     meta = plan.meta
+    cols = _columns(rows, c, total, meta if used_record else {})
+    nchunks = int(cols[0, 6]) if len(cols) else max(g0.input_chunks, g0.output_chunks)
+    cols = cols[:, :6]
     last = int(cols[:, 0].max()) + 1 if len(cols) else 0
     if used_record:  # the recorded steps, empty steps included
         nsteps = max(last, int(meta["nsteps"]) if isinstance(meta.get("nsteps"), int) else 0)
@@ -111,6 +109,21 @@ def plan_to_schedule(plan: Plan, *, size: int | None = None) -> Schedule:
     return Schedule.from_arrays(plan.collective, plan.nranks, nchunks, step=cols[:, 0], src=cols[:, 1],
                                 dst=cols[:, 2], chunk=cols[:, 3], count=cols[:, 4], reduce=cols[:, 5].astype(bool),
                                 nsteps=nsteps, phases=tuple(phases), ports=ports, name=name or "", meta=out_meta)
+
+
+def _columns(rows: list[tuple[int, int, int, int, int, bool]], c: int, total: int, meta: dict[str, Any]) -> np.ndarray:
+    """(step, src, dst, chunk, count, reduce, nchunks) per row: in the schedule's chunks when the record maps
+    them (schedule chunk k starts at plan chunk k*M//N), else on the coarsest grid every row fits."""
+    N, M = meta.get("nchunks"), meta.get("plan_chunks")
+    if isinstance(N, int) and isinstance(M, int) and 0 < N <= M and total % M == 0:
+        start = {k * M // N * (total // M): k for k in range(N + 1)}
+        if all(lo in start and hi in start for _, _, _, lo, hi, _ in rows):
+            return np.array([(st, a, b, start[lo], start[hi] - start[lo], int(red), N)
+                             for st, a, b, lo, hi, red in sorted(rows)], np.int64).reshape(-1, 7)
+    grid = c if all(lo % c == 0 and hi % c == 0 for _, _, _, lo, hi, _ in rows) else math.gcd(
+        total, *(x for r in rows for x in (r[3], r[4])))
+    return np.array([(st, a, b, lo // grid, (hi - lo) // grid, int(red), total // grid)
+                     for st, a, b, lo, hi, red in sorted(rows)], np.int64).reshape(-1, 7)
 
 
 def _rows_from_record(mvs: list[Movement], transfer_of: dict[tuple[int, int, int, int], int],
