@@ -11,7 +11,8 @@ from typing import Any
 
 from collsynth.api import file_kind
 from collsynth.backends import FORMATS, emit, emit_to, get_format
-from collsynth.backends.msccl.library import build_files, compare_folder, default_dir, write
+from collsynth.backends.libraries import build_files, compare_folder, write
+from collsynth.backends.msccl.library import default_dir
 from collsynth.backends.msccl.model import DIALECTS, PROTOCOLS
 from collsynth.commands.catalog import add_command_parser, show_help
 from collsynth.commands.common import print_json, print_table
@@ -135,38 +136,44 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                "  collsynth emit s8.json --format nccl-cuda --name s8 -o s8cuda\n"
                "  collsynth emit --format msccl-scheduler algos -o plugin\n"
                "  collsynth emit s8.json --format mscclpp-plan -o s8.plan.json\n"
-               "  collsynth emit s8.json --format mscclpp-plan --proto LL --max-bytes 1MiB --no-inplace -o s8.ll.json",
+               "  collsynth emit s8.json --format mscclpp-plan --proto LL --max-bytes 1MiB --no-inplace -o s8.ll.json\n"
+               "  collsynth emit --format mscclpp-selector plans -o selector",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("schedule", help="schedule JSON file (msccl-scheduler: a folder of MSCCL XML files)")
+    p.add_argument("schedule", help="schedule JSON file (msccl-scheduler: a folder of MSCCL XML files; "
+                                    "mscclpp-selector: a folder of MSCCL++ plans)")
     p.add_argument("--format", "-f", required=True, metavar="FORMAT",
                    help="output format: " + ", ".join(f.name for f in FORMATS))
     p.add_argument("-o", "--output", default=None, help="output file, or folder for multi-file formats "
                                                         "(stdout when omitted)")
     add_msccl_xml_options(p)
     add_mscclpp_options(p)
-    g = p.add_argument_group("nccl-cuda and msccl-scheduler output (-o FOLDER; --name sets the C name)")
+    g = p.add_argument_group("nccl-cuda, msccl-scheduler and mscclpp-selector output (-o FOLDER; --name sets the "
+                             "C name)")
     g.add_argument("--dtypes", default="float,half,bfloat16",
                    help="nccl-cuda: element types to compile in, comma-separated (default float,half,bfloat16)")
     g.add_argument("--force", action="store_true",
-                   help="nccl-cuda, msccl-scheduler: replace an output folder that is not empty")
+                   help="folder formats: replace an output folder that is not empty")
     p.set_defaults(func=cmd_emit)
 
     p = add_command_parser(sub, "schedules", description="The schedule library ships ready-to-load MSCCL XML and JSON "
-                           "schedules for ring, rhd, direct and StragglAR (every straggler rank) at 4, 8 and 16 GPUs.",
+                           "schedules for ring, rhd, direct and StragglAR (every straggler rank) at 4, 8 and 16 GPUs, "
+                           "and MSCCL++ execution plans with their selectors (schedules/mscclpp).",
                            epilog="examples:\n  collsynth schedules list\n  collsynth schedules list --json\n"
-                                  "  collsynth schedules regenerate --check")
+                                  "  collsynth schedules list --mscclpp\n  collsynth schedules regenerate --check")
     ssub = p.add_subparsers(dest="schedules_command", metavar="ACTION")
     q = ssub.add_parser("list", help="list the library's entries",
                         description="One row per file: algorithm, GPUs, straggler, protocol and the folder to "
-                                    "point MSCCL_ALGO_DIR at.")
-    q.epilog = "example:\n  collsynth schedules list"
+                                    "point MSCCL_ALGO_DIR at; with --mscclpp the MSCCL++ plans instead.")
+    q.epilog = "examples:\n  collsynth schedules list\n  collsynth schedules list --mscclpp"
     q.formatter_class = argparse.RawDescriptionHelpFormatter
     q.add_argument("--dir", default=None, help="library folder (default: the installed one)")
     q.add_argument("--json", action="store_true", help="print the manifest")
+    q.add_argument("--mscclpp", action="store_true", help="list the MSCCL++ plan library (schedules/mscclpp)")
     q.set_defaults(func=cmd_schedules_list)
     q = ssub.add_parser("regenerate", help="rebuild the library from code",
                         description="Rebuild every library file deterministically (byte-identical for the same "
-                                    "code). Only MANIFEST.json, json/ and msccl/ in the folder are replaced.")
+                                    "code). Only MANIFEST.json, json/, msccl/ and mscclpp/ in the folder are "
+                                    "replaced.")
     q.epilog = "examples:\n  collsynth schedules regenerate --check\n  collsynth schedules regenerate --out mylib"
     q.formatter_class = argparse.RawDescriptionHelpFormatter
     q.add_argument("--out", default=None, help="folder to write (default: the installed library)")
@@ -192,6 +199,13 @@ def cmd_emit(args: argparse.Namespace) -> int:
         print(f"wrote {len(paths)} file(s) to {out} (msccl-scheduler over {nxml} checked MSCCL XML file(s)); "
               f"build with `make -C {out}`", file=sys.stderr)
         return 0
+    if fmt.reads == "plan-folder":
+        out = _need_folder(args, fmt.name)
+        paths = emit_to(args.schedule, fmt.name, out, force=args.force)
+        nplans = sum(1 for p in paths if os.sep + "plans" + os.sep in p)
+        print(f"wrote {len(paths)} file(s) to {out} (selectors over {nplans} checked MSCCL++ plan(s))",
+              file=sys.stderr)
+        return 0
     if file_kind(args.schedule) != "schedule":
         raise CollsynthError(f"{args.schedule}: emit reads a schedule JSON file (to check an MSCCL XML file or an "
                              f"MSCCL++ plan use `collsynth verify {args.schedule}`)")
@@ -215,17 +229,25 @@ def cmd_emit(args: argparse.Namespace) -> int:
 
 def cmd_schedules_list(args: argparse.Namespace) -> int:
     root = args.dir or default_dir()
-    path = os.path.join(root, "MANIFEST.json")
+    path = os.path.join(root, "mscclpp", "MANIFEST.json") if args.mscclpp else os.path.join(root, "MANIFEST.json")
     try:
         with open(path, encoding="utf-8") as f:
             manifest = json.load(f)
     except OSError:
-        raise CollsynthError(f"no library at {root} (missing MANIFEST.json): run `collsynth schedules regenerate "
-                             f"--out {root}`") from None
+        raise CollsynthError(f"no library at {root} (missing {os.path.relpath(path, root)}): run `collsynth schedules "
+                             f"regenerate --out {root}`") from None
     except json.JSONDecodeError as e:
         raise CollsynthError(f"{path}: not valid JSON ({e.msg})") from None
     if args.json:
         print_json(manifest)
+        return 0
+    if args.mscclpp:
+        rows = [{**e, "straggler": "" if e["straggler"] is None else e["straggler"],
+                 "mode": "in-place" if e["inplace"] else "out-of-place",
+                 "sizes": f"{e['min_bytes']}..{e['max_bytes']}", "path": os.path.join(root, "mscclpp", e["file"])}
+                for e in manifest.get("entries", [])]
+        print_table(rows, ["algorithm", "world_size", "straggler", "protocol", "mode", "sizes", "path"],
+                    ["algorithm", "gpus", "straggler", "protocol", "mode", "bytes", "plan"])
         return 0
     rows = [{**e, "straggler": "" if e["straggler"] is None else e["straggler"],
              "folder": os.path.join(root, e["choice"])} for e in manifest.get("entries", [])]
@@ -248,6 +270,8 @@ def cmd_schedules_regenerate(args: argparse.Namespace) -> int:
         print(f"{out} is up to date: {len(files)} files")
         return 0
     info = write(out, files)
-    print(f"wrote {info['files']} files ({info['bytes']} bytes) to {out}: {len(manifest['entries'])} MSCCL XML "
-          f"files in {len({e['choice'] for e in manifest['entries']})} MSCCL_ALGO_DIR folders", file=sys.stderr)
+    xml = manifest["msccl"]["entries"]
+    print(f"wrote {info['files']} files ({info['bytes']} bytes) to {out}: {len(xml)} MSCCL XML files in "
+          f"{len({e['choice'] for e in xml})} MSCCL_ALGO_DIR folders, {len(manifest['mscclpp']['entries'])} MSCCL++ "
+          f"plans with their selectors", file=sys.stderr)
     return 0

@@ -57,6 +57,7 @@ class _Built:
                  packets: bool, pipeline: int, lay: Layout, M: int) -> None:
         self.s, self.progs, self.chans, self.scratch, self.M = s, progs, chans, scratch, M
         self.node_of, self.packets, self.pipeline, self.lay = node_of, packets, pipeline, lay
+        self.pipeline_chunks = 1  # every reference in a pipeline body holds this many chunks
         self.sender_seg = {(p.rank, pid): it.seg for p in progs for it in p.items
                            if it.name in ("signal", "pws") for _, pid in it.sync}
         self.items: dict[tuple[int, int], list[Item]] = {}
@@ -145,7 +146,8 @@ def _tb_ops(b: _Built, r: int, seg: int) -> tuple[list[dict[str, Any]], dict[str
         for k, pid in enumerate(it.movements):
             sends.append((base + i, k, pid))
     if b.pipeline and rendered:
-        ops.append({"name": "pipeline", "iter_context": {"unit_size": b.pipeline, "num_chunks": 1}, "ops": rendered})
+        ops.append({"name": "pipeline", "iter_context": {"unit_size": b.pipeline, "num_chunks": b.pipeline_chunks},
+                    "ops": rendered})
     else:
         ops += rendered
     return ops, {t: v for t, v in chans.items()}, rbufs, sends
@@ -347,13 +349,18 @@ def emit_plan(schedule: Any, *, proto: str = "Simple", inplace: bool = True, min
     name = name if name is not None else (schedule.name or f"collsynth_{schedule.collective}_n{schedule.nranks}")
     _check_options(proto, min_bytes, max_bytes, name, pipeline)
     check_block_owners(schedule, "an MSCCL++ plan")
-    if pipeline and schedule.ntransfers and int(schedule.count.max()) != 1:
-        raise CollsynthError(f"--pipeline-unit needs transfers of one chunk each (the pipeline steps every reference "
-                             f"by the same offset); this schedule moves up to {int(schedule.count.max())} chunks at "
-                             f"once: build it with more chunks, or drop --pipeline-unit")
     node_of = nodes_of(schedule, gpus_per_node)
     b = _build(schedule, packets=proto == "LL", pipeline=pipeline or 0, node_of=node_of,
                M=plan_chunks(schedule, chunks))
+    if pipeline:
+        widths = sorted({w for prog in b.progs for it in prog.items if not it.prologue
+                         for ref in it.src + it.dst for w in [ref[3]] if ref[0] in ("l", "r")})
+        if len(widths) > 1:
+            raise CollsynthError(f"--pipeline-unit needs every transfer to move the same number of plan chunks (the "
+                                 f"pipeline steps every reference by the same offset, for as many bytes as one "
+                                 f"reference holds); here they move {widths[0]} to {widths[-1]}: drop --plan-chunks "
+                                 f"or --pipeline-unit, or build the schedule with transfers of one chunk")
+        b.pipeline_chunks = widths[0] if widths else 1
     worst = max(range(schedule.nranks), key=lambda r: (b.segments(r), -r))
     if b.segments(worst) > MAX_RESIDENT_TBS:
         from collsynth.backends.mscclpp.fit import fit_hint
