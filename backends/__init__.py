@@ -70,7 +70,7 @@ def get_format(name: str) -> Format:
 
 
 @overload
-def emit(source: Schedule | str, format: Literal["msccl-xml"], **options: EmitOption) -> str: ...
+def emit(source: Schedule | str, format: Literal["msccl-xml", "mscclpp-plan"], **options: EmitOption) -> str: ...
 
 
 @overload

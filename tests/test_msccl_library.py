@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from collsynth.backends.msccl import check_xml_file, xml_to_schedule
 from collsynth.backends.libraries import MANAGED
+from collsynth.backends.msccl import check_xml_file, xml_to_schedule
 from collsynth.backends.msccl.library import compare_folder, default_dir, write
 from collsynth.cli import main
 

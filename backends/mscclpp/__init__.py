@@ -26,7 +26,7 @@ from collsynth.backends.mscclpp.check import (
     read_plan_file,
     read_plan_text,
 )
-from collsynth.backends.mscclpp.emit import emit_plan
+from collsynth.backends.mscclpp.fit import emit_plan
 from collsynth.backends.mscclpp.model import FORMAT_VERSION, PlanFormatError
 from collsynth.backends.mscclpp.schedule import plan_file_to_schedule, plan_text_to_schedule
 

@@ -35,6 +35,7 @@ class PlanReport:
     tb: int | None = None
     op: str | None = None
     stats: dict[str, Any] = field(default_factory=dict)
+    details: tuple[str, ...] = ()  # every race found (the message names the first)
 
 
 def is_plan_object(obj: object) -> bool:
@@ -77,7 +78,7 @@ def check_plan(plan: Plan, *, size: int | None = None) -> PlanReport:
     try:
         res = run_plan(plan, size=size)
     except ExecFailure as f:
-        return PlanReport(False, f"FAIL {f.message}", f.kind, f.gpu, f.tb, f.op)
+        return PlanReport(False, f"FAIL {f.message}", f.kind, f.gpu, f.tb, f.op, details=tuple(f.details))
     ntb = sum(len(g.tbs) for g in plan.gpus)
     nops = sum(tb.nops for g in plan.gpus for tb in g.tbs)
     mode = "in-place" if plan.inplace else "out-of-place"

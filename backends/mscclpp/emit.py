@@ -18,6 +18,7 @@ import json
 from typing import Any
 
 from collsynth.backends.layout import Layout, check_block_owners
+from collsynth.backends.mscclpp.check import check_plan_text
 from collsynth.backends.mscclpp.lower import (
     Channels,
     Item,
@@ -34,6 +35,15 @@ PROTOCOLS = ("Simple", "LL")
 MAX_RESIDENT_TBS = 108  # an A100's SMs: the kernel runs one 1024-thread block per SM, and all must be resident
 ALIGNMENT = 16
 UINT32 = 1 << 32
+
+
+class TooManyThreadBlocks(CollsynthError):
+    """The schedule needs more thread blocks per GPU than can be resident (fit.py adds the largest size
+    that fits)."""
+
+    def __init__(self, message: str, need: int) -> None:
+        super().__init__(message)
+        self.need = need
 
 
 def nodes_of(schedule: Any, gpus_per_node: int | None) -> list[int]:
@@ -344,8 +354,6 @@ def emit_plan(schedule: Any, *, proto: str = "Simple", inplace: bool = True, min
     ``pipeline``: the unit size (bytes) of the pipeline form for large messages; ``chunks``: the plan's
     chunks per buffer (lower.plan_chunks: None, a number, or "pow2"); ``max_bytes`` 0 means the largest
     message whose offsets fit. The text is checked (check.py) before it is returned."""
-    from collsynth.backends.mscclpp.check import check_plan_text
-
     name = name if name is not None else (schedule.name or f"collsynth_{schedule.collective}_n{schedule.nranks}")
     _check_options(proto, min_bytes, max_bytes, name, pipeline)
     check_block_owners(schedule, "an MSCCL++ plan")
@@ -363,13 +371,10 @@ def emit_plan(schedule: Any, *, proto: str = "Simple", inplace: bool = True, min
         b.pipeline_chunks = widths[0] if widths else 1
     worst = max(range(schedule.nranks), key=lambda r: (b.segments(r), -r))
     if b.segments(worst) > MAX_RESIDENT_TBS:
-        from collsynth.backends.mscclpp.fit import fit_hint
-
-        hint = fit_hint(schedule, b.segments(worst), MAX_RESIDENT_TBS, proto=proto, pipeline=pipeline,
-                        gpus_per_node=gpus_per_node, chunks=chunks)
-        raise CollsynthError(f"rank {worst} needs {b.segments(worst)} thread blocks of at most {MAX_OPS_PER_TB} ops; "
-                             f"at most {MAX_RESIDENT_TBS} can be resident at once (one 1024-thread block per SM of "
-                             f"an A100, and they wait on each other): {hint}")
+        raise TooManyThreadBlocks(f"rank {worst} needs {b.segments(worst)} thread blocks of at most "
+                                  f"{MAX_OPS_PER_TB} ops; at most {MAX_RESIDENT_TBS} can be resident at once (one "
+                                  f"1024-thread block per SM of an A100, and they wait on each other)",
+                                  b.segments(worst))
     per = io_chunks(b)[1] if schedule.collective == "allgather" else io_chunks(b)[0]
     largest = max_chunk_bytes(b) * per
     if max_bytes > largest:

@@ -2,16 +2,19 @@
 
 A plan's thread blocks wait on each other (each rank's segments are chained, and every block waits on
 its peers), so all of them must be resident: one 1024-thread block per SM. When a schedule needs more,
-``fit_hint`` names the largest size of the same family that fits: the largest ``--pipeline`` for a
-pipelined StragglAR schedule, else the largest GPU count for the schedule's algorithm. Found by
+``emit_plan`` (the emitter the format registry uses) turns that failure into one line naming the limit
+and the largest size of the same family that fits: the largest ``--pipeline`` for a pipelined StragglAR
+schedule, else the largest GPU count for the schedule's algorithm. Found by a proportional guess and
 bisection (the thread-block count grows with both).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from collsynth.backends.mscclpp.emit import fits
+from collsynth.backends.mscclpp.emit import MAX_RESIDENT_TBS, TooManyThreadBlocks, fits
+from collsynth.backends.mscclpp.emit import emit_plan as emit_plan_unfitted
 from collsynth.errors import CollsynthError
 from collsynth.synth.registry import algorithms, build_schedule
 
@@ -70,3 +73,14 @@ def fit_hint(schedule: Any, need: int = 0, limit: int = 0, **opts: Any) -> str:
         best = _largest(2, n - 1, lambda x: _ok(alg, x, params, **opts))
         return f"the largest GPU count that fits for {alg} is {best}" if best >= 2 else f"{alg} does not fit"
     return "use an algorithm with fewer steps per rank"
+
+
+@functools.wraps(emit_plan_unfitted, assigned=())  # same keyword options (inspect.signature sees them)
+def emit_plan(schedule: Any, **options: Any) -> str:
+    """``emit.emit_plan``, except that a schedule needing too many thread blocks fails with one line naming
+    the limit and the largest size that fits."""
+    try:
+        return emit_plan_unfitted(schedule, **options)
+    except TooManyThreadBlocks as e:
+        opts = {k: options[k] for k in ("proto", "pipeline", "gpus_per_node", "chunks") if k in options}
+        raise CollsynthError(f"{e}: {fit_hint(schedule, e.need, MAX_RESIDENT_TBS, **opts)}") from None
