@@ -69,7 +69,7 @@ def run_plan(plan: Plan, *, size: int | None = None, launches: int | None = None
     """Execute symbolically; ExecFailure on the first problem, PlanFormatError if the size is invalid."""
     chunk = choose_chunk(plan, size)
     check_offsets(plan, chunk)
-    ex = Executor(plan, chunk, launches or launches_for(plan), meta_steps)
+    ex = Executor(plan, chunk, launches or launches_for(plan), meta_steps, plan.pairs or None)
     return ex.run()
 
 

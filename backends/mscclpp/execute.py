@@ -143,10 +143,10 @@ class _Proxy:
 
 class Executor:
     def __init__(self, plan: Plan, chunk: int, launches: int, meta_steps: dict[tuple[int, int, int, int], int]
-                 | None = None) -> None:
+                 | None = None, pairs: dict[tuple[int, str, int], Chan] | None = None) -> None:
         self.plan, self.chunk, self.launches = plan, chunk, launches
         self.n = plan.nranks
-        self.pairs: dict[tuple[int, str, int], Chan] = channel_pairs(plan)
+        self.pairs: dict[tuple[int, str, int], Chan] = pairs if pairs is not None else channel_pairs(plan)
         self.meta_steps = meta_steps or {}
         tbs = [(g.id, tb) for g in plan.gpus for tb in g.tbs]
         ports = [(g.id, c) for g in plan.gpus for c in range(len(g.peers["port"]))]
@@ -598,13 +598,23 @@ class Executor:
         """What a wait with this ticket is sure to see: with one signalling actor, its first (ticket - init)
         signals; with several, a signal counts only if it must be among the first ones whatever the
         interleaving (the others' whole output could come first)."""
-        before = sum(1 for (x, t) in c.waits if x == a.id or a.vc[x] >= t)
+        if all(x == a.id for x, _ in c.waits):  # one waiting thread block: its tickets are its own count
+            before = len(c.waits)
+        else:
+            before = sum(1 for (x, t) in c.waits if x == a.id or a.vc[x] >= t)
         tmin = min(ticket, before + 1)
         need = tmin - c.init
         if need <= 0:
             return None, -1, -1
         vc: np.ndarray | None = None
         lv = mlv = -1
+        if len(c.per_actor) == 1:  # one signalling thread block: the wait sees its first ``need`` signals
+            idxs = next(iter(c.per_actor.values()))
+            j = min(need, len(idxs))
+            if j < 1:
+                return None, -1, -1
+            _, v, l1, m1 = c.signals[idxs[j - 1]]
+            return v, l1, m1
         for actor, idxs in c.per_actor.items():
             others = sum(k for x, k in c.total.items() if x != actor)
             j = min(need - others, len(idxs))

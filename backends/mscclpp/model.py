@@ -126,6 +126,7 @@ class Plan:
     threads: int = MAX_THREADS
     meta: dict[str, Any] = field(default_factory=dict)
     source: str = "<plan>"
+    pairs: dict[Any, Any] = field(default_factory=dict)  # the channel pairing, once load.validate has run
 
     @property
     def nranks(self) -> int:
