@@ -156,13 +156,15 @@ def test_waiting_before_signalling_deadlocks():
     assert "deadlock: gpu 0 thread block 0 op 2 (wait) waits on gpu 0's memory channel 0" in report.message
 
 
-def test_reading_the_wrong_chunk_is_a_wrong_result():
+def test_reading_the_wrong_chunk_is_a_wrong_result_naming_the_op():
     plan = _plan("ring", 4)
     ops = plan["gpus"][3]["threadblocks"][0]["ops"]
-    re = next(o for o in ops if o["name"] == "re")
+    re = [o for o in ops if o["name"] == "re"][-1]
     re["src_buff"][0]["index"] = (re["src_buff"][0]["index"] + 1) % 4
     report = _check(plan)
-    assert not report.ok and report.kind in ("result", "race"), report.message
+    assert not report.ok and report.kind == "result"
+    assert report.message == ("FAIL wrong result on gpu 1: output bytes 48..63 (chunk 3): gpu 3 thread block 0 op 20 "
+                              "(re) adds element 48 to element 0 (different data)")
 
 
 def test_a_barrier_that_counts_a_different_number_of_blocks_hangs():

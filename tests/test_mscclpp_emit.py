@@ -160,3 +160,9 @@ def test_a_schedule_that_needs_too_many_thread_blocks_names_the_largest_that_fit
     assert 1 <= k < 400
     assert fits(build_schedule("stragglar", 4, pipeline=k))[0]
     assert not fits(build_schedule("stragglar", 4, pipeline=k + 1))[0]
+
+
+def test_the_solvers_schedule_round_trips():
+    s = build_schedule("solver", 4, arrivals={3: 1e-3}, size=64 << 20, time_limit=5)
+    for proto in ("Simple", "LL"):
+        round_trip(s, proto=proto)

@@ -296,8 +296,11 @@ class Executor:
         else:
             what = f"{ns} signal(s) ({who}) but {nw} wait(s) per launch"
         op = waiters[next(iter(waiters))][0].where if waiters else None
-        raise ExecFailure("semaphore", f"unbalanced semaphores: {c.desc} gets {what}; the counter carries over, so "
-                                       f"the next launch starts out of step", a.rank, a.tb.id if a.tb else None, op)
+        waits = "; ".join(f"{self.names[x]} waits in {', '.join(o.where for o in ops[:3])}"
+                          f"{' ...' if len(ops) > 3 else ''}" for x, ops in sorted(waiters.items()))
+        raise ExecFailure("semaphore", f"unbalanced semaphores: {c.desc} gets {what}{f' ({waits})' if waits else ''}; "
+                                       f"the counter carries over, so the next launch starts out of step", a.rank,
+                          a.tb.id if a.tb else None, op)
 
     # ------------------------------------------------------------------ driver
     def run(self) -> ExecResult:
@@ -387,12 +390,15 @@ class Executor:
             lo, hi = x0 - base, x1 - base
             at = (f"wrong result on gpu {r}{f' in launch {L}' if L > 1 else ''}: output bytes {lo}..{hi - 1} "
                   f"(chunk {lo // c}{'' if (hi - 1) // c == lo // c else f'..{(hi - 1) // c}'})")
+            writer = self._last_writer(r, phys, x0, x1)
+            if writer is not None and v is not None and v[3] is None:
+                at += f" (last written by {self.names[writer[0]]} {writer[4]})"
             if v is None:
                 raise ExecFailure("result", f"{at} are never written", r)
             if v[4] != 1:
                 raise ExecFailure("result", f"{at} hold LL packets, not data", r)
             if v[3] is not None:
-                raise ExecFailure("result", f"{at}: an op {v[3]}", r)
+                raise ExecFailure("result", f"{at}: {v[3]}", r)
             if v[2] != L:
                 raise ExecFailure("result", f"{at} hold data of launch {v[2]}", r)
             elem = r * size + lo if coll == "reducescatter" else lo
@@ -412,6 +418,13 @@ class Executor:
                         else f"hold the contribution of rank(s) {', '.join(map(str, extra[:8]))}, which they "
                              f"should not")
                 raise ExecFailure("result", f"{at} {what}", r)
+
+    def _last_writer(self, rank: int, phys: str, lo: int, hi: int) -> tuple | None:
+        """The access record of the op that last wrote bytes [lo, hi) (None if nothing did)."""
+        for _, _, h in self.hist[rank][phys].get(lo, hi):
+            if h is not None and h[0] is not None:
+                return h[0]
+        return None
 
     def _deadlock(self) -> None:
         stuck = [a for a in self.actors if not a.done]
@@ -785,8 +798,8 @@ class Executor:
             if v is None:
                 out.append((r0, r1, None))
             elif v[4] == 2 and not packet:
-                out.append((r0, r1, (v[0], v[1], v[2], "holds LL packets (flags interleaved), read as plain data",
-                                     v[7])))
+                out.append((r0, r1, (v[0], v[1], v[2], f"{self._where(a, op)} reads LL packets (flags interleaved) "
+                                                      f"as plain data", v[7])))
             elif v[4] == 1 and packet:  # pragma: no cover - excluded above
                 out.append((r0, r1, None))
             else:
@@ -814,7 +827,13 @@ class Executor:
             self._wake(self.pkt_waiters.pop((rank, phys)))
 
 
+def _untagged(stream: list[tuple[int, int, Any]]) -> list[tuple[int, int, Any]]:
+    """A computed result: it carries no movement tag (the data it came from have landed)."""
+    return [(x0, x1, None if v is None else (v[0], v[1], v[2], v[3], -1)) for x0, x1, v in stream]
+
+
 def _sum(streams: list[list[tuple[int, int, Any]]], where: str) -> list[tuple[int, int, Any]]:
+    """(``where`` names the op in the message of a value it spoils.)"""
     """Element-wise sum of equally long streams (pieces relative to 0)."""
     bounds = sorted({b for s in streams for p in s for b in (p[0], p[1])})
     out = []
@@ -827,28 +846,28 @@ def _sum(streams: list[list[tuple[int, int, Any]]], where: str) -> list[tuple[in
             p = s[idx[k]]
             v = p[2]
             vals.append(None if v is None else (v[0], v[1] + (x0 - p[0]), v[2], v[3], v[4]))
-        out.append((x0, x1, _add(vals)))
+        out.append((x0, x1, _add(vals, where)))
     return out
 
 
-def _add(vals: list[Any]) -> Any:
+def _add(vals: list[Any], where: str) -> Any:
     first = vals[0]
     if any(v is None for v in vals):
         base = next((v for v in vals if v is not None), None)
         if base is None:
             return None
-        return (base[0], base[1], base[2], "adds undefined data", -1)
+        return (base[0], base[1], base[2], f"{where} adds undefined data", -1)
     mask, elem, launch, taint = first[0], first[1], first[2], first[3]
     for v in vals[1:]:
         if taint is None and v[3] is not None:
             taint = v[3]
         if taint is None and v[1] != elem:
-            taint = f"adds element {v[1]} to element {elem} (different data)"
+            taint = f"{where} adds element {v[1]} to element {elem} (different data)"
         if taint is None and v[2] != launch:
-            taint = f"adds data of launch {v[2]} to data of launch {launch}"
+            taint = f"{where} adds data of launch {v[2]} to data of launch {launch}"
         if taint is None and mask & v[0]:
             dup = [r for r in range(mask.bit_length()) if (mask & v[0]) >> r & 1]
-            taint = f"counts the contribution of rank(s) {', '.join(map(str, dup[:8]))} twice"
+            taint = f"{where} counts the contribution of rank(s) {', '.join(map(str, dup[:8]))} twice"
         mask |= v[0]
     return (mask, elem, launch, taint, -1)
 
@@ -1035,9 +1054,7 @@ def _h_reduce(ex: Executor, a: _Actor, g: Gpu, tb: ThreadBlock, inst: Inst) -> b
         assert s is not None
         streams.append(s)
     _finish(ex, a, inst, streams, 1)
-    total = _sum(streams, op.where) if len(streams) > 1 else [(x0, x1, None if v is None else
-                                                             (v[0], v[1], v[2], v[3], -1)) for x0, x1, v in streams[0]]
-    total = [(x0, x1, None if v is None else (v[0], v[1], v[2], v[3], -1)) for x0, x1, v in total]
+    total = _untagged(_sum(streams, ex._where(a, op)) if len(streams) > 1 else streams[0])
     out0 = op.dst[0]
     doff, _ = ex._ref_span(g, out0, op)
     dp, da = ex._phys(g.id, out0.buf, doff + inst.offset, True, a.launch)
@@ -1155,7 +1172,7 @@ def _h_reduce_packets(ex: Executor, a: _Actor, g: Gpu, tb: ThreadBlock, inst: In
     assert s0 is not None
     streams = [s0, *pk]
     _finish(ex, a, inst, streams, 1)
-    total = [(x0, x1, None if v is None else (v[0], v[1], v[2], v[3], -1)) for x0, x1, v in _sum(streams, op.where)]
+    total = _untagged(_sum(streams, ex._where(a, op)))
     out0 = op.dst[0]
     doff, _ = ex._ref_span(g, out0, op)
     dp, da = ex._phys(g.id, out0.buf, doff, True, a.launch)
@@ -1228,7 +1245,7 @@ def _h_glres(ex: Executor, a: _Actor, g: Gpu, tb: ThreadBlock, inst: Inst) -> bo
         lv1, mlv1 = _remote_movement(ex, a, inst, r, 100 + r, s, True)
         read_lv, read_mlv = max(read_lv, lv1), max(read_mlv, mlv1)
         streams.append(s)
-    total = [(x0, x1, None if v is None else (v[0], v[1], v[2], v[3], -1)) for x0, x1, v in _sum(streams, op.where)]
+    total = _untagged(_sum(streams, ex._where(a, op)))
     dranks, dbuf = _members(ex, g, tb, dst)
     doff, _ = ex._ref_span(g, dst, op)
     for r in dranks:
