@@ -94,7 +94,7 @@ def main():
 
     def maybe_delay():
         if late == rank and ns > 0:
-            delay((1,), (1,), (cp.uint64(ns),), stream=stream)
+            delay((1,), (1,), (cp.uint64(ns),))  # on the current stream (callers run inside `with stream`)
 
     for e, size in work(world, sizes, late):
         n = size // 4
