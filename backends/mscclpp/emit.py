@@ -22,6 +22,7 @@ from collsynth.backends.mscclpp.check import check_plan_text
 from collsynth.backends.mscclpp.lower import (
     Channels,
     Item,
+    Piece,
     Program,
     allocate_channels,
     build_programs,
@@ -64,8 +65,9 @@ class _Built:
     """A lowered plan: programs, channels, and the per-rank tables the JSON needs."""
 
     def __init__(self, s: Any, progs: list[Program], chans: Channels, scratch: list[int], node_of: list[int],
-                 packets: bool, pipeline: int, lay: Layout, M: int) -> None:
-        self.s, self.progs, self.chans, self.scratch, self.M = s, progs, chans, scratch, M
+                 packets: bool, pipeline: int, lay: Layout, M: int, pcs: list[Piece]) -> None:
+        self.s, self.progs, self.chans, self.scratch, self.M, self.pcs = s, progs, chans, scratch, M, pcs
+        self.rendered: dict[tuple[int, int], Any] = {}  # (rank, segment) -> _tb_ops(...)
         self.node_of, self.packets, self.pipeline, self.lay = node_of, packets, pipeline, lay
         self.pipeline_chunks = 1  # every reference in a pipeline body holds this many chunks
         self.sender_seg = {(p.rank, pid): it.seg for p in progs for it in p.items
@@ -92,7 +94,7 @@ def _build(s: Any, *, packets: bool, pipeline: int, node_of: list[int], M: int) 
         progs = build_programs(s, pcs, packets=packets, pipeline=bool(pipeline), budget_peers=budget,
                                allgather_copy=s.collective == "allgather", M=M)
         chans = allocate_channels(progs, packets)
-        built = _Built(s, progs, chans, scratch, node_of, packets, pipeline, lay, M)
+        built = _Built(s, progs, chans, scratch, node_of, packets, pipeline, lay, M, pcs)
         if _tables_fit(built):
             return built
     raise CollsynthError("the plan's thread blocks need more channels than their tables hold "  # pragma: no cover
@@ -118,7 +120,14 @@ def _remote_table(b: _Built, r: int) -> list[tuple[int, str]]:
 def _tb_ops(b: _Built, r: int, seg: int) -> tuple[list[dict[str, Any]], dict[str, list[int]], dict[str, list[int]],
                                                   list[tuple[int, int, int]]]:
     """The ops of rank r's thread block ``seg`` as JSON objects, its channel and remote-buffer tables, and
-    (op position, dst index, piece) for every op that sends data."""
+    (op position, dst index, piece) for every op that sends data (computed once per thread block)."""
+    if (r, seg) not in b.rendered:
+        b.rendered[(r, seg)] = _render_tb(b, r, seg)
+    return b.rendered[(r, seg)]
+
+
+def _render_tb(b: _Built, r: int, seg: int) -> tuple[list[dict[str, Any]], dict[str, list[int]],
+                                                     dict[str, list[int]], list[tuple[int, int, int]]]:
     chans = {t: b.chans.tables.get((r, seg, t), []) for t in ("memory", "port")}
     local = {t: {gi: i for i, gi in enumerate(ids)} for t, ids in chans.items()}
     rtable_all = _remote_table(b, r)
@@ -267,8 +276,7 @@ def render(b: _Built, *, name: str, proto: str, inplace: bool, min_bytes: int, m
 
 
 def _piece_table(b: _Built) -> dict[int, tuple[int, int]]:
-    pcs, _ = pieces(b.s, b.lay, b.node_of, b.M)
-    return {p.id: (p.step, p.t) for p in pcs}
+    return {p.id: (p.step, p.t) for p in b.pcs}
 
 
 def _late_rank(s: Any) -> int | None:

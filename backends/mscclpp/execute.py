@@ -99,7 +99,7 @@ class _Actor:
         self.insts: list[Inst] = []
         self.pc = 0
         self.tick = 0
-        self.vc = np.full(na, -1, np.int64)
+        self.vc = np.full(na, -1, np.int32)
         self.lanes: dict[int, np.ndarray] = {}
         self.lv = -1  # the latest level of data it knows have landed (read-back)
         self.lane_lv: dict[int, int] = {}
@@ -116,14 +116,15 @@ class _Actor:
 class _Counter:
     """A counting semaphore: a channel direction's inbound counter, or a device semaphore."""
 
-    __slots__ = ("init", "signals", "per_actor", "waits", "issued", "total", "waiting", "desc")
+    __slots__ = ("init", "signals", "per_actor", "waits", "issued", "issued_by", "total", "waiting", "desc")
 
     def __init__(self, init: int, desc: str) -> None:
         self.init = init
-        self.signals: list[tuple[int, np.ndarray, int, int]] = []  # (actor, release vc, lv, mlv)
+        self.signals: list[tuple[int, np.ndarray | None, int, int]] = []  # (actor, release vc, lv, mlv)
         self.per_actor: dict[int, list[int]] = {}  # actor -> indexes into signals, in order
         self.waits: list[tuple[int, int]] = []  # (actor, tick) of waits that passed
         self.issued = 0  # tickets handed out (waits take them in arrival order)
+        self.issued_by: set[int] = set()  # thread blocks that took them
         self.total: dict[int, int] = {}  # actor -> signals over all launches (static count)
         self.waiting: list[_Actor] = []
         self.desc = desc
@@ -134,7 +135,7 @@ class _Proxy:
 
     def __init__(self, aid: int, rank: int, chan: int, na: int) -> None:
         self.id, self.rank, self.chan = aid, rank, chan
-        self.vc = np.full(na, -1, np.int64)
+        self.vc = np.full(na, -1, np.int32)
         self.tick = 0
         self.reqs: list[tuple[int, int, int, np.ndarray, int, int]] = []  # (tb actor, lane, op tick, snapshot, lv, mlv)
         self.lv = -1
@@ -588,6 +589,7 @@ class Executor:
             c = self.counters[key]
             if (key, a.pc) not in a.ticket:
                 c.issued += 1
+                c.issued_by.add(a.id)
                 a.ticket[(key, a.pc)] = c.issued
         for key in keys:
             c = self.counters[key]
@@ -626,13 +628,18 @@ class Executor:
             j = min(need, len(idxs))
             if j < 1:
                 return None, -1, -1
-            _, v, l1, m1 = c.signals[idxs[j - 1]]
-            return v, l1, m1
+            sig = c.signals[idxs[j - 1]]
+            if len(c.issued_by) == 1 and j >= 2:  # one waiter: later waits need later signals only
+                old = c.signals[idxs[j - 2]]
+                c.signals[idxs[j - 2]] = (old[0], None, old[2], old[3])
+            return sig[1], sig[2], sig[3]
         for actor, idxs in c.per_actor.items():
             others = sum(k for x, k in c.total.items() if x != actor)
             j = min(need - others, len(idxs))
             if j >= 1:
                 _, v, l1, m1 = c.signals[idxs[j - 1]]
+                if v is None:  # released by the one-waiter path: counting less is safe (it can only add races)
+                    continue
                 vc = v.copy() if vc is None else np.maximum(vc, v)
                 lv, mlv = max(lv, l1), max(mlv, m1)
         return vc, lv, mlv

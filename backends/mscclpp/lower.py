@@ -183,18 +183,18 @@ class Program:
         return extra
 
     def _fits(self, add: int, item: Item) -> bool:
-        peers = {t: set(v) for t, v in self.peers.items()}
-        rbufs = {t: set(v) for t, v in self.rbufs.items()}
-        for p, _ in item.sync:
-            peers[item.ctype].add(p)
-        for ref in item.dst + item.src:
-            if ref[0] == "r":
-                rbufs[item.ctype].add(ref[1])
-        if any(len(v) > self.budget_peers for v in peers.values()):
+        t = item.ctype
+        new_peers = {p for p, _ in item.sync} - self.peers[t] if t in self.peers else set()
+        new_bufs = {ref[1] for ref in item.dst + item.src if ref[0] == "r"} - self.rbufs[t] if t in self.rbufs \
+            else set()
+        if new_peers and len(self.peers[t]) + len(new_peers) > self.budget_peers:
             return False
-        if any(len(v) > MAX_CHANNELS_PER_TB for v in rbufs.values()):
+        if new_bufs and len(self.rbufs[t]) + len(new_bufs) > MAX_CHANNELS_PER_TB:
             return False
-        return self.count + add + self._reserved(peers) <= MAX_OPS_PER_TB
+        if new_peers:
+            peers = {k: (v | new_peers if k == t else v) for k, v in self.peers.items()}
+            return self.count + add + self._reserved(peers) <= MAX_OPS_PER_TB
+        return self.count + add + self._reserved(self.peers) <= MAX_OPS_PER_TB
 
     def _take(self, item: Item) -> None:
         for p, _ in item.sync:
