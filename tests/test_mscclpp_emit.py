@@ -166,3 +166,20 @@ def test_the_solvers_schedule_round_trips():
     s = build_schedule("solver", 4, arrivals={3: 1e-3}, size=64 << 20, time_limit=5)
     for proto in ("Simple", "LL"):
         round_trip(s, proto=proto)
+
+
+@pytest.mark.parametrize("n, gpus_per_node", [(16, None), (12, 2)])
+def test_wide_fan_out_keeps_each_put_with_its_signal_and_handshake(n, gpus_per_node):
+    """More peers than a thread block's channels: the puts (port: staging copies and pws) to a group of peers
+    and their signals share one thread block, whose start-of-call handshake with those peers orders the
+    writes after the peers' previous call."""
+    text, _ = round_trip(build_schedule("direct", n), gpus_per_node=gpus_per_node)
+    plan = json.loads(text)
+    for g in plan["gpus"]:
+        for tb in g["threadblocks"]:
+            table = {ch["channel_type"]: ch["channel_ids"] for ch in tb["channels"]}
+            peers = {t: {g["channels"][[c["channel_type"] for c in g["channels"]].index(t)]["connected_to"][i]
+                         for i in ids} for t, ids in table.items()}
+            rbufs = {rb["access_channel_type"]: rb["remote_buffer_ids"] for rb in tb["remote_buffer_refs"]}
+            for t, ids in rbufs.items():
+                assert {g["remote_buffers"][i]["rank"] for i in ids} <= peers.get(t, set())

@@ -206,6 +206,16 @@ class Program:
         self.items.append(item)
         self.count += 1
 
+    def ensure_room(self, nops: int, ctype: str, peers: set[int]) -> None:
+        """Start a new segment unless ``nops`` more ops with channels to ``peers`` fit in this one (a put
+        and its signal must share a thread block: that block's start-of-call handshake with the peer is
+        what lets the put write into the peer's scratch)."""
+        new_peers = peers - self.peers[ctype]
+        grown = {k: (v | new_peers if k == ctype else v) for k, v in self.peers.items()}
+        if (len(grown[ctype]) > self.budget_peers or len(self.rbufs[ctype] | peers) > MAX_CHANNELS_PER_TB
+                or self.count + nops + 1 + self._reserved(grown) > MAX_OPS_PER_TB):
+            self._new_segment()
+
     def _new_segment(self) -> None:
         self.items.append(Item("nop", seg=self.seg))
         self.items.append(Item("sem_release", sems=[self.seg], seg=self.seg))
@@ -313,18 +323,22 @@ def _emit_sends(prog: Program, out: list[Piece], packets: bool) -> None:
             prog.add(Item("rppkt", "port", src=[("l", "s", p.stage, p.cnt)], dst=[("r", p.dst, p.slot, p.cnt)],
                           sync=[(p.dst, p.id)], movements=[p.id]))
         return
-    for btype in sorted({p.sloc[0] for p in mem}):
-        for grp in _group([p for p in mem if p.sloc[0] == btype], MAX_PAIRS):
-            prog.add(Item("put", "memory", src=[("l", p.sloc[0], p.sloc[1], p.cnt) for p in grp],
-                          dst=[("r", p.dst, p.slot, p.cnt) for p in grp], movements=[p.id for p in grp]))
-    for p in port:  # the proxy reads registered memory from its base: stage the data in scratch
-        prog.add(Item("copy", src=[("l", p.sloc[0], p.sloc[1], p.cnt)], dst=[("l", "s", p.stage, p.cnt)]))
-    for grp in _group(port, MAX_CHANNELS_PER_OP):
+    for grp in _group(mem, min(MAX_CHANNELS_PER_OP, prog.budget_peers)):
+        puts = [[p for p in grp if p.sloc[0] == btype] for btype in sorted({p.sloc[0] for p in grp})]
+        prog.ensure_room(len(puts) + 2, "memory", {p.dst for p in grp})  # puts, nop, signal in one block
+        for part in puts:
+            prog.add(Item("put", "memory", src=[("l", p.sloc[0], p.sloc[1], p.cnt) for p in part],
+                          dst=[("r", p.dst, p.slot, p.cnt) for p in part], movements=[p.id for p in part]))
+        prog.add(Item("signal", "memory", sync=[(p.dst, p.id) for p in grp]), publish=True)
+    for grp in _group(port, min(MAX_CHANNELS_PER_OP, prog.budget_peers)):
+        # the proxy reads registered memory from its base: stage the data in scratch, in the thread block
+        # that sends them (its handshake with the receiver orders the staging after the last call's send)
+        prog.ensure_room(len(grp) + 2, "port", {p.dst for p in grp})
+        for p in grp:
+            prog.add(Item("copy", src=[("l", p.sloc[0], p.sloc[1], p.cnt)], dst=[("l", "s", p.stage, p.cnt)]))
         prog.add(Item("pws", "port", src=[("l", "s", p.stage, p.cnt) for p in grp],
                       dst=[("r", p.dst, p.slot, p.cnt) for p in grp], sync=[(p.dst, p.id) for p in grp],
                       movements=[p.id for p in grp]), publish=True)
-    for grp in _group(mem, MAX_CHANNELS_PER_OP):
-        prog.add(Item("signal", "memory", sync=[(p.dst, p.id) for p in grp]), publish=True)
 
 
 def _emit_receives(prog: Program, inc: list[Piece], packets: bool) -> None:
