@@ -3,7 +3,8 @@
 ``emit(source, format, **options)`` renders one of ``FORMATS`` and returns the text (one-file formats)
 or ``{relative path: content}`` (folder formats); ``emit_to(source, format, output, force=..., **options)``
 also writes it, all or nothing. ``source`` is a Schedule (verified first: an unverified schedule is never
-emitted) or, for ``msccl-scheduler``, a folder of MSCCL XML files. Options are plain keywords, the
+emitted) or, for ``msccl-scheduler`` and ``mscclpp-selector``, a folder of MSCCL XML files or MSCCL++ plans
+(each checked). Options are plain keywords, the
 render function's own (e.g. ``proto="LL128"`` for msccl-xml, ``dtypes="float,half"`` for nccl-cuda).
 
 Adding a format: write the backend package (its own ``templates/``, rendered through backends.render),
@@ -20,6 +21,8 @@ from typing import Literal, overload
 
 from collsynth.apitypes import EmitOption, Emitted
 from collsynth.backends.msccl import emit_xml
+from collsynth.backends.mscclpp import emit_plan
+from collsynth.backends.mscclpp.selector import render_mscclpp_selector
 from collsynth.backends.nccl import render_msccl_scheduler, render_nccl_cuda
 from collsynth.errors import CollsynthError
 from collsynth.fileio import check_outdir, write_text_atomic, write_tree
@@ -34,7 +37,7 @@ class Format:
     name: str
     help: str
     render: Callable[..., str | Mapping[str, str | bytes]]  # text, or {relative path: content}
-    reads: str = "schedule"  # "schedule" or "xml-folder"
+    reads: str = "schedule"  # "schedule", "xml-folder" or "plan-folder"
     writes: str = "file"  # "file" or "folder"
 
     def options(self) -> tuple[str, ...]:
@@ -50,6 +53,11 @@ FORMATS: tuple[Format, ...] = (
     Format("msccl-scheduler", "C source of an MSCCL scheduler plugin choosing among a folder of MSCCL XML files "
                               "(give the folder instead of SCHEDULE); -o FOLDER", render_msccl_scheduler,
            reads="xml-folder", writes="folder"),
+    Format("mscclpp-plan", "MSCCL++ execution plan (JSON, format 0.9.0) for its executor and NCCL-compatible "
+                           "library", emit_plan),
+    Format("mscclpp-selector", "Python and C++ selectors choosing among a folder of MSCCL++ plans by collective, "
+                               "GPUs, size, buffer mode and late rank (give the folder instead of SCHEDULE); -o FOLDER",
+           render_mscclpp_selector, reads="plan-folder", writes="folder"),
 )
 _BY_NAME = {f.name: f for f in FORMATS}
 
@@ -62,7 +70,7 @@ def get_format(name: str) -> Format:
 
 
 @overload
-def emit(source: Schedule | str, format: Literal["msccl-xml"], **options: EmitOption) -> str: ...
+def emit(source: Schedule | str, format: Literal["msccl-xml", "mscclpp-plan"], **options: EmitOption) -> str: ...
 
 
 @overload
@@ -81,8 +89,10 @@ def emit(source: Schedule | str, format: str, **options: EmitOption) -> Emitted:
             raise CollsynthError(f"--format {fmt.name} reads a schedule, not {source!r}")
         check(source)
     elif not (isinstance(source, str) and os.path.isdir(source)):
-        raise CollsynthError(f"{source} is not a folder: --format {fmt.name} reads a folder of MSCCL XML files "
-                             "(emit them with --format msccl-xml)")
+        what = "MSCCL XML files" if fmt.reads == "xml-folder" else "MSCCL++ plans"
+        how = "msccl-xml" if fmt.reads == "xml-folder" else "mscclpp-plan"
+        raise CollsynthError(f"{source} is not a folder: --format {fmt.name} reads a folder of {what} (emit them "
+                             f"with --format {how})")
     out = fmt.render(source, **options)
     return out if isinstance(out, str) else dict(out)
 

@@ -8,11 +8,16 @@ import json
 import sys
 from typing import Any
 
-from collsynth.api import is_xml, load_schedule, verify_file
+from collsynth.api import file_kind, load_schedule, verify_file
 from collsynth.backends import emit
 from collsynth.commands.catalog import add_command_parser
 from collsynth.commands.common import add_model_args, int_arg, print_json, print_table
-from collsynth.commands.emit_cmds import add_msccl_xml_options, msccl_xml_options
+from collsynth.commands.emit_cmds import (
+    add_msccl_xml_options,
+    add_mscclpp_options,
+    msccl_xml_options,
+    mscclpp_plan_options,
+)
 from collsynth.errors import CollsynthError
 from collsynth.fileio import write_text_atomic
 from collsynth.synth.algorithms.stragglar.family import write_family
@@ -40,7 +45,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         epilog="examples:\n  collsynth synth -a ring -n 8 -o ring8.json\n"
                "  collsynth synth -a stragglar -n 8 --straggler 3 -o s8.json\n"
                "  collsynth synth -a stragglar -n 8 --straggler all -o family/\n"
-               "  collsynth synth -a ring -n 8 --format msccl-xml -o ring8.xml",
+               "  collsynth synth -a ring -n 8 --format msccl-xml -o ring8.xml\n"
+               "  collsynth synth -a stragglar -n 8 --format mscclpp-plan -o s8.plan.json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--algorithm", "-a", required=True, help="algorithm name (see `collsynth algorithms`)")
     p.add_argument("--gpus", "-n", required=True, type=int_arg("--gpus"), help="number of ranks (>= 2)")
@@ -62,27 +68,33 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--chunks", default=None, type=int_arg("--chunks"), help="solver: chunks per buffer")
     g.add_argument("--time-limit", default=None, help="solver: wall-clock limit, e.g. 60s")
     g.add_argument("--solver", default=None, choices=["cbc", "highs"], help="solver: MILP backend (default cbc)")
-    p.add_argument("--format", "-f", default="json", help="json (default) or msccl-xml")
+    p.add_argument("--format", "-f", default="json", help="json (default), msccl-xml or mscclpp-plan")
     p.add_argument("-o", "--output", default=None, help="output file (stdout when omitted)")
     p.add_argument("--force", action="store_true", help="with --straggler all: overwrite a non-empty directory")
     add_msccl_xml_options(p)
+    add_mscclpp_options(p)
     p.set_defaults(func=cmd_synth)
 
     p = add_command_parser(sub, "info", description="Ranks, chunks, steps, transfers, steps per phase and bytes "
-                           "each rank sends per byte of buffer, for a schedule JSON or an MSCCL XML file.",
+                           "each rank sends per byte of buffer, for a schedule JSON, an MSCCL XML file or an "
+                           "MSCCL++ plan.",
                            epilog="examples:\n  collsynth info ring8.json\n  collsynth info s8.xml --json")
     p.add_argument("file")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_info)
 
     p = add_command_parser(sub, "verify", description="Exit 0 with `OK ...` when the schedule computes its collective, "
-                           "1 with the first violation when not, 2 when the file cannot be read. FILE is a schedule "
-                           "JSON or any MSCCL XML file.",
+                           "1 with the first violation when not, 2 when the file cannot be read or the runtime would "
+                           "refuse or misread it. FILE is a schedule JSON, any MSCCL XML file or any MSCCL++ "
+                           "execution plan (told apart by content).",
                            epilog="examples:\n  collsynth verify ring8.json\n  collsynth verify s8.xml --json\n"
-                                  "  collsynth verify ring8.json --ports 2")
+                                  "  collsynth verify ring8.json --ports 2\n  collsynth verify s8.plan.json\n"
+                                  "  collsynth verify s8.plan.json --size 1MiB")
     p.add_argument("file")
     p.add_argument("--ports", type=int_arg("--ports"), default=None,
                    help="messages a rank may send and receive per step (default: the schedule's own)")
+    p.add_argument("--size", default=None, help="MSCCL++ plans: the message size to run it at, e.g. 1MiB (default: "
+                                                "the smallest that exercises every slice and pipeline iteration)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_verify)
 
@@ -180,13 +192,15 @@ def cmd_synth(args: argparse.Namespace) -> int:
     if args.topology is not None:
         make_topology(args.topology, n)
     params = _synth_params(args)
-    if args.format not in ("json", "msccl-xml"):
-        raise CollsynthError(f"unknown --format {args.format!r}: use json or msccl-xml")
+    if args.format not in ("json", "msccl-xml", "mscclpp-plan"):
+        raise CollsynthError(f"unknown --format {args.format!r}: use json, msccl-xml or mscclpp-plan")
     if args.straggler == "all":
         return _synth_family(args, params)
     schedule = check(build_schedule(args.algorithm, n, args.collective, **params))
     if args.format == "msccl-xml":
         text = emit(schedule, "msccl-xml", **msccl_xml_options(args))
+    elif args.format == "mscclpp-plan":
+        text = emit(schedule, "mscclpp-plan", **mscclpp_plan_options(args))
     else:
         text = schedule.to_json()
     if args.output in (None, "-"):
@@ -246,7 +260,13 @@ def _ranges(ranks: tuple[int, ...]) -> str:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    report = verify_file(args.file, ports=args.ports)
+    size = None
+    if args.size is not None:
+        size = parse_size(args.size)
+        if size != int(size):
+            raise CollsynthError(f"--size must be a whole number of bytes, got {args.size!r}")
+        size = int(size)
+    report = verify_file(args.file, ports=args.ports, size=size)
     if args.json:
         print_json({"file": args.file, "ok": report.ok, "message": report.message})
     else:
@@ -255,8 +275,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    s = load_schedule(args.file)  # an XML file is checked as it is read
-    if not is_xml(args.file):
+    s = load_schedule(args.file)  # an XML file or a plan is checked as it is read
+    if file_kind(args.file) == "schedule":
         check(s, source=args.file)
     size, topo, arrivals = model_from_args(args, s.nranks)
     res = simulate(s, size, topo, arrivals, timeline=bool(args.timeline))

@@ -9,8 +9,10 @@ import os
 import sys
 from typing import Any
 
+from collsynth.api import file_kind
 from collsynth.backends import FORMATS, emit, emit_to, get_format
-from collsynth.backends.msccl.library import build_files, compare_folder, default_dir, write
+from collsynth.backends.libraries import build_files, compare_folder, write
+from collsynth.backends.msccl.library import default_dir
 from collsynth.backends.msccl.model import DIALECTS, PROTOCOLS
 from collsynth.commands.catalog import add_command_parser, show_help
 from collsynth.commands.common import print_json, print_table
@@ -43,6 +45,44 @@ def add_msccl_xml_options(p: argparse.ArgumentParser) -> None:
                    help="MSCCL chunks per buffer: the schedule's (default), a larger number, or pow2 (a power of "
                         "two when the schedule's count is not one; the runtime only runs calls whose element "
                         "count is a multiple of it). Schedule chunks then get floor/ceiling shares")
+
+
+def add_mscclpp_options(p: argparse.ArgumentParser) -> None:
+    """The options only ``--format mscclpp-plan`` takes (it shares --proto Simple|LL, --inplace/--no-inplace,
+    --min-bytes, --max-bytes and --name with msccl-xml)."""
+    g = p.add_argument_group("MSCCL++ plan output (--format mscclpp-plan; also --proto Simple|LL, --inplace/"
+                             "--no-inplace, --min-bytes, --max-bytes, --name)")
+    g.add_argument("--pipeline-unit", default=None, metavar="BYTES",
+                   help="pipeline form for large messages: every thread block runs its ops once per unit of this "
+                        "many bytes of each chunk, e.g. 1MiB (Simple only; default: no pipeline)")
+    g.add_argument("--gpus-per-node", default=None, metavar="N",
+                   help="consecutive ranks per node: memory channels inside a node, port channels across nodes "
+                        "(default: the schedule's, else one node)")
+    g.add_argument("--plan-chunks", default=None, metavar="N|pow2",
+                   help="chunks the plan cuts each buffer into: the schedule's (default), a larger number, or pow2 "
+                        "(so that power-of-two messages are eligible: the executor needs the size to be a multiple "
+                        "of 16 bytes times this). Schedule chunks then get floor/ceiling shares")
+
+
+def mscclpp_plan_options(args: argparse.Namespace) -> dict[str, Any]:
+    """emit_plan keywords from the parsed flags (sizes accept units, e.g. 1MiB)."""
+    gpn = getattr(args, "gpus_per_node", None)
+    if gpn is not None:
+        try:
+            gpn = int(str(gpn))
+        except ValueError:
+            raise CollsynthError(f"--gpus-per-node must be an integer >= 1, got {gpn!r}") from None
+    unit = getattr(args, "pipeline_unit", None)
+    chunks: int | str | None = getattr(args, "plan_chunks", None)
+    if chunks is not None and chunks != "pow2":
+        try:
+            chunks = int(str(chunks))
+        except ValueError:
+            raise CollsynthError(f"--plan-chunks must be an integer or pow2, got {chunks!r}") from None
+    return {"proto": args.proto, "inplace": bool(args.inplace), "min_bytes": _bytes("--min-bytes", args.min_bytes),
+            "max_bytes": _bytes("--max-bytes", args.max_bytes), "name": args.name,
+            "pipeline": None if unit is None else _bytes("--pipeline-unit", unit), "gpus_per_node": gpn,
+            "chunks": chunks}
 
 
 def _bytes(flag: str, text: Any) -> int:
@@ -79,6 +119,8 @@ def _format_options(fmt: str, args: argparse.Namespace) -> dict[str, Any]:
     """The keyword options of format ``fmt`` from the parsed `emit` flags."""
     if fmt == "msccl-xml":
         return msccl_xml_options(args)
+    if fmt == "mscclpp-plan":
+        return mscclpp_plan_options(args)
     if fmt == "nccl-cuda":
         return {"name": args.name, "dtypes": args.dtypes}
     return {}
@@ -92,37 +134,46 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                "  collsynth emit s8.json --format msccl-xml --proto LL128 --max-bytes 64MiB -o s8.xml\n"
                "  collsynth emit ring8.json --format msccl-xml --dialect legacy -o ring8-legacy.xml\n"
                "  collsynth emit s8.json --format nccl-cuda --name s8 -o s8cuda\n"
-               "  collsynth emit --format msccl-scheduler algos -o plugin",
+               "  collsynth emit --format msccl-scheduler algos -o plugin\n"
+               "  collsynth emit s8.json --format mscclpp-plan -o s8.plan.json\n"
+               "  collsynth emit s8.json --format mscclpp-plan --proto LL --max-bytes 1MiB --no-inplace -o s8.ll.json\n"
+               "  collsynth emit --format mscclpp-selector plans -o selector",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("schedule", help="schedule JSON file (msccl-scheduler: a folder of MSCCL XML files)")
+    p.add_argument("schedule", help="schedule JSON file (msccl-scheduler: a folder of MSCCL XML files; "
+                                    "mscclpp-selector: a folder of MSCCL++ plans)")
     p.add_argument("--format", "-f", required=True, metavar="FORMAT",
                    help="output format: " + ", ".join(f.name for f in FORMATS))
     p.add_argument("-o", "--output", default=None, help="output file, or folder for multi-file formats "
                                                         "(stdout when omitted)")
     add_msccl_xml_options(p)
-    g = p.add_argument_group("nccl-cuda and msccl-scheduler output (-o FOLDER; --name sets the C name)")
+    add_mscclpp_options(p)
+    g = p.add_argument_group("nccl-cuda, msccl-scheduler and mscclpp-selector output (-o FOLDER; --name sets the "
+                             "C name)")
     g.add_argument("--dtypes", default="float,half,bfloat16",
                    help="nccl-cuda: element types to compile in, comma-separated (default float,half,bfloat16)")
     g.add_argument("--force", action="store_true",
-                   help="nccl-cuda, msccl-scheduler: replace an output folder that is not empty")
+                   help="folder formats: replace an output folder that is not empty")
     p.set_defaults(func=cmd_emit)
 
     p = add_command_parser(sub, "schedules", description="The schedule library ships ready-to-load MSCCL XML and JSON "
-                           "schedules for ring, rhd, direct and StragglAR (every straggler rank) at 4, 8 and 16 GPUs.",
+                           "schedules for ring, rhd, direct and StragglAR (every straggler rank) at 4, 8 and 16 GPUs, "
+                           "and MSCCL++ execution plans with their selectors (schedules/mscclpp).",
                            epilog="examples:\n  collsynth schedules list\n  collsynth schedules list --json\n"
-                                  "  collsynth schedules regenerate --check")
+                                  "  collsynth schedules list --mscclpp\n  collsynth schedules regenerate --check")
     ssub = p.add_subparsers(dest="schedules_command", metavar="ACTION")
     q = ssub.add_parser("list", help="list the library's entries",
                         description="One row per file: algorithm, GPUs, straggler, protocol and the folder to "
-                                    "point MSCCL_ALGO_DIR at.")
-    q.epilog = "example:\n  collsynth schedules list"
+                                    "point MSCCL_ALGO_DIR at; with --mscclpp the MSCCL++ plans instead.")
+    q.epilog = "examples:\n  collsynth schedules list\n  collsynth schedules list --mscclpp"
     q.formatter_class = argparse.RawDescriptionHelpFormatter
     q.add_argument("--dir", default=None, help="library folder (default: the installed one)")
     q.add_argument("--json", action="store_true", help="print the manifest")
+    q.add_argument("--mscclpp", action="store_true", help="list the MSCCL++ plan library (schedules/mscclpp)")
     q.set_defaults(func=cmd_schedules_list)
     q = ssub.add_parser("regenerate", help="rebuild the library from code",
                         description="Rebuild every library file deterministically (byte-identical for the same "
-                                    "code). Only MANIFEST.json, json/ and msccl/ in the folder are replaced.")
+                                    "code). Only MANIFEST.json, json/, msccl/ and mscclpp/ in the folder are "
+                                    "replaced.")
     q.epilog = "examples:\n  collsynth schedules regenerate --check\n  collsynth schedules regenerate --out mylib"
     q.formatter_class = argparse.RawDescriptionHelpFormatter
     q.add_argument("--out", default=None, help="folder to write (default: the installed library)")
@@ -148,9 +199,16 @@ def cmd_emit(args: argparse.Namespace) -> int:
         print(f"wrote {len(paths)} file(s) to {out} (msccl-scheduler over {nxml} checked MSCCL XML file(s)); "
               f"build with `make -C {out}`", file=sys.stderr)
         return 0
-    if args.schedule.lower().endswith(".xml"):
-        raise CollsynthError(f"{args.schedule}: emit reads a schedule JSON file (to check an MSCCL XML file use "
-                             f"`collsynth verify {args.schedule}`)")
+    if fmt.reads == "plan-folder":
+        out = _need_folder(args, fmt.name)
+        paths = emit_to(args.schedule, fmt.name, out, force=args.force)
+        nplans = sum(1 for p in paths if os.sep + "plans" + os.sep in p)
+        print(f"wrote {len(paths)} file(s) to {out} (selectors over {nplans} checked MSCCL++ plan(s))",
+              file=sys.stderr)
+        return 0
+    if file_kind(args.schedule) != "schedule":
+        raise CollsynthError(f"{args.schedule}: emit reads a schedule JSON file (to check an MSCCL XML file or an "
+                             f"MSCCL++ plan use `collsynth verify {args.schedule}`)")
     if fmt.writes == "folder":
         check_outdir(_need_folder(args, fmt.name), args.force)
     schedule = check(load_schedule(args.schedule), source=args.schedule)
@@ -171,17 +229,25 @@ def cmd_emit(args: argparse.Namespace) -> int:
 
 def cmd_schedules_list(args: argparse.Namespace) -> int:
     root = args.dir or default_dir()
-    path = os.path.join(root, "MANIFEST.json")
+    path = os.path.join(root, "mscclpp", "MANIFEST.json") if args.mscclpp else os.path.join(root, "MANIFEST.json")
     try:
         with open(path, encoding="utf-8") as f:
             manifest = json.load(f)
     except OSError:
-        raise CollsynthError(f"no library at {root} (missing MANIFEST.json): run `collsynth schedules regenerate "
-                             f"--out {root}`") from None
+        raise CollsynthError(f"no library at {root} (missing {os.path.relpath(path, root)}): run `collsynth schedules "
+                             f"regenerate --out {root}`") from None
     except json.JSONDecodeError as e:
         raise CollsynthError(f"{path}: not valid JSON ({e.msg})") from None
     if args.json:
         print_json(manifest)
+        return 0
+    if args.mscclpp:
+        rows = [{**e, "straggler": "" if e["straggler"] is None else e["straggler"],
+                 "mode": "in-place" if e["inplace"] else "out-of-place",
+                 "sizes": f"{e['min_bytes']}..{e['max_bytes']}", "path": os.path.join(root, "mscclpp", e["file"])}
+                for e in manifest.get("entries", [])]
+        print_table(rows, ["algorithm", "world_size", "straggler", "protocol", "mode", "sizes", "path"],
+                    ["algorithm", "gpus", "straggler", "protocol", "mode", "bytes", "plan"])
         return 0
     rows = [{**e, "straggler": "" if e["straggler"] is None else e["straggler"],
              "folder": os.path.join(root, e["choice"])} for e in manifest.get("entries", [])]
@@ -204,6 +270,8 @@ def cmd_schedules_regenerate(args: argparse.Namespace) -> int:
         print(f"{out} is up to date: {len(files)} files")
         return 0
     info = write(out, files)
-    print(f"wrote {info['files']} files ({info['bytes']} bytes) to {out}: {len(manifest['entries'])} MSCCL XML "
-          f"files in {len({e['choice'] for e in manifest['entries']})} MSCCL_ALGO_DIR folders", file=sys.stderr)
+    xml = manifest["msccl"]["entries"]
+    print(f"wrote {info['files']} files ({info['bytes']} bytes) to {out}: {len(xml)} MSCCL XML files in "
+          f"{len({e['choice'] for e in xml})} MSCCL_ALGO_DIR folders, {len(manifest['mscclpp']['entries'])} MSCCL++ "
+          f"plans with their selectors", file=sys.stderr)
     return 0

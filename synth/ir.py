@@ -384,6 +384,27 @@ def _csv_ints(values: np.ndarray) -> str:
     return flat[flat != 0][:-1].tobytes().decode("ascii")
 
 
+def derived_phases(nranks: int, step: Column, src: Column, dst: Column, nsteps: int) -> tuple[Phase, ...]:
+    """Phases of a schedule read back from a runtime's program: each step waits for the ranks that took part
+    in it or in an earlier step (what a data-driven runtime does: StragglAR's punctual phase comes out as in
+    its Schedule). Steps where everybody has taken part get no phase."""
+    step_a, src_a, dst_a = np.asarray(step), np.asarray(src), np.asarray(dst)
+    seen: set[int] = set()
+    bounds: list[tuple[int, tuple[int, ...]]] = []
+    for k in range(nsteps):
+        sel = step_a == k
+        seen |= set(src_a[sel].tolist()) | set(dst_a[sel].tolist())
+        key = tuple(sorted(seen))
+        if not bounds or bounds[-1][1] != key:
+            bounds.append((k, key))
+    phases = []
+    for i, (start, ranks) in enumerate(bounds):
+        stop = bounds[i + 1][0] if i + 1 < len(bounds) else nsteps
+        if len(ranks) < nranks:
+            phases.append(Phase(f"ranks-{len(ranks)}", start, stop, ranks))
+    return tuple(phases)
+
+
 def load_schedule(path: str) -> Schedule:
     """Read a schedule JSON file; any problem raises ScheduleFileError."""
 

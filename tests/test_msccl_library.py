@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from collsynth.backends.libraries import MANAGED
 from collsynth.backends.msccl import check_xml_file, xml_to_schedule
 from collsynth.backends.msccl.library import compare_folder, default_dir, write
 from collsynth.cli import main
@@ -29,7 +30,7 @@ def _tree(root):
 @pytest.fixture(scope="module")
 def files():
     """The committed library (test_regenerate_matches_the_committed_library proves it is current)."""
-    return {rel: data for rel, data in _tree(LIB).items() if rel.split("/")[0] in ("MANIFEST.json", "json", "msccl")}
+    return {rel: data for rel, data in _tree(LIB).items() if rel.split("/")[0] in MANAGED}
 
 
 def test_regenerate_matches_the_committed_library(files, tmp_path):
@@ -43,7 +44,8 @@ def test_check_reports_drift(tmp_path, capsys, monkeypatch):
     from collsynth.commands import emit_cmds
 
     small = {"MANIFEST.json": b'{"entries": []}\n', "msccl/ring-Simple/a.xml": b"<algo/>\n"}
-    monkeypatch.setattr(emit_cmds, "build_files", lambda: (small, {"entries": []}))
+    empty = {"msccl": {"entries": []}, "mscclpp": {"entries": []}}
+    monkeypatch.setattr(emit_cmds, "build_files", lambda: (small, empty))
     out = str(tmp_path / "lib")
     assert main(["schedules", "regenerate", "--out", out]) == 0
     assert main(["schedules", "regenerate", "--out", out, "--check"]) == 0

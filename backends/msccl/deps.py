@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from collsynth.backends.layout import Loc
 from collsynth.backends.msccl.levels import LEVEL_WEIGHT, LOCAL, RECV, SEND, longest_levels
-from collsynth.backends.msccl.lower import Loc, Lowered, Op
+from collsynth.backends.msccl.lower import Lowered, Op
 
 
 def hazard_deps(low: Lowered) -> None:

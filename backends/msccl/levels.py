@@ -30,7 +30,7 @@ import numpy as np
 from collsynth.backends.msccl.execute import ExecResult
 from collsynth.backends.msccl.model import Program
 from collsynth.errors import CollsynthError
-from collsynth.synth.ir import COLLECTIVES, Phase, Schedule
+from collsynth.synth.ir import COLLECTIVES, Phase, Schedule, derived_phases
 
 SEND, RECV, LOCAL = 0, 1, 2
 # weight of "X after P" from P's part kind to X's part kind
@@ -223,7 +223,7 @@ def xml_to_schedule_from(prog: Program, res: ExecResult, name: str = "", source:
     nsteps = len(used)
     phases = _phases_from_comment(a, cols, nsteps)
     if phases is None:
-        phases = _derived_phases(a.ngpus, cols, nsteps)
+        phases = derived_phases(a.ngpus, cols[:, 0], cols[:, 1], cols[:, 2], nsteps)
     ports = 1
     if len(cols):
         for col in (1, 2):
@@ -233,26 +233,6 @@ def xml_to_schedule_from(prog: Program, res: ExecResult, name: str = "", source:
     return Schedule.from_arrays(a.collective, a.ngpus, N, step=cols[:, 0], src=cols[:, 1], dst=cols[:, 2],
                                 chunk=cols[:, 3], count=cols[:, 4], reduce=cols[:, 5].astype(bool), nsteps=nsteps,
                                 phases=tuple(phases), ports=ports, name=name or (a.name or ""), meta=meta)
-
-
-def _derived_phases(n: int, cols: np.ndarray, nsteps: int) -> tuple:
-    """Each step waits only for the ranks that took part in it or in an earlier step (what a data-driven
-    runtime does; StragglAR's punctual phase comes out as in its Schedule)."""
-
-    seen: set[int] = set()
-    bounds: list[tuple[int, tuple[int, ...]]] = []
-    for k in range(nsteps):
-        sel = cols[cols[:, 0] == k]
-        seen |= set(sel[:, 1].tolist()) | set(sel[:, 2].tolist())
-        key = tuple(sorted(seen))
-        if not bounds or bounds[-1][1] != key:
-            bounds.append((k, key))
-    phases = []
-    for i, (start, ranks) in enumerate(bounds):
-        stop = bounds[i + 1][0] if i + 1 < len(bounds) else nsteps
-        if len(ranks) < n:
-            phases.append(Phase(f"ranks-{len(ranks)}", start, stop, ranks))
-    return tuple(phases)
 
 
 def _phases_from_comment(a: Any, cols: np.ndarray, nsteps: int) -> tuple | None:

@@ -115,8 +115,9 @@ def build_files() -> tuple[dict[str, bytes], dict[str, Any]]:
     return files, manifest
 
 
-def compare_folder(out: str, files: dict[str, bytes]) -> list[str]:
-    """Paths that differ between ``files`` and the folder ``out`` (missing, changed or extra)."""
+def compare_folder(out: str, files: dict[str, bytes], managed: tuple[str, ...] = MANAGED) -> list[str]:
+    """Paths that differ between ``files`` and the folder ``out`` (missing, changed or extra files in the
+    ``managed`` entries)."""
     diffs = []
     for rel, data in files.items():
         p = os.path.join(out, rel)
@@ -126,15 +127,15 @@ def compare_folder(out: str, files: dict[str, bytes]) -> list[str]:
                     diffs.append(f"changed {rel}")
         except OSError:
             diffs.append(f"missing {rel}")
-    for rel in _existing(out):
+    for rel in _existing(out, managed):
         if rel not in files:
             diffs.append(f"extra {rel}")
     return sorted(diffs)
 
 
-def _existing(out: str) -> list[str]:
+def _existing(out: str, managed: tuple[str, ...]) -> list[str]:
     found = []
-    for top in MANAGED[1:]:
+    for top in managed[1:]:
         root = os.path.join(out, top)
         for d, _, names in os.walk(root):
             for nm in names:
@@ -142,8 +143,8 @@ def _existing(out: str) -> list[str]:
     return found
 
 
-def write(out: str, files: dict[str, bytes]) -> dict[str, int]:
-    """Write the library into ``out``: the managed entries (MANIFEST.json, json/, msccl/) are replaced
+def write(out: str, files: dict[str, bytes], managed: tuple[str, ...] = MANAGED) -> dict[str, int]:
+    """Write the library into ``out``: the ``managed`` entries (MANIFEST.json, json/, msccl/) are replaced
     all at once (fileio.replace_subtrees); other files in ``out`` are kept."""
-    replace_subtrees(out, files, MANAGED)
+    replace_subtrees(out, files, managed)
     return {"files": len(files), "bytes": sum(len(v) for v in files.values())}

@@ -30,10 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from collsynth.backends.layout import Layout, Loc, check_block_owners, contiguous_runs
 from collsynth.backends.msccl.model import MAX_CHANNELS, MAX_COUNT, MAX_TB_PER_CHANNEL
 from collsynth.errors import CollsynthError
-
-Loc = tuple[str, int]
 
 
 class Op:
@@ -124,58 +123,11 @@ class Lowered:
         return sender, receiver
 
 
-class Layout:
-    """Where (rank, chunk) lives: see the module docstring."""
-
-    def __init__(self, coll: str, n: int, N: int, inplace: bool) -> None:
-        self.coll, self.n, self.N, self.inplace = coll, n, N, inplace
-        self.m = N // n
-
-    def read(self, r: int, c: int, written: bool) -> Loc:
-        if self.coll == "allgather":
-            return ("o", c)
-        if not written:
-            return ("i", c)
-        return self.write(r, c)
-
-    def write(self, r: int, c: int) -> Loc:
-        if self.coll == "reducescatter":
-            m = self.m
-            if c // m == r:
-                return ("o", c - r * m)
-            return ("s", c if c < r * m else c - m)
-        return ("o", c)
-
-    def hazard(self, r: int, loc: Loc) -> Loc:
-        """The physical location in place (aliases merged) for dependency analysis."""
-        buf, k = loc
-        if not self.inplace:
-            return loc
-        if self.coll == "allgather" and buf == "i":
-            return ("o", r * self.m + k)
-        if self.coll == "reducescatter" and buf == "o":
-            return ("i", r * self.m + k)
-        if self.coll == "allreduce" and buf == "o":
-            return ("i", k)
-        return loc
-
-    def scratch_base(self) -> int:
-        return self.N - self.m if self.coll == "reducescatter" else 0
-
-
 def check_lowerable(s: Any) -> None:
     """Refuse Schedules MSCCL cannot express (naming the limit or rule)."""
     if s.collective not in ("allreduce", "reducescatter", "allgather"):
         raise CollsynthError(f"MSCCL XML lowering supports allreduce, reducescatter and allgather, not {s.collective}")
-    n, N = s.nranks, s.nchunks
-    if s.collective != "allreduce":
-        if N % n:
-            raise CollsynthError(f"{s.collective} with {N} chunks on {n} ranks: MSCCL needs nchunks to be a multiple "
-                                 f"of the rank count (each rank owns an equal block)")
-        m = N // n
-        if tuple(s.owner) != tuple(c // m for c in range(N)):
-            raise CollsynthError(f"{s.collective}: MSCCL needs rank r to own chunks r*{m}..r*{m}+{m - 1} (contiguous "
-                                 f"blocks in rank order); relabel the schedule's chunks")
+    check_block_owners(s, "MSCCL")
     if s.ntransfers and int(s.count.max()) >= MAX_COUNT:
         raise CollsynthError(f"a transfer moves {int(s.count.max())} chunks; MSCCL's cnt limit is {MAX_COUNT - 1} "
                              f"chunks per step: build the schedule with fewer, larger chunks")
@@ -215,25 +167,10 @@ def segments(s: Any, nseg: int) -> list[int]:
     return [uniq[v] for v in out]
 
 
-def _split(roles: list[list[Loc]]) -> list[tuple[int, int]]:
-    """Positions 0..len-1 cut into runs that are contiguous in every role's buffer."""
-    count = len(roles[0])
-    out, start = [], 0
-    for k in range(1, count + 1):
-        brk = k == count or any(r[k - 1][0] != r[k][0] or r[k][1] != r[k - 1][1] + 1 for r in roles)
-        if brk:
-            out.append((start, k))
-            start = k
-    return out
-
-
 def _pieces(s: Any, lay: Layout) -> tuple[list[Piece], dict[int, list[int]], list[int]]:
     """Pass 1: every transfer's pieces with their locations (snapshot reads per step)."""
-    n, N = s.nranks, s.nchunks
-    written = np.zeros((n, N), np.bool_)
-    if s.collective == "allgather":
-        for r in range(n):
-            written[r, r * lay.m:(r + 1) * lay.m] = True
+    n = s.nranks
+    written = lay.written0()
     scratch = [lay.scratch_base()] * n
     pieces: list[Piece] = []
     of_t: dict[int, list[int]] = {}
@@ -250,7 +187,7 @@ def _pieces(s: Any, lay: Layout) -> tuple[list[Piece], dict[int, list[int]], lis
             al = [lay.read(b, x, bool(written[b, x])) for x in range(c, c + cnt)] if red else []
             now.append((b, c, cnt))
             if red and (b, c, cnt) in land:
-                if land[(b, c, cnt)] < 0 or len(_split([sl])) != 1:
+                if land[(b, c, cnt)] < 0 or len(contiguous_runs([sl])) != 1:
                     raise CollsynthError(f"step {k}: a reduce into rank {b} spans buffers that MSCCL cannot address "
                                          f"in one step; split the transfer")
                 first = land[(b, c, cnt)]
@@ -262,7 +199,7 @@ def _pieces(s: Any, lay: Layout) -> tuple[list[Piece], dict[int, list[int]], lis
             if red and any(key[0] == b and key[1] < c + cnt and c < key[1] + key[2] for key in land):
                 raise CollsynthError(f"step {k}: reduces into rank {b} overlap partially; the MSCCL lowering needs "
                                      f"equal runs")
-            runs = _split([sl, wl, al] if red else [sl, wl])
+            runs = contiguous_runs([sl, wl, al] if red else [sl, wl])
             of_t[t] = []
             for x0, x1 in runs:
                 of_t[t].append(len(pieces))

@@ -1,0 +1,107 @@
+"""Check any MSCCL++ execution plan (ours or anyone's) the way the executor would run it.
+
+Order of checks, the first problem wins:
+
+1. unreadable, or refused or misread at load (model.py, load.py): ``PlanFormatError`` naming gpu,
+   thread block and op (the CLI exits 2);
+2. semaphores unbalanced per launch (a channel direction or device semaphore signalled more or less
+   often than it is waited on: the counter carries over into the next launch);
+3. symbolic execution of several launches (execute.py): races, deadlocks, out-of-bounds accesses;
+4. the collective's result on every rank after every launch (allreduce, allgather, reducescatter).
+
+Problems of kinds 2-4 give a report with ``ok=False`` (the CLI exits 1) naming rank, thread block and op.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from collsynth.backends.mscclpp.execute import ExecFailure, ExecResult, Executor
+from collsynth.backends.mscclpp.load import check_offsets, choose_chunk, validate
+from collsynth.backends.mscclpp.model import FORMAT_VERSION, Plan, PlanFormatError, parse_plan
+from collsynth.fileio import read_text
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    """Outcome of checking one plan: ``message`` is one line ("OK ..." or the first problem)."""
+
+    ok: bool
+    message: str
+    kind: str | None = None  # None when ok; semaphore | race | deadlock | bounds | result
+    gpu: int | None = None
+    tb: int | None = None
+    op: str | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+    details: tuple[str, ...] = ()  # every race found (the message names the first)
+
+
+def is_plan_object(obj: object) -> bool:
+    """Whether decoded JSON looks like an MSCCL++ execution plan (rather than a collsynth schedule)."""
+    return isinstance(obj, dict) and "gpus" in obj and obj.get("format") != "collsynth-schedule"
+
+
+def read_plan_text(text: str, source: str = "<plan>") -> Plan:
+    """Parse and validate plan text; PlanFormatError (exit 2) when the executor would refuse or misread it."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PlanFormatError(f"{source}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    plan = parse_plan(obj, source)
+    validate(plan)
+    return plan
+
+
+def read_plan_file(path: str) -> Plan:
+    return read_plan_text(read_text(path, error=PlanFormatError), path)
+
+
+def launches_for(plan: Plan) -> int:
+    """Launches to run: 2, so that what one launch leaves meets the next; 3 with a double scratch buffer
+    (launch k and k+2 share a half)."""
+    return 3 if plan.double_scratch else 2
+
+
+def run_plan(plan: Plan, *, size: int | None = None, launches: int | None = None,
+             meta_steps: dict[tuple[int, int, int, int], int] | None = None) -> ExecResult:
+    """Execute symbolically; ExecFailure on the first problem, PlanFormatError if the size is invalid."""
+    chunk = choose_chunk(plan, size)
+    check_offsets(plan, chunk)
+    ex = Executor(plan, chunk, launches or launches_for(plan), meta_steps, plan.pairs or None)
+    return ex.run()
+
+
+def check_plan(plan: Plan, *, size: int | None = None) -> PlanReport:
+    """Check a parsed, validated plan; a report (PlanFormatError only for an invalid ``size``)."""
+    try:
+        res = run_plan(plan, size=size)
+    except ExecFailure as f:
+        return PlanReport(False, f"FAIL {f.message}", f.kind, f.gpu, f.tb, f.op, details=tuple(f.details))
+    ntb = sum(len(g.tbs) for g in plan.gpus)
+    nops = sum(tb.nops for g in plan.gpus for tb in g.tbs)
+    mode = "in-place" if plan.inplace else "out-of-place"
+    post = {"allreduce": "every output byte holds every rank's contribution exactly once",
+            "allgather": "every rank's output holds every rank's input",
+            "reducescatter": "each rank's output holds its block with every contribution exactly once"}.get(
+        plan.collective, f"no result check is known for {plan.collective!r}")
+    stats = {"collective": plan.collective, "ranks": plan.nranks, "protocol": "LL" if plan.packets else "Simple",
+             "inplace": plan.inplace, "thread_blocks": ntb, "ops": nops, "chunk_bytes": res.chunk,
+             "launches": res.launches, "ops_run": res.ops_run,
+             "max_thread_blocks_per_gpu": max(len(g.tbs) for g in plan.gpus),
+             "max_ops_per_thread_block": max((tb.nops for g in plan.gpus for tb in g.tbs), default=0)}
+    msg = (f"OK {plan.collective} on {plan.nranks} GPUs (MSCCL++ {FORMAT_VERSION} plan, protocol "
+           f"{stats['protocol']}, {mode}): {ntb} thread blocks, {nops} ops, run at {res.chunk}-byte chunks for "
+           f"{res.launches} launches: no race, deadlock or unbalanced semaphore; {post}")
+    return PlanReport(True, msg, None, stats=stats)
+
+
+def check_plan_text(text: str, source: str = "<plan>", *, size: int | None = None) -> PlanReport:
+    """Check plan text: PlanFormatError (exit 2) when unreadable, else a report (ok False: exit 1)."""
+    return check_plan(read_plan_text(text, source), size=size)
+
+
+def check_plan_file(path: str, *, size: int | None = None) -> PlanReport:
+    """Check a plan file: PlanFormatError (exit 2) when unreadable, else a report (ok False: exit 1)."""
+    return check_plan(read_plan_file(path), size=size)

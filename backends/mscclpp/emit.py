@@ -1,0 +1,398 @@
+"""Emit an MSCCL++ execution plan (JSON, format 0.9.0) from a verified Schedule.
+
+``emit_plan(schedule, ...)`` lowers the Schedule (lower.py), allocates channels, remote buffers and
+device semaphores, writes the JSON with a fixed key order (the DSL's; one op per line), and checks
+the text with the independent plan checker (check.py) before returning it: a plan is never handed
+out unverified. The plan's ``collsynth`` object (ignored by the executor) records the format version,
+the Schedule's name, algorithm, late rank, phases and the step of every op that sends data, so that
+``plan_to_schedule`` gives back a Schedule that simulates identically.
+
+Limits that stop a schedule (one line naming the limit and the largest size that fits, exit 2):
+thread blocks per GPU (they wait on each other, so all must be resident: one 1024-thread block per
+SM), and byte offsets past 4 GiB (uint32 on the device) for the message sizes asked for.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from collsynth.backends.layout import Layout, check_block_owners
+from collsynth.backends.mscclpp.check import check_plan_text
+from collsynth.backends.mscclpp.lower import (
+    Channels,
+    Item,
+    Piece,
+    Program,
+    allocate_channels,
+    build_programs,
+    pieces,
+    plan_chunks,
+)
+from collsynth.backends.mscclpp.model import FORMAT_VERSION, MAX_CHANNELS_PER_TB, MAX_ITERATIONS, MAX_OPS_PER_TB
+from collsynth.errors import CollsynthError
+
+PROTOCOLS = ("Simple", "LL")
+MAX_RESIDENT_TBS = 108  # an A100's SMs: the kernel runs one 1024-thread block per SM, and all must be resident
+ALIGNMENT = 16
+UINT32 = 1 << 32
+
+
+class TooManyThreadBlocks(CollsynthError):
+    """The schedule needs more thread blocks per GPU than can be resident (fit.py adds the largest size
+    that fits)."""
+
+    def __init__(self, message: str, need: int) -> None:
+        super().__init__(message)
+        self.need = need
+
+
+def nodes_of(schedule: Any, gpus_per_node: int | None) -> list[int]:
+    """The node of every rank: ``gpus_per_node`` consecutive ranks per node (default: the schedule's
+    ``meta["gpus_per_node"]``, else one node)."""
+    n = schedule.nranks
+    g = gpus_per_node if gpus_per_node is not None else schedule.meta.get("gpus_per_node")
+    if g is None:
+        return [0] * n
+    if isinstance(g, bool) or not isinstance(g, int) or g < 1:
+        raise CollsynthError(f"--gpus-per-node must be an integer >= 1, got {g!r}")
+    if n % g:
+        raise CollsynthError(f"--gpus-per-node {g} does not divide the schedule's {n} ranks")
+    return [r // g for r in range(n)]
+
+
+class _Built:
+    """A lowered plan: programs, channels, and the per-rank tables the JSON needs."""
+
+    def __init__(self, s: Any, progs: list[Program], chans: Channels, scratch: list[int], node_of: list[int],
+                 packets: bool, pipeline: int, lay: Layout, M: int, pcs: list[Piece]) -> None:
+        self.s, self.progs, self.chans, self.scratch, self.M, self.pcs = s, progs, chans, scratch, M, pcs
+        self.rendered: dict[tuple[int, int], Any] = {}  # (rank, segment) -> _tb_ops(...)
+        self.node_of, self.packets, self.pipeline, self.lay = node_of, packets, pipeline, lay
+        self.pipeline_chunks = 1  # every reference in a pipeline body holds this many chunks
+        self.sender_seg = {(p.rank, pid): it.seg for p in progs for it in p.items
+                           if it.name in ("signal", "pws") for _, pid in it.sync}
+        self.items: dict[tuple[int, int], list[Item]] = {}
+        self.rtable: list[list[tuple[int, str]]] = []
+        for p in progs:
+            used = set()
+            for it in p.items:
+                self.items.setdefault((p.rank, it.seg), []).append(it)
+                for ref in it.dst:
+                    if ref[0] == "r":
+                        used.add((ref[1], it.ctype))
+            self.rtable.append(sorted(used))
+
+    def segments(self, r: int) -> int:
+        return self.progs[r].seg + 1
+
+
+def _build(s: Any, *, packets: bool, pipeline: int, node_of: list[int], M: int) -> _Built:
+    lay = Layout(s.collective, s.nranks, s.nchunks)
+    pcs, scratch = pieces(s, lay, node_of, M)
+    for budget in (8, 4, 2, 1):
+        progs = build_programs(s, pcs, packets=packets, pipeline=bool(pipeline), budget_peers=budget,
+                               allgather_copy=s.collective == "allgather", M=M)
+        chans = allocate_channels(progs, packets)
+        built = _Built(s, progs, chans, scratch, node_of, packets, pipeline, lay, M, pcs)
+        if _tables_fit(built):
+            return built
+    raise CollsynthError("the plan's thread blocks need more channels than their tables hold "  # pragma: no cover
+                         f"({MAX_CHANNELS_PER_TB} per type) even with one peer per thread block")
+
+
+def _tables_fit(b: _Built) -> bool:
+    for r, prog in enumerate(b.progs):
+        for seg in range(prog.seg + 1):
+            for t in ("memory", "port"):
+                if len(b.chans.tables.get((r, seg, t), ())) > MAX_CHANNELS_PER_TB:
+                    return False
+            if len(_tb_ops(b, r, seg)[0]) > MAX_OPS_PER_TB:
+                return False
+    return True
+
+
+def _remote_table(b: _Built, r: int) -> list[tuple[int, str]]:
+    """Rank r's remote buffers: the scratch of every peer it writes into, with the access channel type."""
+    return b.rtable[r]
+
+
+def _tb_ops(b: _Built, r: int, seg: int) -> tuple[list[dict[str, Any]], dict[str, list[int]], dict[str, list[int]],
+                                                  list[tuple[int, int, int]]]:
+    """The ops of rank r's thread block ``seg`` as JSON objects, its channel and remote-buffer tables, and
+    (op position, dst index, piece) for every op that sends data (computed once per thread block)."""
+    if (r, seg) not in b.rendered:
+        b.rendered[(r, seg)] = _render_tb(b, r, seg)
+    return b.rendered[(r, seg)]
+
+
+def _render_tb(b: _Built, r: int, seg: int) -> tuple[list[dict[str, Any]], dict[str, list[int]],
+                                                     dict[str, list[int]], list[tuple[int, int, int]]]:
+    chans = {t: b.chans.tables.get((r, seg, t), []) for t in ("memory", "port")}
+    local = {t: {gi: i for i, gi in enumerate(ids)} for t, ids in chans.items()}
+    rtable_all = _remote_table(b, r)
+    rid = {key: i for i, key in enumerate(rtable_all)}
+    items = b.items.get((r, seg), [])
+    rbufs: dict[str, list[int]] = {"memory": [], "port": []}
+    for it in items:
+        for ref in it.dst:
+            if ref[0] == "r":
+                k = rid[(ref[1], it.ctype)]
+                if k not in rbufs[it.ctype]:
+                    rbufs[it.ctype].append(k)
+    for t in rbufs:
+        rbufs[t].sort()
+    rlocal = {t: {k: i for i, k in enumerate(v)} for t, v in rbufs.items()}
+    ops: list[dict[str, Any]] = []
+    if not b.packets:  # handshake: a peer writes into this rank's scratch only once it has started the launch
+        hs = []
+        for name in ("signal", "wait"):
+            for t in ("memory", "port"):
+                ids = list(range(len(chans[t])))
+                for i in range(0, len(ids), 8):
+                    hs.append({"name": name, "channel_ids": ids[i:i + 8], "channel_type": t})
+        if hs:
+            ops += hs + [{"name": "nop"}]
+    prologue = [it for it in items if it.prologue]
+    body = [it for it in items if not it.prologue]
+    sends: list[tuple[int, int, int]] = []
+    rendered_pro = [_op(b, r, seg, it, local, rlocal, rid) for it in prologue]
+    ops += rendered_pro
+    base = len(ops) + (1 if b.pipeline else 0)
+    rendered = []
+    for i, it in enumerate(body):
+        rendered.append(_op(b, r, seg, it, local, rlocal, rid))
+        for k, pid in enumerate(it.movements):
+            sends.append((base + i, k, pid))
+    if b.pipeline and rendered:
+        ops.append({"name": "pipeline", "iter_context": {"unit_size": b.pipeline, "num_chunks": b.pipeline_chunks},
+                    "ops": rendered})
+    else:
+        ops += rendered
+    return ops, {t: v for t, v in chans.items()}, rbufs, sends
+
+
+def _ref(ref: tuple[Any, ...], it: Item, rlocal: dict[str, dict[int, int]], rid: dict[tuple[int, str], int]
+         ) -> dict[str, Any]:
+    if ref[0] == "l":
+        return {"type": ref[1], "index": ref[2], "size": ref[3]}
+    return {"buffer_id": rlocal[it.ctype][rid[(ref[1], it.ctype)]], "index": ref[2], "size": ref[3]}
+
+
+def _op(b: _Built, r: int, seg: int, it: Item, local: dict[str, dict[int, int]], rlocal: dict[str, dict[int, int]],
+        rid: dict[tuple[int, str], int]) -> dict[str, Any]:
+    d: dict[str, Any] = {"name": it.name}
+    if it.sems:
+        d["semaphore_ids"] = list(it.sems)
+        return d
+    if it.sync:
+        ids = []
+        for peer, pid in it.sync:
+            if it.name == "wait":
+                sender_seg = _sender_seg(b, peer, pid)
+                gi = b.chans.index[(r, it.ctype, peer, seg, sender_seg)]
+            elif it.name == "rppkt":
+                gi = b.chans.index[(r, it.ctype, peer, seg, -1)]
+            else:
+                gi = b.chans.index[(r, it.ctype, peer, seg, b.chans.wait_seg[(peer, pid)])]
+            ids.append(local[it.ctype][gi])
+        d["channel_ids"] = ids
+    if it.src:
+        d["src_buff"] = [_ref(x, it, rlocal, rid) for x in it.src]
+    if it.dst:
+        d["dst_buff"] = [_ref(x, it, rlocal, rid) for x in it.dst]
+    if it.ctype != "none":
+        d["channel_type"] = it.ctype
+    if it.name in ("re", "repkt"):
+        d["reduce_op"] = "sum"
+    return d
+
+
+def _sender_seg(b: _Built, sender: int, pid: int) -> int:
+    return b.sender_seg[(sender, pid)]
+
+
+def _scratch_chunks(b: _Built) -> int:
+    return max(max(b.scratch), 0)
+
+
+def io_chunks(b: _Built) -> tuple[int, int]:
+    """(input_chunks, output_chunks) of every rank, in plan chunks."""
+    n, M = b.s.nranks, b.M
+    if b.s.collective == "allgather":
+        return M // n, M
+    if b.s.collective == "reducescatter":
+        return M, M // n
+    return M, M
+
+
+def max_chunk_bytes(b: _Built) -> int:
+    """The largest chunk (bytes) whose offsets stay below 4 GiB, and whose pipeline iterations fit 16 bits."""
+    ic, oc = io_chunks(b)
+    extent = max(ic, oc, _scratch_chunks(b) * (2 if b.packets else 1) * (2 if b.packets else 1), 1)
+    c = (UINT32 - 1) // extent // ALIGNMENT * ALIGNMENT
+    if b.pipeline:
+        c = min(c, (MAX_ITERATIONS - 1) * b.pipeline // ALIGNMENT * ALIGNMENT)
+    return c
+
+
+def render(b: _Built, *, name: str, proto: str, inplace: bool, min_bytes: int, max_bytes: int) -> tuple[str, dict]:
+    """The plan's JSON text (fixed key order, one op per line) and its object."""
+    s = b.s
+    n = s.nranks
+    ic, oc = io_chunks(b)
+    gpus = []
+    steps: list[int] = []
+    transfers: list[int] = []
+    pcs_of = _piece_table(b)
+    for r in range(n):
+        tbs = []
+        for seg in range(b.segments(r)):
+            ops, chans, rbufs, sends = _tb_ops(b, r, seg)
+            for _pos, _k, pid in sends:
+                steps.append(pcs_of[pid][0])
+                transfers.append(pcs_of[pid][1])
+            tb: dict[str, Any] = {"id": seg, "ops": ops,
+                                  "channels": [{"channel_type": t, "channel_ids": v} for t, v in chans.items() if v],
+                                  "remote_buffer_refs": [{"access_channel_type": t, "remote_buffer_ids": v}
+                                                         for t, v in rbufs.items() if v]}
+            tbs.append(tb)
+        channels = [{"channel_type": t, "connected_to": b.chans.peers[(r, t)]} for t in ("memory", "port")
+                    if b.chans.peers.get((r, t))]
+        remote = [{"rank": p, "type": "s", "access_channel_types": [t]} for p, t in _remote_table(b, r)]
+        gpus.append({"id": r, "input_chunks": ic, "output_chunks": oc, "scratch_chunks": _scratch_chunks(b),
+                     "threadblocks": tbs, "channels": channels, "remote_buffers": remote,
+                     "semaphores": [{"init_value": 0} for _ in range(b.segments(r) - 1)]})
+    meta = {"format_version": FORMAT_VERSION, "generator": "collsynth", "schedule": s.name,
+            "algorithm": s.meta.get("algorithm"), "straggler": _late_rank(s), "collective": s.collective,
+            "nranks": n, "nchunks": s.nchunks, "plan_chunks": b.M, "nsteps": s.nsteps, "ports": s.ports,
+            "gpus_per_node": n // (max(b.node_of) + 1), "pipeline_unit": b.pipeline or None,
+            "phases": [ph.to_json() for ph in s.phases], "send_steps": steps, "send_transfers": transfers}
+    plan = {"name": name, "collective": s.collective, "protocol": proto, "inplace": inplace, "reuse_resources": False,
+            "gpus": gpus, "num_threads_per_block": 1024, "use_double_scratch_buffer": b.packets,
+            "buffer_alignment": ALIGNMENT, "min_message_size": min_bytes, "max_message_size": max_bytes,
+            "collsynth": meta}
+    return dump(plan), plan
+
+
+def _piece_table(b: _Built) -> dict[int, tuple[int, int]]:
+    return {p.id: (p.step, p.t) for p in b.pcs}
+
+
+def _late_rank(s: Any) -> int | None:
+    """The rank a straggler-aware schedule is built for: its ``straggler`` meta, else the one rank its
+    first phase does not wait for."""
+    if isinstance(s.meta.get("straggler"), int):
+        return int(s.meta["straggler"])
+    missing = set()
+    for ph in s.phases:
+        missing |= set(range(s.nranks)) - set(ph.waits_for)
+    return missing.pop() if len(missing) == 1 else None
+
+
+_COMPACT = frozenset(("channels", "remote_buffer_refs", "remote_buffers", "semaphores", "phases", "send_steps",
+                      "send_transfers"))
+
+
+def dump(plan: dict[str, Any]) -> str:
+    """Deterministic JSON in the given key order: objects indented, and every op, reference list and
+    table on one line."""
+    def one(x: Any) -> str:
+        return json.dumps(x, separators=(", ", ": "))
+
+    def enc(x: Any, ind: int, key: str = "") -> str:
+        if key in _COMPACT or not isinstance(x, (dict, list)) or (isinstance(x, dict) and "name" in x and
+                                                                   "gpus" not in x):
+            return one(x)
+        if isinstance(x, list):
+            items, brackets = [enc(v, ind + 1) for v in x], "[]"
+        else:
+            items, brackets = [f"{one(k)}: {enc(v, ind + 1, k)}" for k, v in x.items()], "{}"
+        if not items:
+            return brackets
+        pad = " " * (ind + 1)
+        return brackets[0] + "\n" + ",\n".join(pad + it for it in items) + "\n" + " " * ind + brackets[1]
+
+    return enc(plan, 0) + "\n"
+
+
+def _check_options(proto: str, min_bytes: int, max_bytes: int, name: str, pipeline: int | None) -> None:
+    if proto not in PROTOCOLS:
+        raise CollsynthError(f"unknown --proto {proto!r} for mscclpp-plan: use Simple or LL")
+    for flag, v in (("--min-bytes", min_bytes), ("--max-bytes", max_bytes)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise CollsynthError(f"{flag} must be a byte count >= 0, got {v!r}")
+    if max_bytes and max_bytes < min_bytes:
+        raise CollsynthError(f"--max-bytes {max_bytes} is below --min-bytes {min_bytes} (0 means the largest that "
+                             f"fits)")
+    if not name or any(ch in name for ch in '"\\\n\r\t'):
+        raise CollsynthError(f"--name {name!r}: use a non-empty name without quotes, backslashes or tabs")
+    if pipeline is not None:
+        if isinstance(pipeline, bool) or not isinstance(pipeline, int) or pipeline < ALIGNMENT or pipeline % ALIGNMENT:
+            raise CollsynthError(f"--pipeline-unit must be a multiple of {ALIGNMENT} bytes, got {pipeline!r}")
+        if proto == "LL":
+            raise CollsynthError("--pipeline-unit applies to --proto Simple: LL packet ops ignore pipeline offsets "
+                                 "(the executor redoes their whole range every iteration)")
+
+
+def fits(schedule: Any, *, proto: str = "Simple", pipeline: int | None = None, gpus_per_node: int | None = None,
+         chunks: int | str | None = None) -> tuple[bool, str]:
+    """Whether the schedule lowers within the executor's limits (without rendering or checking)."""
+    try:
+        check_block_owners(schedule, "an MSCCL++ plan")
+        lay = Layout(schedule.collective, schedule.nranks, schedule.nchunks)
+        M = plan_chunks(schedule, chunks)
+        pcs, _ = pieces(schedule, lay, nodes_of(schedule, gpus_per_node), M)
+        progs = build_programs(schedule, pcs, packets=proto == "LL", pipeline=bool(pipeline), budget_peers=8,
+                               allgather_copy=schedule.collective == "allgather", M=M)
+    except CollsynthError as e:
+        return False, str(e)
+    worst = max(range(schedule.nranks), key=lambda r: (progs[r].seg, -r))
+    if progs[worst].seg + 1 > MAX_RESIDENT_TBS:
+        return False, (f"rank {worst} needs {progs[worst].seg + 1} thread blocks; at most {MAX_RESIDENT_TBS} can be "
+                       f"resident at once (one 1024-thread block per SM of an A100, and they wait on each other)")
+    return True, ""
+
+
+def emit_plan(schedule: Any, *, proto: str = "Simple", inplace: bool = True, min_bytes: int = 0, max_bytes: int = 0,
+              name: str | None = None, pipeline: int | None = None, gpus_per_node: int | None = None,
+              chunks: int | str | None = None, check: bool = True) -> str:
+    """MSCCL++ execution plan text for a verified Schedule; CollsynthError naming the limit it cannot fit.
+
+    ``pipeline``: the unit size (bytes) of the pipeline form for large messages; ``chunks``: the plan's
+    chunks per buffer (lower.plan_chunks: None, a number, or "pow2"); ``max_bytes`` 0 means the largest
+    message whose offsets fit. The text is checked (check.py) before it is returned."""
+    name = name if name is not None else (schedule.name or f"collsynth_{schedule.collective}_n{schedule.nranks}")
+    _check_options(proto, min_bytes, max_bytes, name, pipeline)
+    check_block_owners(schedule, "an MSCCL++ plan")
+    node_of = nodes_of(schedule, gpus_per_node)
+    b = _build(schedule, packets=proto == "LL", pipeline=pipeline or 0, node_of=node_of,
+               M=plan_chunks(schedule, chunks))
+    if pipeline:
+        widths = sorted({w for prog in b.progs for it in prog.items if not it.prologue
+                         for ref in it.src + it.dst for w in [ref[3]] if ref[0] in ("l", "r")})
+        if len(widths) > 1:
+            raise CollsynthError(f"--pipeline-unit needs every transfer to move the same number of plan chunks (the "
+                                 f"pipeline steps every reference by the same offset, for as many bytes as one "
+                                 f"reference holds); here they move {widths[0]} to {widths[-1]}: drop --plan-chunks "
+                                 f"or --pipeline-unit, or build the schedule with transfers of one chunk")
+        b.pipeline_chunks = widths[0] if widths else 1
+    worst = max(range(schedule.nranks), key=lambda r: (b.segments(r), -r))
+    if b.segments(worst) > MAX_RESIDENT_TBS:
+        raise TooManyThreadBlocks(f"rank {worst} needs {b.segments(worst)} thread blocks of at most "
+                                  f"{MAX_OPS_PER_TB} ops; at most {MAX_RESIDENT_TBS} can be resident at once (one "
+                                  f"1024-thread block per SM of an A100, and they wait on each other)",
+                                  b.segments(worst))
+    per = io_chunks(b)[1] if schedule.collective == "allgather" else io_chunks(b)[0]
+    largest = max_chunk_bytes(b) * per
+    if max_bytes > largest:
+        raise CollsynthError(f"--max-bytes {max_bytes}: byte offsets are uint32 on the device (and pipeline "
+                             f"iterations 16-bit); the largest size that fits is {largest} bytes")
+    if min_bytes > largest:
+        raise CollsynthError(f"--min-bytes {min_bytes}: the largest size that fits is {largest} bytes")
+    text, _ = render(b, name=name, proto=proto, inplace=inplace, min_bytes=min_bytes, max_bytes=max_bytes or largest)
+    if check:
+        report = check_plan_text(text, f"<emitted {name}>")
+        if not report.ok:  # pragma: no cover - an emitter bug; never hand out an unverified plan
+            raise CollsynthError(f"internal error: the emitted MSCCL++ plan does not verify: {report.message}")
+    return text

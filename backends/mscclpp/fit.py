@@ -1,0 +1,86 @@
+"""The largest size that fits when a schedule needs more thread blocks than can be resident at once.
+
+A plan's thread blocks wait on each other (each rank's segments are chained, and every block waits on
+its peers), so all of them must be resident: one 1024-thread block per SM. When a schedule needs more,
+``emit_plan`` (the emitter the format registry uses) turns that failure into one line naming the limit
+and the largest size of the same family that fits: the largest ``--pipeline`` for a pipelined StragglAR
+schedule, else the largest GPU count for the schedule's algorithm. Found by a proportional guess and
+bisection (the thread-block count grows with both).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from collsynth.backends.mscclpp.emit import MAX_RESIDENT_TBS, TooManyThreadBlocks, fits
+from collsynth.backends.mscclpp.emit import emit_plan as emit_plan_unfitted
+from collsynth.errors import CollsynthError
+from collsynth.synth.registry import algorithms, build_schedule
+
+
+def _ok(alg: str, n: int, params: dict[str, Any], **opts: Any) -> bool:
+    try:
+        s = build_schedule(alg, n, "allreduce", **params)
+    except CollsynthError:
+        return False
+    return fits(s, **opts)[0]
+
+
+def _largest(lo: int, hi: int, ok: Any, guess: int | None = None) -> int:
+    """The largest x in [lo, hi] with ok(x), assuming ok is monotone; lo - 1 when none. ``guess`` (a
+    proportional estimate) narrows the search first."""
+    if guess is not None and lo < guess < hi:
+        if ok(guess):
+            lo = guess
+            step = max(1, guess // 8)
+            while lo + step <= hi and ok(lo + step):
+                lo += step
+            hi = min(hi, lo + step - 1)
+        else:
+            hi = guess - 1
+            step = max(1, guess // 8)
+            while hi - step >= lo and not ok(hi - step + 1):
+                hi -= step
+            lo = max(lo, hi - step + 1)
+            if not ok(lo):
+                return _largest(1 if lo > 1 else lo, lo - 1, ok) if lo > 1 else lo - 1
+    elif not ok(lo):
+        return lo - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def fit_hint(schedule: Any, need: int = 0, limit: int = 0, **opts: Any) -> str:
+    """'the largest ... that fits is X' for the schedule's family (or why none does); ``need`` thread
+    blocks were needed where ``limit`` fit (for a first proportional guess)."""
+    meta = schedule.meta
+    alg = meta.get("algorithm")
+    n = schedule.nranks
+    if alg == "stragglar" and int(meta.get("pipeline", 1)) > 1:
+        k = int(meta["pipeline"])
+        params = {"straggler": meta.get("straggler"), "phase1": meta.get("phase1", "ring")}
+        guess = k * limit // need if need else None
+        best = _largest(1, k - 1, lambda x: _ok("stragglar", n, {**params, "pipeline": x}, **opts), guess)
+        return f"the largest --pipeline that fits is {best}" if best >= 1 else "no --pipeline fits on this many GPUs"
+    if isinstance(alg, str) and alg in algorithms() and schedule.collective == "allreduce":
+        params = {"straggler": None} if alg == "stragglar" else {}
+        best = _largest(2, n - 1, lambda x: _ok(alg, x, params, **opts))
+        return f"the largest GPU count that fits for {alg} is {best}" if best >= 2 else f"{alg} does not fit"
+    return "use an algorithm with fewer steps per rank"
+
+
+@functools.wraps(emit_plan_unfitted, assigned=())  # same keyword options (inspect.signature sees them)
+def emit_plan(schedule: Any, **options: Any) -> str:
+    """``emit.emit_plan``, except that a schedule needing too many thread blocks fails with one line naming
+    the limit and the largest size that fits."""
+    try:
+        return emit_plan_unfitted(schedule, **options)
+    except TooManyThreadBlocks as e:
+        opts = {k: options[k] for k in ("proto", "pipeline", "gpus_per_node", "chunks") if k in options}
+        raise CollsynthError(f"{e}: {fit_hint(schedule, e.need, MAX_RESIDENT_TBS, **opts)}") from None

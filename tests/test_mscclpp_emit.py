@@ -1,0 +1,185 @@
+"""The MSCCL++ plan emitter: every algorithm and collective becomes a verified plan (Simple and LL, in place and
+out of place, memory and port channels, the pipeline form, power-of-two chunk grids) that reads back into the
+same Schedule and simulates identically; output is deterministic; limits are one-line errors naming the
+largest size that fits."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collsynth.backends import emit
+from collsynth.backends.mscclpp import FORMAT_VERSION, check_plan_text, emit_plan, plan_text_to_schedule
+from collsynth.backends.mscclpp.emit import fits
+from collsynth.cli import main
+from collsynth.errors import CollsynthError
+from collsynth.synth.registry import build_schedule
+from collsynth.synth.simulate import simulate_model
+
+
+def rows(s):
+    return sorted(map(tuple, np.c_[s.step, s.src, s.dst, s.chunk, s.count, s.reduce].tolist()))
+
+
+def sim(s, late):
+    return simulate_model(s, 2 ** 30, 3e-6, 450 * 2 ** 30, arrivals={late: 5e-3}).completion_s
+
+
+def round_trip(s, **opts):
+    text = emit_plan(s, **opts)
+    back = plan_text_to_schedule(text, "plan.json")
+    assert rows(back) == rows(s)
+    assert (back.nsteps, back.nchunks, back.ports, back.phases) == (s.nsteps, s.nchunks, s.ports, s.phases)
+    late = s.nranks - 1
+    assert sim(back, late) == sim(s, late)
+    return text, back
+
+
+CASES = ([(a, n, c, {}) for a in ("ring", "direct") for c in ("allreduce", "reducescatter", "allgather")
+          for n in (2, 3, 5)]
+         + [("rhd", n, "allreduce", {}) for n in (2, 4, 6)] + [("twoshot", n, "allreduce", {}) for n in (3, 4)]
+         + [("stragglar", n, "allreduce", {"straggler": r}) for n, r in ((3, 2), (4, 0), (8, 7), (8, 3), (12, 5))]
+         + [("stragglar", 6, "allreduce", {"pipeline": 3})])
+
+
+@pytest.mark.parametrize("alg, n, coll, kw", CASES, ids=lambda v: str(v))
+@pytest.mark.parametrize("proto", ["Simple", "LL"])
+def test_every_algorithm_round_trips_exactly(alg, n, coll, kw, proto):
+    s = build_schedule(alg, n, coll, **kw)
+    round_trip(s, proto=proto, inplace=(n % 2 == 0))
+
+
+@settings(max_examples=10, deadline=None)
+@given(n=st.integers(3, 16), data=st.data())
+def test_stragglar_any_n_and_straggler(n, data):
+    r = data.draw(st.integers(0, n - 1))
+    proto = data.draw(st.sampled_from(["Simple", "LL"]))
+    round_trip(build_schedule("stragglar", n, straggler=r), proto=proto, chunks="pow2")
+
+
+def test_plan_shape_and_metadata():
+    s = build_schedule("stragglar", 8, straggler=7)
+    plan = json.loads(emit_plan(s))
+    assert list(plan)[:5] == ["name", "collective", "protocol", "inplace", "reuse_resources"]
+    meta = plan["collsynth"]
+    assert meta["format_version"] == FORMAT_VERSION == "0.9.0"
+    assert (meta["straggler"], meta["algorithm"], meta["nchunks"]) == (7, "stragglar", 7)
+    for g in plan["gpus"]:
+        assert g["semaphores"] == [{"init_value": 0}] * (len(g["threadblocks"]) - 1)
+        for tb in g["threadblocks"]:
+            assert len(tb["ops"]) <= 64
+            assert all(len(c["channel_ids"]) <= 16 for c in tb["channels"])
+            names = [o["name"] for o in tb["ops"]]
+            # every thread block starts with the handshake on its channels, and reduces only from scratch
+            first = names.index("nop")
+            assert names[0] == "signal" and set(names[:first]) == {"signal", "wait"}
+            for o in tb["ops"]:
+                if o["name"] == "re":
+                    assert all(ref["type"] == "s" for ref in o["src_buff"][1:])
+    assert emit_plan(s) == emit_plan(s)  # deterministic
+
+
+def test_port_channels_across_nodes_and_memory_channels_inside():
+    s = build_schedule("ring", 8)
+    plan = json.loads(emit_plan(s, gpus_per_node=4))
+    for g in plan["gpus"]:
+        for ch in g["channels"]:
+            node_peers = {p // 4 == g["id"] // 4 for p in ch["connected_to"]}
+            assert node_peers == {ch["channel_type"] == "memory"}
+    ops = [o["name"] for g in plan["gpus"] for tb in g["threadblocks"] for o in tb["ops"]]
+    assert "pws" in ops and "put" in ops
+    round_trip(s, gpus_per_node=4)
+    round_trip(s, gpus_per_node=2, proto="LL")  # LL across nodes: cpkt + rppkt over port channels
+
+
+def test_pipeline_form():
+    s = build_schedule("stragglar", 8)
+    text, _ = round_trip(s, pipeline=1 << 20)
+    plan = json.loads(text)
+    for g in plan["gpus"]:
+        for tb in g["threadblocks"]:
+            pipe = tb["ops"][-1]
+            assert pipe["name"] == "pipeline" and pipe["iter_context"] == {"unit_size": 1 << 20, "num_chunks": 1}
+            assert len(tb["ops"]) + len(pipe["ops"]) <= 64
+    report = check_plan_text(text, "p.json", size=7 * (2 << 20) + 7 * 4096)  # two and a bit iterations
+    assert report.ok, report.message
+
+
+def test_power_of_two_chunk_grid_makes_power_of_two_sizes_eligible():
+    s = build_schedule("stragglar", 8)
+    plan = json.loads(emit_plan(s, chunks="pow2", proto="LL"))
+    assert plan["gpus"][0]["input_chunks"] == 64
+    assert check_plan_text(json.dumps(plan), "p.json", size=1 << 20).ok
+
+
+def test_registry_and_cli(tmp_path, capsys):
+    s = build_schedule("ring", 4)
+    assert emit(s, "mscclpp-plan", proto="LL", inplace=False) == emit_plan(s, proto="LL", inplace=False)
+    out = tmp_path / "r4.json"
+    assert main(["synth", "-a", "ring", "-n", "4", "--format", "mscclpp-plan", "--no-inplace", "--max-bytes",
+                 "1MiB", "-o", str(out)]) == 0
+    plan = json.loads(out.read_text())
+    assert (plan["inplace"], plan["max_message_size"]) == (False, 1 << 20)
+    sched = tmp_path / "s.json"
+    assert main(["synth", "-a", "stragglar", "-n", "4", "-o", str(sched)]) == 0
+    p2 = tmp_path / "s.plan.json"
+    assert main(["emit", str(sched), "--format", "mscclpp-plan", "--proto", "LL", "--plan-chunks", "pow2",
+                 "-o", str(p2)]) == 0
+    assert main(["info", str(p2)]) == 0
+    assert "stragglar_n4_s3: allreduce, 4 ranks, 3 chunks" in capsys.readouterr().out
+    assert main(["simulate", str(p2), "--size", "1MiB"]) == 0
+    assert main(["emit", str(p2), "--format", "mscclpp-plan", "-o", str(tmp_path / "x.json")]) == 2
+    assert "emit reads a schedule JSON file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("opts, expect", [
+    ({"proto": "LL128"}, "unknown --proto 'LL128' for mscclpp-plan: use Simple or LL"),
+    ({"proto": "LL", "pipeline": 4096}, "--pipeline-unit applies to --proto Simple"),
+    ({"max_bytes": 1 << 40}, "the largest size that fits is"),
+    ({"pipeline": 100}, "--pipeline-unit must be a multiple of 16 bytes"),
+    ({"chunks": 3}, "--plan-chunks must be at least the schedule's 7 chunks"),
+    ({"gpus_per_node": 3}, "--gpus-per-node 3 does not divide the schedule's 8 ranks"),
+])
+def test_bad_options_are_one_line_errors(opts, expect):
+    with pytest.raises(CollsynthError) as e:
+        emit_plan(build_schedule("stragglar", 8), **opts)
+    assert expect in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_schedule_that_needs_too_many_thread_blocks_names_the_largest_that_fits():
+    s = build_schedule("stragglar", 4, pipeline=400)
+    with pytest.raises(CollsynthError) as e:
+        emit_plan(s)
+    msg = str(e.value)
+    assert "\n" not in msg and "thread blocks of at most 64 ops; at most 108 can be resident" in msg
+    k = int(msg.rsplit("the largest --pipeline that fits is ", 1)[1])
+    assert 1 <= k < 400
+    assert fits(build_schedule("stragglar", 4, pipeline=k))[0]
+    assert not fits(build_schedule("stragglar", 4, pipeline=k + 1))[0]
+
+
+def test_the_solvers_schedule_round_trips():
+    s = build_schedule("solver", 4, arrivals={3: 1e-3}, size=64 << 20, time_limit=5)
+    for proto in ("Simple", "LL"):
+        round_trip(s, proto=proto)
+
+
+@pytest.mark.parametrize("n, gpus_per_node", [(16, None), (12, 2)])
+def test_wide_fan_out_keeps_each_put_with_its_signal_and_handshake(n, gpus_per_node):
+    """More peers than a thread block's channels: the puts (port: staging copies and pws) to a group of peers
+    and their signals share one thread block, whose start-of-call handshake with those peers orders the
+    writes after the peers' previous call."""
+    text, _ = round_trip(build_schedule("direct", n), gpus_per_node=gpus_per_node)
+    plan = json.loads(text)
+    for g in plan["gpus"]:
+        for tb in g["threadblocks"]:
+            table = {ch["channel_type"]: ch["channel_ids"] for ch in tb["channels"]}
+            peers = {t: {g["channels"][[c["channel_type"] for c in g["channels"]].index(t)]["connected_to"][i]
+                         for i in ids} for t, ids in table.items()}
+            rbufs = {rb["access_channel_type"]: rb["remote_buffer_ids"] for rb in tb["remote_buffer_refs"]}
+            for t, ids in rbufs.items():
+                assert {g["remote_buffers"][i]["rank"] for i in ids} <= peers.get(t, set())
