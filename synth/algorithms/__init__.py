@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from collsynth.synth.algorithms import direct, rhd, ring, twoshot
 from collsynth.synth.algorithms.stragglar import build as stragglar
+from collsynth.synth.algorithms.stragglar import multi as multistraggler
 from collsynth.synth.ir import Schedule
 
 
@@ -45,4 +46,7 @@ CONSTRUCTIVE: tuple[Algorithm, ...] = (
     Algorithm("stragglar", "straggler-aware two-phase AllReduce: ReduceScatter among punctual ranks, then "
               "n-2+log2 n completion rounds once the straggler arrives (K(n-1)-1+log2 n rounds of smaller "
               "chunks with --pipeline K)", stragglar.build),
+    Algorithm("multistraggler", "several late ranks, any arrival times: the punctual ranks keep a reduced state, "
+              "each late rank streams its buffer in as it arrives, StragglAR's completion with the last one",
+              multistraggler.build),
 )
