@@ -175,21 +175,25 @@ def ring_order(topology: Any, n: int) -> list[int]:
 
 def disjoint_cycles(topology: Any, members: np.ndarray, limit: int) -> list[tuple[list[int], float]]:
     """Up to ``limit`` rings through ``members`` packed into the link capacities, each with the
-    bandwidth it was given (its bottleneck in the capacity left by the earlier ones)."""
+    bandwidth it gets: the least over its routes' links of the capacity left by the earlier rings divided
+    by how many of its own routes cross the link; that bandwidth is then taken off every link it uses."""
     cap = np.asarray(topology.link_bw, np.float64).copy()
     out: list[tuple[list[int], float]] = []
-    m = len(members)
     while len(out) < limit:
         order, bw = cycle_in(topology, members, cap)
-        if not order or bw <= 0 or not np.isfinite(bw):
+        if not order or not bw > 0 or not np.isfinite(bw):
             break
-        pairs = np.stack([members[order], members[np.roll(order, -1)]], 1)
+        idx = np.asarray(order, np.int64)
+        pairs = np.stack([members[idx], members[np.roll(idx, -1)]], 1)
         links, _ = topology.pair_table(pairs)
         used = links[links >= 0]
-        # a route crossing a link twice takes twice its share
-        np.subtract.at(cap, used, bw)
-        cap = np.maximum(cap, 0.0)
-        out.append((order, bw))
-        if m <= 2:
+        mult = np.bincount(used, minlength=len(cap))
+        hit = mult > 0
+        share = float((cap[hit] / mult[hit]).min())
+        if not share > 0:
+            break
+        cap = np.maximum(cap - mult * share, 0.0)
+        out.append((order, share))
+        if len(members) <= 2:
             break
     return out
