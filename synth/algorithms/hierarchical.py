@@ -2,7 +2,7 @@
 
 Sources: the two-level scheme of NCCL's multi-node rings and of Thakur, Rabenseifner & Gropp,
 "Optimization of collective communication operations in MPICH" (IJHPCA 2005) for the recursive
-halving-doubling across nodes; costs in docs/cluster-algorithms.md and /shared/docs/clusters.md section 4.
+halving-doubling across nodes; costs and bounds in docs/cluster-algorithms.md.
 
 The buffer is cut into K slices; slice k into G blocks (one per local index g), block (k, g) into M
 chunks. For every slice, in every node:
@@ -187,10 +187,11 @@ def _list_schedule(chains: list[list[_Sub]]) -> tuple[list[_Sub], float]:
     return order, end
 
 
-def plan(n: int, grid: np.ndarray, size: float, lm: LinkModel, pipeline: int | str) -> tuple[int, str, float]:
-    """(K, inter-node algorithm, modelled seconds): the model's best, or the given K."""
+def plan(n: int, grid: np.ndarray, size: float, lm: LinkModel, pipeline: int | str,
+         kinds: tuple[str, ...] = ("ring", "rhd")) -> tuple[int, str, float]:
+    """(K, inter-node algorithm, modelled seconds): the model's best among ``kinds``, or the given K."""
     N, G = grid.shape
-    kinds = ["ring"] if N <= 2 else ["ring", "rhd"]
+    kinds = kinds[:1] if N <= 2 else kinds
     words = (n + 63) // 64
     best: tuple[float, int, str] | None = None
     ks = PIPELINES if pipeline == "auto" else (int(pipeline),)
@@ -219,10 +220,17 @@ def build(n: int, collective: str = "allreduce", topology: Any = None, size: flo
     s = DEFAULT_SIZE if size is None else float(size)
     if not s > 0:
         raise CollsynthError(f"--size must be positive, got {size!r}")
+    return assemble(n, topology, s, pipeline)
+
+
+def assemble(n: int, topology: Any, size: float, pipeline: int | str = "auto",
+             kinds: tuple[str, ...] = ("ring", "rhd")) -> Schedule:
+    """The schedule for the model's choice of K and rail algorithm among ``kinds``."""
+    s = size
     grid = node_grid(topology, n)
     N, G = grid.shape
     lm = link_model(topology, grid)
-    K, kind, model_s = plan(n, grid, s, lm, pipeline)
+    K, kind, model_s = plan(n, grid, s, lm, pipeline, kinds)
     M = inter_steps(kind, N)[0] if N > 1 else 1
     order, _ = _list_schedule(_chains(N, G, K, kind, s, lm))
     emit = _Emitter(grid, intra_order(topology, grid), kind, M)
