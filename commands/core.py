@@ -19,7 +19,7 @@ from collsynth.commands.emit_cmds import (
     mscclpp_plan_options,
 )
 from collsynth.errors import CollsynthError
-from collsynth.fileio import write_text_atomic
+from collsynth.fileio import check_output, write_text_atomic
 from collsynth.synth.algorithms.stragglar.family import write_family
 from collsynth.synth.compare import compare
 from collsynth.synth.registry import algorithm_params, algorithms, build_schedule, param_flag
@@ -191,6 +191,7 @@ def _pipeline_int(text: str) -> int:
 
 def cmd_synth(args: argparse.Namespace) -> int:
     n = args.gpus
+    check_output(args.output, flag="-o", inputs=[args.topology], folder=args.straggler == "all")
     if args.topology is not None:
         make_topology(args.topology, n)
     params = _synth_params(args)
@@ -277,6 +278,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    check_output(args.timeline, flag="--timeline", inputs=[args.file, args.topology])
     s = load_schedule(args.file)  # an XML file or a plan is checked as it is read
     if file_kind(args.file) == "schedule":
         check(s, source=args.file)

@@ -17,7 +17,7 @@ from collsynth.backends.msccl.model import DIALECTS, PROTOCOLS
 from collsynth.commands.catalog import add_command_parser, show_help
 from collsynth.commands.common import print_json, print_table
 from collsynth.errors import CollsynthError
-from collsynth.fileio import check_outdir, write_text_atomic, write_tree
+from collsynth.fileio import check_outdir, check_output, write_text_atomic, write_tree
 from collsynth.synth.ir import load_schedule
 from collsynth.synth.verify import check
 from collsynth.units import parse_size
@@ -192,6 +192,7 @@ def _need_folder(args: argparse.Namespace, fmt: str) -> str:
 
 def cmd_emit(args: argparse.Namespace) -> int:
     fmt = get_format(args.format)
+    check_output(args.output, flag="-o", inputs=[args.schedule], folder=fmt.writes == "folder")
     if fmt.reads == "xml-folder":
         out = _need_folder(args, fmt.name)
         paths = emit_to(args.schedule, fmt.name, out, force=args.force)
@@ -257,7 +258,9 @@ def cmd_schedules_list(args: argparse.Namespace) -> int:
 
 
 def cmd_schedules_regenerate(args: argparse.Namespace) -> int:
-    out = args.out or default_dir()
+    out = default_dir() if args.out is None else args.out
+    if not args.check:
+        check_output(out, flag="--out", folder=True)
     files, manifest = build_files()
     if args.check:
         diffs = compare_folder(out, files)

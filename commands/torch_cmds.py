@@ -9,6 +9,7 @@ from collsynth.backends.torch.bench import DEFAULT_SIZES, parse_delays, prepare_
 from collsynth.backends.torch.launch import LaunchError, check_backend
 from collsynth.commands.catalog import add_command_parser
 from collsynth.commands.common import int_arg, print_json, print_table
+from collsynth.errors import require_extra
 from collsynth.synth.ir import load_schedule
 from collsynth.units import format_time, parse_size, parse_time
 
@@ -62,6 +63,7 @@ def _spread(st: dict[str, float]) -> str:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    require_extra("torch", "torch", "bench")
     check_backend(args.backend, args.ranks)
     size = parse_size(args.size)
     delays = parse_delays(args.delay, args.ranks)
@@ -103,6 +105,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    require_extra("torch", "torch", "calibrate")
     check_backend(args.backend, args.ranks)
     sizes = [parse_size(s.strip()) for s in args.sizes.split(",") if s.strip()] if args.sizes else DEFAULT_SIZES
     try:

@@ -11,7 +11,8 @@ from typing import Any
 from collsynth.backends.torch.launch import LaunchError
 from collsynth.commands.catalog import add_command_parser
 from collsynth.commands.common import int_arg, print_json, print_table
-from collsynth.errors import CollsynthError
+from collsynth.errors import CollsynthError, require_extra
+from collsynth.fileio import check_output
 from collsynth.synth.topology import make_topology
 from collsynth.training.bench import parse_runs, prepare, run_train_bench
 from collsynth.training.compute import ComputeModel, load_trace, parse_slow
@@ -230,6 +231,9 @@ def cmd_train_sim(args: argparse.Namespace) -> int:
     algorithms = _names(args.algorithms, "--algorithms")
     if args.plot and not args.plot.lower().endswith(".png"):
         raise CollsynthError(f"--plot {args.plot}: the picture is a PNG, name it FILE.png")
+    if args.plot:
+        check_output(args.plot, flag="--plot", inputs=[args.trace, args.topology])
+        require_extra("matplotlib", "plot", "--plot")
     results = simulate_training(setup, methods, algorithms)
     if args.plot:
         plot_training(results, args.plot, title=_title(setup))
@@ -255,6 +259,7 @@ def _title(setup: Any) -> str:
 
 # ---------------------------------------------------------------------------------------------- train-bench
 def cmd_train_bench(args: argparse.Namespace) -> int:
+    require_extra("torch", "torch", "train-bench")
     if (args.alpha is None) != (args.bandwidth is None):
         raise CollsynthError("give both --alpha and --bandwidth (to skip calibration) or neither")
     alpha = _time("--alpha", args.alpha) if args.alpha is not None else None
