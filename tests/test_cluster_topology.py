@@ -123,7 +123,8 @@ def test_cluster_presets(preset, n, nodes):
     assert t.nranks == n and t.node_count == nodes and t.classes == ("nvlink", "net")
     if preset == "gb200-nvl72":
         assert t.class_bandwidth("nvlink") == 900e9
-    assert t.spec == {"preset": preset, "gpus": n, "alpha": {"nvlink": t.class_alpha("nvlink"), "net": t.class_alpha("net")},
+    assert t.spec == {"preset": preset, "gpus": n,
+                      "alpha": {"nvlink": t.class_alpha("nvlink"), "net": t.class_alpha("net")},
                       "bandwidth": {"nvlink": t.class_bandwidth("nvlink"), "net": t.class_bandwidth("net")}}
 
 
