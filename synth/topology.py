@@ -24,7 +24,7 @@ Presets (``topology_presets()``; every one takes ``alpha``/``bandwidth`` overrid
   25 GB/s per NVLink); a doubled pair is one link of twice the bandwidth. Defaults alpha = 0.7us,
   B = 25GB/s per NVLink (``bandwidth`` overrides the per-NVLink figure).
 
-Cluster presets (``cluster_topology``; docs/topologies.md; ../shared/docs/clusters.md): GPUs are grouped
+Cluster presets (``cluster_topology``; docs/topologies.md; the brief's clusters.md): GPUs are grouped
 in server nodes (``node_of``, ``local_index``, ``node_gpus(k)``); links have a class (``classes``,
 ``link_class``): ``nvlink`` (GPU <-> its node's NVSwitch ``nvsw<k>``) and ``net`` (GPU NIC <-> leaf switch,
 leaves <-> spines). A GPU drives ``class_ports[c]`` messages per class per step (``ports`` = their sum).
@@ -85,7 +85,7 @@ DGX1_ALPHA = 0.7e-6
 DGX1_BANDWIDTH = 25e9
 DEFAULT_CLASS = "default"
 FABRICS = ("rail", "fat-tree")
-# H100 / DGX H100 (../shared/docs/clusters.md section 1): 18 NVLink4 links x 25 GB/s = 450 GB/s per GPU per
+# H100 / DGX H100 (the brief's clusters.md section 1): 18 NVLink4 links x 25 GB/s = 450 GB/s per GPU per
 # direction (NVIDIA H100 datasheet: "NVLink 900GB/s", both directions); one ConnectX-7 400 Gb/s NIC per GPU
 # = 50 GB/s (NVIDIA DGX H100 user guide, DGX BasePOD reference architecture). Start-up costs: NCCL's ring
 # per-hop latency for the Simple protocol (src/graph/tuning.cc hwLat; clusters.md section 3): NVLink
@@ -607,7 +607,7 @@ def cluster_topology(nodes: int, gpus_per_node: int = 8, *, fabric: str = "rail"
                      nvlink_bandwidth: float = H100_NVLINK_BANDWIDTH, nvlink_alpha: float = H100_NVLINK_ALPHA,
                      net_bandwidth: float = H100_NET_BANDWIDTH, net_alpha: float = H100_NET_ALPHA,
                      oversubscription: float = 1.0, routing: str = "pxn", name: str | None = None) -> Topology:
-    """``nodes`` servers of ``gpus_per_node`` GPUs (docs/topologies.md, ../shared/docs/clusters.md section 1).
+    """``nodes`` servers of ``gpus_per_node`` GPUs (docs/topologies.md, the brief's clusters.md section 1).
 
     GPU r is in node r // G with local index r % G. Each node has a non-blocking NVSwitch ``nvsw<k>``:
     link class ``nvlink``, GPU <-> switch of (nvlink_alpha/2, nvlink_bandwidth) each way. Each GPU has one
