@@ -94,7 +94,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                   "  collsynth verify ring8.json --ports 2\n  collsynth verify s8.plan.json\n"
                                   "  collsynth verify s8.plan.json --size 1MiB")
     p.add_argument("file")
-    p.add_argument("--ports", type=int_arg("--ports"), default=None,
+    p.add_argument("--ports", type=int_arg("--ports", lo=1), default=None,
                    help="messages a rank may send and receive per step (default: the schedule's own)")
     p.add_argument("--size", default=None, help="MSCCL++ plans: the message size to run it at, e.g. 1MiB (default: "
                                                 "the smallest that exercises every slice and pipeline iteration)")
@@ -128,7 +128,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 # ---------------------------------------------------------------------------------------- helpers
 def model_from_args(args: argparse.Namespace, n: int) -> tuple[int, Any, dict[int, float]]:
     """(size bytes, Topology, arrivals) from --size/--alpha/--bandwidth/--topology/--arrival."""
-    size = parse_size(args.size)
+    size = parse_size(args.size, flag="--size")
     topo = make_topology(args.topology, n, alpha=args.alpha, bandwidth=args.bandwidth)  # one value or per class
     arrivals = parse_arrivals(args.arrival, n)
     return size, topo, arrivals
@@ -162,18 +162,18 @@ def _synth_params(args: argparse.Namespace) -> dict[str, Any]:
     if args.pipeline is not None:
         params["pipeline"] = args.pipeline if args.pipeline == "auto" else _pipeline_int(args.pipeline)
     if args.size is not None:
-        params["size"] = parse_size(args.size)
+        params["size"] = parse_size(args.size, flag="--size")
     takes_topology = "topology" in algorithm_params(args.algorithm)
     if args.alpha is not None:  # one value or per link class when the topology carries the model
-        params["alpha"] = args.alpha if takes_topology else parse_time(args.alpha)
+        params["alpha"] = args.alpha if takes_topology else parse_time(args.alpha, flag="--alpha")
     if args.bandwidth is not None:
-        params["bandwidth"] = args.bandwidth if takes_topology else parse_rate(args.bandwidth)
+        params["bandwidth"] = args.bandwidth if takes_topology else parse_rate(args.bandwidth, flag="--bandwidth")
     if args.arrival is not None:
         params["arrivals"] = parse_arrivals(args.arrival, args.gpus)
     if args.chunks is not None:
         params["chunks"] = args.chunks
     if args.time_limit is not None:
-        params["time_limit"] = parse_time(args.time_limit, allow_zero=False)
+        params["time_limit"] = parse_time(args.time_limit, allow_zero=False, flag="--time-limit")
     if args.solver is not None:
         params["solver"] = args.solver
     if takes_topology:  # the topology carries the model: fold --alpha/--bandwidth in
@@ -265,10 +265,7 @@ def _ranges(ranks: tuple[int, ...]) -> str:
 def cmd_verify(args: argparse.Namespace) -> int:
     size = None
     if args.size is not None:
-        size = parse_size(args.size)
-        if size != int(size):
-            raise CollsynthError(f"--size must be a whole number of bytes, got {args.size!r}")
-        size = int(size)
+        size = parse_size(args.size, flag="--size")
     report = verify_file(args.file, ports=args.ports, size=size)
     if args.json:
         print_json({"file": args.file, "ok": report.ok, "message": report.message})
@@ -310,7 +307,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise CollsynthError(f"--gpus must be an integer >= 2, got {n}")
     size, topo, arrivals = model_from_args(args, n)
     names = [a.strip() for a in args.algorithms.split(",") if a.strip()] if args.algorithms else None
-    limit = parse_time(args.solver_time_limit, allow_zero=False) if args.solver_time_limit else None
+    limit = (parse_time(args.solver_time_limit, allow_zero=False, flag="--solver-time-limit")
+             if args.solver_time_limit else None)
     rows = compare(n, size, topo, arrivals, names, limit)
     if args.json:
         print_json({"gpus": n, "size_bytes": size, "topology": args.topology,

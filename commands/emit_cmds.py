@@ -87,15 +87,9 @@ def mscclpp_plan_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _bytes(flag: str, text: Any) -> int:
     t = str(text).strip()
-    if t.isascii() and t.isdigit():
-        return int(t)
-    try:
-        v = parse_size(t)
-    except CollsynthError as e:
-        raise CollsynthError(f"{flag}: {e}") from None
-    if v != int(v):
-        raise CollsynthError(f"{flag} must be a whole number of bytes, got {text!r}")
-    return int(v)
+    if t.isascii() and t.isdigit() and int(t) == 0:
+        return 0
+    return parse_size(t, flag=flag)
 
 
 def msccl_xml_options(args: argparse.Namespace) -> dict[str, Any]:

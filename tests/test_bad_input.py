@@ -13,7 +13,10 @@ from collsynth.cli import main
 
 
 def run(capsys, *argv):
-    code = main([str(a) for a in argv])
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as e:  # argparse's own errors (also one line, exit 2)
+        code = e.code
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -152,3 +155,52 @@ def test_missing_optional_dependency_is_named_up_front(capsys, tmp_path, monkeyp
     code, out, err = run(capsys, *[a.replace("{tmp}", str(tmp_path)) for a in argv])
     one_line_exit_2(code, err, f"pip install 'collsynth[{extra}]'")
     assert out == "" and os.listdir(tmp_path) == []
+
+
+# ------------------------------------------------------------------------------------------ numbers and units
+@pytest.mark.parametrize("argv,needle", [
+    (["synth", "-a", "ring", "-n", "4", "--size", "1e400"], "--size"),
+    (["compare", "-n", "4", "--size", "1e400"], "--size"),
+    (["compare", "-n", "4", "--size", "1MiB", "--bandwidth", "1e400"], "--bandwidth"),
+    (["compare", "-n", "4", "--size", "1MiB", "--bandwidth", "0"], "--bandwidth: bandwidth '0'"),
+    (["train-sim", "-n", "4", "--grad-bytes", "1e400", "--compute", "1ms"], "--grad-bytes"),
+    (["synth", "-a", "ring", "-n", "99999999999999999999999"], "--gpus"),
+    (["compare", "-n", "99999999999999999999999", "--size", "1MiB"], "--gpus"),
+    (["synth", "-a", "stragglar", "-n", "4", "--pipeline", "auto", "--alpha", "1e400s"], "--alpha"),
+    (["compare", "-n", "4", "--size", "1MiB", "--alpha", "1e400s"], "--alpha"),
+    (["compare", "-n", "4", "--size", "1MiB", "--alpha", "3"], "has no unit"),
+    (["train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "100"], "--compute"),
+    (["train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "1ms", "--alpha", "3"], "--alpha"),
+    (["compare", "-n", "4", "--size", "0.5"], "whole number of bytes"),
+    (["simulate", "{ring4}", "--size", "1MiB", "--arrival", "3=soon"], "--arrival"),
+    (["simulate", "{ring4}", "--size", "1MiB", "--arrival", "3=1e400s"], "--arrival"),
+    (["bench", "--ranks", "2", "--size", "1MiB", "--delay", "1=soon"], "--delay"),
+    (["verify", "{ring4}", "--ports", "0"], "--ports"),
+    (["emit", "{ring4}", "--format", "msccl-xml", "--max-bytes", "0.5"], "--max-bytes"),
+    (["emit", "{ring4}", "--format", "mscclpp-plan", "--max-bytes", "1e400"], "--max-bytes"),
+    (["emit", "{ring4}", "--format", "msccl-xml", "--min-bytes", "99999999999999999999999999"], "--min-bytes"),
+    (["train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "1ms", "--seed", "-1"], "--seed"),
+])
+def test_numbers_are_checked_and_the_flag_named(capsys, ring4, argv, needle):
+    code, out, err = run(capsys, *[a.replace("{ring4}", str(ring4)) for a in argv])
+    one_line_exit_2(code, err, needle)
+    assert out == ""
+
+
+def test_fractional_bytes_are_refused_not_rounded():
+    from collsynth.errors import CollsynthError
+    from collsynth.units import parse_rate, parse_size, parse_time
+    assert parse_size("1.5KiB") == 1536 and parse_size("1.1MB") == 1_100_000
+    for bad in ("0.5", "1.5B", "1e-400", "0.3KB7"):
+        with pytest.raises(CollsynthError):
+            parse_size(bad)
+    for bad in (float("inf"), float("nan")):
+        with pytest.raises(CollsynthError):
+            parse_size(bad)
+        with pytest.raises(CollsynthError):
+            parse_time(bad)
+        with pytest.raises(CollsynthError):
+            parse_rate(bad)
+    assert parse_time("0") == 0.0 and parse_time(3) == 3.0  # a Python number is seconds; text needs a unit
+    with pytest.raises(CollsynthError, match="no unit"):
+        parse_time("3")
