@@ -191,6 +191,8 @@ def _pipeline_int(text: str) -> int:
 
 def cmd_synth(args: argparse.Namespace) -> int:
     n = args.gpus
+    if n < 2:  # before any topology is built for the algorithm
+        raise CollsynthError(f"--gpus must be an integer >= 2, got {n}")
     check_output(args.output, flag="-o", inputs=[args.topology], folder=args.straggler == "all")
     if args.topology is not None:
         make_topology(args.topology, n)
