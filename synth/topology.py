@@ -71,7 +71,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
-from collsynth.apitypes import Column
+from collsynth.apitypes import ClassRates, ClassTimes, Column
 from collsynth.errors import CollsynthError
 from collsynth.fileio import json_loads, read_text
 from collsynth.units import parse_class_values, parse_rate, parse_time
@@ -220,22 +220,26 @@ class Topology:
 
     @classmethod
     def from_graph(cls, name: str, nranks: int, graph: nx.DiGraph, ports: int = 1,
-                   switches: Sequence[str] = (), **kw: Any) -> Topology:
+                   switches: Sequence[str] = (), *, classes: Sequence[str] = (),
+                   class_ports: dict[str, int] | None = None, node_of: Column | None = None,
+                   local_index: Column | None = None, fabric: str | None = None,
+                   routing: str = "shortest") -> Topology:
         """From a DiGraph whose edges carry ``alpha``, ``bandwidth`` and optionally ``class`` (a name;
-        classes are numbered in first-seen edge order unless ``classes`` is given)."""
+        classes are numbered in first-seen edge order after those given in ``classes``)."""
         index: dict[Any, int] = {r: r for r in range(nranks)}
         for k, sw in enumerate(switches):
             index[sw] = nranks + k
-        classes = list(kw.pop("classes", ()))
+        names = list(classes)
         e = []
         for u, v, d in graph.edges(data=True):
             c = d.get("class", DEFAULT_CLASS)
-            if c not in classes:
-                classes.append(c)
-            e.append((index[u], index[v], float(d["alpha"]), float(d["bandwidth"]), classes.index(c)))
+            if c not in names:
+                names.append(c)
+            e.append((index[u], index[v], float(d["alpha"]), float(d["bandwidth"]), names.index(c)))
         topo = cls(name, nranks, [x[0] for x in e], [x[1] for x in e], [x[2] for x in e], [x[3] for x in e],
                    ports=ports, switches=switches, link_class=[x[4] for x in e],
-                   classes=tuple(classes) or (DEFAULT_CLASS,), **kw)
+                   classes=tuple(names) or (DEFAULT_CLASS,), class_ports=class_ports, node_of=node_of,
+                   local_index=local_index, fabric=fabric, routing=routing)
         topo._graph = graph
         return topo
 
@@ -727,7 +731,7 @@ _PRESETS: dict[str, tuple[Callable[[int, dict[str, float], dict[str, float]], To
 }
 
 
-def make_topology(spec: str, n: int, alpha: Any = None, bandwidth: Any = None) -> Topology:
+def make_topology(spec: str, n: int, alpha: ClassTimes = None, bandwidth: ClassRates = None) -> Topology:
     """A preset (see ``topology_presets()``) or a JSON topology file, for ``n`` GPUs.
 
     ``alpha`` (seconds or "3us") and ``bandwidth`` (bytes/s or "450GiB/s") override the preset's
@@ -780,7 +784,8 @@ _FILE_KEYS = {"name", "gpus", "switches", "links", "ports", "alpha", "bandwidth"
 _LINK_KEYS = {"src", "dst", "alpha", "bandwidth", "bidirectional", "class"}
 
 
-def load_topology(path: str, n: int | None = None, alpha: Any = None, bandwidth: Any = None) -> Topology:
+def load_topology(path: str, n: int | None = None, alpha: ClassTimes = None,
+                  bandwidth: ClassRates = None) -> Topology:
     """Read a JSON topology file (schema in the module docstring); n, if given, must match "gpus"."""
     text = read_text(path, what="topology file ")
     try:
@@ -799,7 +804,7 @@ def _per_class_default(x: Any, parse: Callable[[Any, str], float], where: str, k
     return parse(x, where), {}
 
 
-def topology_from_dict(d: Any, n: int | None = None, alpha: Any = None, bandwidth: Any = None,
+def topology_from_dict(d: Any, n: int | None = None, alpha: ClassTimes = None, bandwidth: ClassRates = None,
                        source: str = "topology", default_name: str = "custom") -> Topology:
     """Build a Topology from the JSON schema (already parsed); ``alpha``/``bandwidth`` as in make_topology."""
     where = f"topology file {source}"
