@@ -39,14 +39,18 @@ def _atomic_target(path: str, *, suffix: str = ".tmp") -> Iterator[str]:
         raise
 
 
-def read_text(path: str, *, what: str = "", error: type[CollsynthError] = CollsynthError) -> str:
+def read_text(path: str, *, what: str = "", error: type[CollsynthError] = CollsynthError,
+              max_bytes: int | None = None) -> str:
     """A UTF-8 text file's contents; a missing, unreadable or binary file raises ``error`` with one
-    line naming it (``what``, e.g. "topology file ", prefixes the path)."""
+    line naming it (``what``, e.g. "topology file ", prefixes the path). With ``max_bytes``, a larger
+    file is refused without reading it whole."""
     try:
         with open(path, "rb") as f:
-            raw = f.read()
+            raw = f.read() if max_bytes is None else f.read(max_bytes + 1)
     except OSError as e:
         raise error(f"cannot read {what}{path}: {e.strerror}") from None
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise error(f"{what}{path} is larger than {max_bytes} bytes; that is not a file this command reads")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
