@@ -13,7 +13,7 @@ from collsynth.commands.common import int_arg, print_json
 from collsynth.errors import CollsynthError
 from collsynth.fileio import write_text_atomic
 from collsynth.synth.topology import make_topology, topology_presets
-from collsynth.synth.topology_import import FABRICS, import_topology, parse_nic_speed
+from collsynth.synth.topology_import import FABRICS, dumps_topology, import_topology, parse_nic_speed
 
 IMPORT_EPILOG = """examples:
   collsynth topology import nccl_topo.xml -o node.json
@@ -137,7 +137,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     nic = None if args.nic_speed is None else parse_nic_speed(args.nic_speed)
     res = import_topology(args.file, nodes=args.nodes, fabric=args.fabric, oversubscription=args.oversubscription,
                           sm=args.sm, nic_speed=nic, name=args.name)
-    write_text_atomic(args.output, json.dumps(res.topology, indent=1) + "\n")
+    write_text_atomic(args.output, dumps_topology(res.topology))
     rep = res.report()
     if args.json:
         print_json({**rep, "output": args.output})
@@ -147,10 +147,12 @@ def cmd_import(args: argparse.Namespace) -> int:
     print(f"read {args.file} ({fmt}): {rep['gpus_per_node']} GPUs" + (f" (sm {', '.join(map(str, sms))})" if sms
                                                                         else ""))
     links = sorted({g["nvlinks"] for g in rep["node_gpus"]})
+    gbps = sorted({g["nvlink_GBps"] for g in rep["node_gpus"]})
     chips = rep["nvswitch_chips"]
     nvl = {"nvswitch": f"through {chips} NVSwitch chips" if chips else "through an NVSwitch (chips not shown)",
            "direct": "direct GPU-GPU links", "none": "none"}[rep["nvlink"]]
-    print(f"NVLink: {nvl}" + (f", {'/'.join(map(str, links))} links per GPU" if rep["nvlink"] != "none" else ""))
+    print(f"NVLink: {nvl}" + (f", {'/'.join(map(str, links))} links per GPU ({'/'.join(f'{b:g}' for b in gbps)} "
+                              "GB/s per direction)" if rep["nvlink"] != "none" else ""))
     for n in rep["nics"]:
         used = f"used by GPU {_ranges(n['gpus'])}" if n["gpus"] else "unused"
         print(f"NIC {n['name']}: {n['speed_Gbps']:g} Gb/s, {n['placement']}, {used}")

@@ -9,6 +9,7 @@ assumed. Constants and their sources: ``constants``; the how-to: docs/topology-i
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -17,12 +18,13 @@ from typing import Any
 from collsynth.errors import CollsynthError
 from collsynth.fileio import read_text
 from collsynth.synth.topology_import.cluster import FABRICS, check_cluster_args, cluster_topology_dict
-from collsynth.synth.topology_import.constants import GB
+from collsynth.synth.topology_import.constants import GB, nvlink_gbps
 from collsynth.synth.topology_import.nccl_xml import looks_like_nccl_xml, read_nccl_xml
 from collsynth.synth.topology_import.node import NodeModel, assign_nics, node_topology_dict
 from collsynth.synth.topology_import.smi_matrix import looks_like_smi, read_smi_matrix
 
-__all__ = ["FABRICS", "ImportResult", "MAX_FILE_BYTES", "import_topology", "parse_nic_speed", "read_node"]
+__all__ = ["FABRICS", "ImportResult", "MAX_FILE_BYTES", "dumps_topology", "import_topology", "parse_nic_speed",
+           "read_node"]
 
 MAX_FILE_BYTES = 16 * 2**20  # real dumps are a few KB; anything this large is not one
 
@@ -51,11 +53,28 @@ class ImportResult:
             "nvlink": ("nvswitch" if m.switch_links else "direct" if m.direct else "none"),
             "nvswitch_chips": m.switch_chips,
             "node_gpus": [{"rank": g.rank, "id": g.label, "sm": g.sm, "cpu": m.cpus[g.cpu] if m.cpus else None,
-                           "nvlinks": nv[g.rank]} for g in m.gpus],
+                           "nvlinks": nv[g.rank], "nvlink_GBps": round(nvlink_gbps(g.sm) * nv[g.rank], 6)}
+                          for g in m.gpus],
             "nics": [{"name": n.name, "speed_Gbps": n.bandwidth * 8 / GB, "placement": n.placement,
                       "gpus": list(n.gpus)} for n in m.nics],
             "assumptions": list(m.assumptions),
         }
+
+
+def dumps_topology(topo: dict[str, Any]) -> str:
+    """The topology dict as JSON text, one link and one node per line (deterministic, diff-friendly)."""
+    lines = ["{"]
+    items = list(topo.items())
+    for i, (key, value) in enumerate(items):
+        end = "," if i < len(items) - 1 else ""
+        if key in ("links", "nodes", "switches") and isinstance(value, list) and value:
+            lines.append(f"  {json.dumps(key)}: [")
+            lines += [f"    {json.dumps(v)}{',' if j < len(value) - 1 else ''}" for j, v in enumerate(value)]
+            lines.append(f"  ]{end}")
+        else:
+            lines.append(f"  {json.dumps(key)}: {json.dumps(value)}{end}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
 
 
 def parse_nic_speed(text: str) -> float:

@@ -1,6 +1,6 @@
 """Read the topology XML NCCL writes with ``NCCL_TOPO_DUMP_FILE`` into a ``NodeModel``.
 
-Format (NCCL ``src/graph/xml.cc``/``topo.cc``; /work/shared docs/clusters.md section 2): root
+Format (NCCL ``src/graph/xml.cc``/``topo.cc``; ../shared clusters.md, section 2): root
 ``<system version="1">``; ``<cpu numaid= arch= vendor= familyid= modelid=>`` children; nested
 ``<pci busid= class= link_speed= link_width=>``; a GPU is ``<gpu dev= sm= rank=>`` inside its ``<pci>``,
 with ``<nvlink target= count= tclass=>`` children (tclass 0x068000: an NVSwitch, 0x03....: a GPU);

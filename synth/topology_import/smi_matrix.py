@@ -5,8 +5,8 @@ NVLinks), or the PCIe distance ``PIX``/``PXB``/``PHB``/``NODE``/``SYS`` (older d
 SYS), then CPU Affinity, NUMA Affinity and (newer drivers) GPU NUMA ID columns; GPU rows then carry
 one more (empty) tab field than the header. Older drivers name NIC columns ``mlx5_<k>`` directly;
 newer ones use ``NIC<k>`` and a "NIC Legend". Tab-separated output is read as printed; a copy whose
-tabs became spaces is split at runs of two or more spaces. See /work/shared docs/clusters.md
-section 2 and vectors/topologies/SOURCES.md for the quirks.
+tabs became spaces is split at runs of two or more spaces. See ../shared clusters.md, section 2,
+and vectors/topologies/SOURCES.md for the quirks.
 
 What the matrix does not say, and is assumed (each reported): the GPU generation (per-link NVLink
 bandwidth; pass ``sm``), whether NVLinks go to an NVSwitch or straight to the peer (a switch when
@@ -44,7 +44,7 @@ def looks_like_smi(text: str) -> bool:
 def _split(line: str, tabs: bool) -> list[str]:
     if tabs:
         return line.split("\t")
-    return [""] + re.split(r" {2,}", line.strip())
+    return re.split(r" {2,}", line.strip())
 
 
 def read_smi_matrix(text: str, name: str, where: str, *, sm: int | None = None,
