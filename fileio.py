@@ -4,7 +4,10 @@ Every file and folder the project writes goes through here: ``write_text_atomic`
 ``save_figure`` for a PNG, ``write_tree`` for a folder of generated files (built in a temporary
 sibling and renamed into place, so a failure leaves nothing behind), ``replace_subtrees`` for the
 managed parts of a folder (the schedule library), ``check_outdir`` for the "exists and is not empty:
-pass --force" rule. Written files get the usual permissions (0666 less the umask), not mkstemp's 0600.
+pass --force" rule, ``check_output`` for every output flag (checked before any work: a path that
+cannot be written, or one that names an input, is refused with one line naming the flag). Written
+files get the usual permissions (0666 less the umask), not mkstemp's 0600; an OSError while writing
+becomes a CollsynthError naming the path (exit 2, never a traceback).
 """
 
 from __future__ import annotations
@@ -24,19 +27,99 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))  # the installed packag
 @contextmanager
 def _atomic_target(path: str, *, suffix: str = ".tmp") -> Iterator[str]:
     """Yield a temporary path beside ``path``; on success it replaces ``path``, on failure it goes."""
+    check_output(path)
     directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise CollsynthError(f"cannot write {path}: directory {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".collsynth-", suffix=suffix)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".collsynth-", suffix=suffix)
+    except OSError as e:
+        raise CollsynthError(f"cannot write {path}: {e.strerror or e}") from None
     os.close(fd)
     try:
         yield tmp
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+    except OSError as e:
+        _unlink_quietly(tmp)
+        raise CollsynthError(f"cannot write {path}: {e.strerror or e}") from None
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        _unlink_quietly(tmp)
         raise
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _name_max(directory: str) -> int:
+    try:
+        return int(os.pathconf(directory, "PC_NAME_MAX"))
+    except (OSError, ValueError):
+        return 255
+
+
+def check_output(path: str | None, *, flag: str = "-o", inputs: Sequence[str | None] = (),
+                 folder: bool = False) -> None:
+    """Refuse, before any work, an output path that cannot be written or that would overwrite an input.
+
+    Checked: an empty name; a name longer than the file system allows; a parent folder that is missing,
+    is a regular file, or is not writable; an existing directory where a file goes (``folder`` False)
+    or a file where a folder goes; the same file as one of ``inputs`` (symlinks and hard links
+    included); for a folder, an input inside it (``--force`` would replace it). ``None`` and "-"
+    (stdout) pass. Raises CollsynthError naming ``flag``."""
+    if path is None or path == "-":
+        return
+    if not path.strip():
+        raise CollsynthError(f"{flag}: empty file name: give a path")
+    if "\0" in path:
+        raise CollsynthError(f"{flag} {path!r}: a path cannot contain a NUL character")
+    full = os.path.abspath(path)
+    parent = os.path.dirname(full.rstrip(os.sep)) or os.sep
+    base = os.path.basename(full.rstrip(os.sep))
+    if len(full.encode(errors="surrogateescape")) >= 4096:
+        raise CollsynthError(f"{flag}: path is too long ({len(full)} characters): choose a shorter one")
+    if len(base.encode(errors="surrogateescape")) > _name_max(parent if os.path.isdir(parent) else os.sep):
+        raise CollsynthError(f"{flag} {path[:40]}...: file name is too long ({len(base)} characters, the file "
+                             f"system allows {_name_max(parent if os.path.isdir(parent) else os.sep)}): "
+                             "choose a shorter one")
+    probe = parent
+    while probe and not os.path.lexists(probe):
+        probe = os.path.dirname(probe)
+    if probe != parent:
+        if os.path.isdir(probe):
+            raise CollsynthError(f"{flag} {path}: directory {os.path.dirname(path) or parent} does not exist: "
+                                 "create it first or choose another path")
+        raise CollsynthError(f"{flag} {path}: {probe} is a file, not a directory: choose another path")
+    if not os.path.isdir(parent):
+        raise CollsynthError(f"{flag} {path}: {parent} is not a directory: choose another path")
+    try:  # the real test (access() says yes to root on /proc and on read-only mounts)
+        fd, probe_file = tempfile.mkstemp(dir=parent, prefix=".collsynth-probe-")
+    except OSError as e:
+        raise CollsynthError(f"{flag} {path}: cannot write in {parent} ({e.strerror or e}): "
+                             "choose another path") from None
+    os.close(fd)
+    _unlink_quietly(probe_file)
+    if folder:
+        if os.path.exists(full) and not os.path.isdir(full):
+            raise CollsynthError(f"{flag} {path} exists and is not a directory: choose another path")
+    elif os.path.isdir(full):
+        raise CollsynthError(f"{flag} {path} is a directory: give a file name")
+    real = os.path.realpath(full)
+    for inp in inputs:
+        if not inp or inp == "-":
+            continue
+        try:
+            same = os.path.exists(full) and os.path.exists(inp) and os.path.samefile(full, inp)
+        except OSError:
+            same = False
+        rin = os.path.realpath(inp)
+        if same or rin == real:
+            raise CollsynthError(f"{flag} {path} is the input file {inp}: writing it would overwrite the input; "
+                                 "choose another path")
+        if folder and rin.startswith(real.rstrip(os.sep) + os.sep):
+            raise CollsynthError(f"{flag} {path} contains the input file {inp}: choose another folder")
 
 
 def read_text(path: str, *, what: str = "", error: type[CollsynthError] = CollsynthError,
@@ -69,8 +152,9 @@ def save_figure(fig: Any, path: str, *, dpi: int = 120) -> None:
         fig.savefig(tmp, format="png", dpi=dpi, metadata={"Software": None})
 
 
-def check_outdir(outdir: str, force: bool) -> None:
-    """The "exists and is not empty: pass --force" rule for an output folder."""
+def check_outdir(outdir: str, force: bool, *, flag: str = "-o", inputs: Sequence[str | None] = ()) -> None:
+    """The "exists and is not empty: pass --force" rule for an output folder (after ``check_output``)."""
+    check_output(outdir, flag=flag, inputs=inputs, folder=True)
     if os.path.exists(outdir) and not os.path.isdir(outdir):
         raise CollsynthError(f"output {outdir} exists and is not a directory: choose another -o")
     if os.path.isdir(outdir) and os.listdir(outdir) and not force:
@@ -84,10 +168,13 @@ def write_tree(outdir: str, files: Mapping[str, str | bytes], *, force: bool) ->
     Returns the written paths, sorted."""
     check_outdir(outdir, force)
     outdir = os.path.abspath(outdir)
-    with _staged_dir(outdir) as tmp:
-        for rel, content in files.items():
-            _write(os.path.join(tmp, rel), content)
-        _swap_in(tmp, outdir)
+    try:
+        with _staged_dir(outdir) as tmp:
+            for rel, content in files.items():
+                _write(os.path.join(tmp, rel), content)
+            _swap_in(tmp, outdir)
+    except OSError as e:
+        raise CollsynthError(f"cannot write {outdir}: {e.strerror or e}") from None
     return sorted(os.path.join(outdir, rel) for rel in files)
 
 
@@ -95,8 +182,16 @@ def replace_subtrees(root: str, files: Mapping[str, str | bytes], tops: Sequence
     """Replace the entries ``tops`` (files or folders directly under ``root``) with ``files``, whose
     paths all start with one of ``tops``; everything is written into a staging folder first, so a
     failure never leaves a half-written entry. Other entries of ``root`` are kept."""
+    check_output(root, flag="--out", folder=True)
     root = os.path.abspath(root)
-    os.makedirs(root, exist_ok=True)
+    try:
+        os.makedirs(root, exist_ok=True)
+        _replace_subtrees(root, files, tops)
+    except OSError as e:
+        raise CollsynthError(f"cannot write {root}: {e.strerror or e}") from None
+
+
+def _replace_subtrees(root: str, files: Mapping[str, str | bytes], tops: Sequence[str]) -> None:
     with _staged_dir(os.path.join(root, "staging")) as tmp:
         for rel, content in files.items():
             if rel.split("/", 1)[0] not in tops:

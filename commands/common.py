@@ -31,13 +31,25 @@ def _fmt(v: Any) -> str:
     return "" if v is None else str(v)
 
 
-def int_arg(flag: str) -> Callable[[str], int]:
-    """argparse type: an integer, with a message that names the flag."""
+INT_MAX = 2**31 - 1  # counts (ranks, steps, ports, iterations) beyond this are typos, and overflow C ints
+
+
+def int_arg(flag: str, *, lo: int | None = None, hi: int = INT_MAX) -> Callable[[str], int]:
+    """argparse type: an integer in [lo, hi], with a message that names the flag (a huge number is refused
+    here, before anything is sized by it)."""
     def conv(text: str) -> int:
+        t = str(text).strip()
         try:
-            return int(text)
+            value = int(t) if len(t) <= 40 else None
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {text!r}") from None
+            value = None
+        if value is None:
+            raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {text[:40]!r}")
+        if value > hi:
+            raise argparse.ArgumentTypeError(f"{flag} {t} is too large: at most {hi}")
+        if lo is not None and value < lo:
+            raise argparse.ArgumentTypeError(f"{flag} must be at least {lo}, got {t}")
+        return value
     return conv
 
 

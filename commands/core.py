@@ -19,7 +19,7 @@ from collsynth.commands.emit_cmds import (
     mscclpp_plan_options,
 )
 from collsynth.errors import CollsynthError
-from collsynth.fileio import write_text_atomic
+from collsynth.fileio import check_output, write_text_atomic
 from collsynth.synth.algorithms.stragglar.family import write_family
 from collsynth.synth.compare import compare
 from collsynth.synth.registry import algorithm_params, algorithms, build_schedule, param_flag
@@ -86,7 +86,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                   "  collsynth verify ring8.json --ports 2\n  collsynth verify s8.plan.json\n"
                                   "  collsynth verify s8.plan.json --size 1MiB")
     p.add_argument("file")
-    p.add_argument("--ports", type=int_arg("--ports"), default=None,
+    p.add_argument("--ports", type=int_arg("--ports", lo=1), default=None,
                    help="messages a rank may send and receive per step (default: the schedule's own)")
     p.add_argument("--size", default=None, help="MSCCL++ plans: the message size to run it at, e.g. 1MiB (default: "
                                                 "the smallest that exercises every slice and pipeline iteration)")
@@ -120,9 +120,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 # ---------------------------------------------------------------------------------------- helpers
 def model_from_args(args: argparse.Namespace, n: int) -> tuple[int, Any, dict[int, float]]:
     """(size bytes, Topology, arrivals) from --size/--alpha/--bandwidth/--topology/--arrival."""
-    size = parse_size(args.size)
-    alpha = parse_time(args.alpha) if args.alpha is not None else None
-    bw = parse_rate(args.bandwidth) if args.bandwidth is not None else None
+    size = parse_size(args.size, flag="--size")
+    alpha = parse_time(args.alpha, flag="--alpha") if args.alpha is not None else None
+    bw = parse_rate(args.bandwidth, flag="--bandwidth") if args.bandwidth is not None else None
     topo = make_topology(args.topology, n, alpha=alpha, bandwidth=bw)
     arrivals = parse_arrivals(args.arrival, n)
     return size, topo, arrivals
@@ -150,17 +150,17 @@ def _synth_params(args: argparse.Namespace) -> dict[str, Any]:
     if args.pipeline is not None:
         params["pipeline"] = args.pipeline if args.pipeline == "auto" else _pipeline_int(args.pipeline)
     if args.size is not None:
-        params["size"] = parse_size(args.size)
+        params["size"] = parse_size(args.size, flag="--size")
     if args.alpha is not None:
-        params["alpha"] = parse_time(args.alpha)
+        params["alpha"] = parse_time(args.alpha, flag="--alpha")
     if args.bandwidth is not None:
-        params["bandwidth"] = parse_rate(args.bandwidth)
+        params["bandwidth"] = parse_rate(args.bandwidth, flag="--bandwidth")
     if args.arrival is not None:
         params["arrivals"] = parse_arrivals(args.arrival, args.gpus)
     if args.chunks is not None:
         params["chunks"] = args.chunks
     if args.time_limit is not None:
-        params["time_limit"] = parse_time(args.time_limit, allow_zero=False)
+        params["time_limit"] = parse_time(args.time_limit, allow_zero=False, flag="--time-limit")
     if args.solver is not None:
         params["solver"] = args.solver
     if "topology" in algorithm_params(args.algorithm):  # the topology carries the model: fold --alpha/--bandwidth in
@@ -178,6 +178,7 @@ def _pipeline_int(text: str) -> int:
 
 def cmd_synth(args: argparse.Namespace) -> int:
     n = args.gpus
+    check_output(args.output, flag="-o", inputs=[args.topology], folder=args.straggler == "all")
     if args.topology is not None:
         make_topology(args.topology, n)
     params = _synth_params(args)
@@ -251,10 +252,7 @@ def _ranges(ranks: tuple[int, ...]) -> str:
 def cmd_verify(args: argparse.Namespace) -> int:
     size = None
     if args.size is not None:
-        size = parse_size(args.size)
-        if size != int(size):
-            raise CollsynthError(f"--size must be a whole number of bytes, got {args.size!r}")
-        size = int(size)
+        size = parse_size(args.size, flag="--size")
     report = verify_file(args.file, ports=args.ports, size=size)
     if args.json:
         print_json({"file": args.file, "ok": report.ok, "message": report.message})
@@ -264,6 +262,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    check_output(args.timeline, flag="--timeline", inputs=[args.file, args.topology])
     s = load_schedule(args.file)  # an XML file or a plan is checked as it is read
     if file_kind(args.file) == "schedule":
         check(s, source=args.file)
@@ -295,7 +294,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise CollsynthError(f"--gpus must be an integer >= 2, got {n}")
     size, topo, arrivals = model_from_args(args, n)
     names = [a.strip() for a in args.algorithms.split(",") if a.strip()] if args.algorithms else None
-    limit = parse_time(args.solver_time_limit, allow_zero=False) if args.solver_time_limit else None
+    limit = (parse_time(args.solver_time_limit, allow_zero=False, flag="--solver-time-limit")
+             if args.solver_time_limit else None)
     rows = compare(n, size, topo, arrivals, names, limit)
     if args.json:
         print_json({"gpus": n, "size_bytes": size, "topology": args.topology,

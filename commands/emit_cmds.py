@@ -17,7 +17,7 @@ from collsynth.backends.msccl.model import DIALECTS, PROTOCOLS
 from collsynth.commands.catalog import add_command_parser, show_help
 from collsynth.commands.common import print_json, print_table
 from collsynth.errors import CollsynthError
-from collsynth.fileio import check_outdir, write_text_atomic, write_tree
+from collsynth.fileio import check_outdir, check_output, write_text_atomic, write_tree
 from collsynth.synth.ir import load_schedule
 from collsynth.synth.verify import check
 from collsynth.units import parse_size
@@ -87,15 +87,9 @@ def mscclpp_plan_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _bytes(flag: str, text: Any) -> int:
     t = str(text).strip()
-    if t.isascii() and t.isdigit():
-        return int(t)
-    try:
-        v = parse_size(t)
-    except CollsynthError as e:
-        raise CollsynthError(f"{flag}: {e}") from None
-    if v != int(v):
-        raise CollsynthError(f"{flag} must be a whole number of bytes, got {text!r}")
-    return int(v)
+    if t.isascii() and t.isdigit() and int(t) == 0:
+        return 0
+    return parse_size(t, flag=flag)
 
 
 def msccl_xml_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -192,6 +186,7 @@ def _need_folder(args: argparse.Namespace, fmt: str) -> str:
 
 def cmd_emit(args: argparse.Namespace) -> int:
     fmt = get_format(args.format)
+    check_output(args.output, flag="-o", inputs=[args.schedule], folder=fmt.writes == "folder")
     if fmt.reads == "xml-folder":
         out = _need_folder(args, fmt.name)
         paths = emit_to(args.schedule, fmt.name, out, force=args.force)
@@ -257,7 +252,9 @@ def cmd_schedules_list(args: argparse.Namespace) -> int:
 
 
 def cmd_schedules_regenerate(args: argparse.Namespace) -> int:
-    out = args.out or default_dir()
+    out = default_dir() if args.out is None else args.out
+    if not args.check:
+        check_output(out, flag="--out", folder=True)
     files, manifest = build_files()
     if args.check:
         diffs = compare_folder(out, files)

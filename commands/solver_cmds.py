@@ -10,7 +10,7 @@ from collsynth import progress
 from collsynth.commands.catalog import add_command_parser
 from collsynth.commands.common import print_json, print_table
 from collsynth.errors import CollsynthError
-from collsynth.fileio import write_text_atomic
+from collsynth.fileio import check_output, write_text_atomic
 from collsynth.synth.algorithms.stragglar.rounds import rounds_row
 from collsynth.units import parse_time
 
@@ -57,7 +57,8 @@ def _gpu_list(items: list[str]) -> list[int]:
 
 def cmd_solve_rounds(args: argparse.Namespace) -> int:
     ns = _gpu_list(args.gpus)
-    limit = parse_time(args.time_limit, allow_zero=False)
+    check_output(args.output, flag="-o")
+    limit = parse_time(args.time_limit, allow_zero=False, flag="--time-limit")
     if args.output is not None and len(ns) != 1:
         raise CollsynthError("-o writes one schedule: give a single --gpus with it")
     rows = []

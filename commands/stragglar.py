@@ -7,7 +7,8 @@ from typing import Any
 
 from collsynth.commands.catalog import add_command_parser, show_help
 from collsynth.commands.common import print_json, print_table
-from collsynth.errors import CollsynthError
+from collsynth.errors import CollsynthError, require_extra
+from collsynth.fileio import check_output
 from collsynth.synth.algorithms.stragglar.analysis import DEFAULT_NS, plot, reproduce
 from collsynth.units import format_time, parse_rate, parse_size, parse_time
 
@@ -72,12 +73,16 @@ def _pipeline(text: str) -> int | str:
 
 def cmd_reproduce_stragglar(args: argparse.Namespace) -> int:
     ns = _gpus(args.gpus)
-    model: dict[str, Any] = {"size": parse_size(args.size), "alpha": parse_time(args.alpha),
-                             "bandwidth": parse_rate(args.bandwidth), "topology": args.topology}
+    model: dict[str, Any] = {"size": parse_size(args.size, flag="--size"),
+                             "alpha": parse_time(args.alpha, flag="--alpha"),
+                             "bandwidth": parse_rate(args.bandwidth, flag="--bandwidth"), "topology": args.topology}
     if args.pipeline is not None:
         model["pipeline"] = _pipeline(args.pipeline)
     if args.plot is not None and not args.plot.lower().endswith(".png"):
         raise CollsynthError(f"--plot writes PNG: give a file name ending in .png, got {args.plot!r}")
+    if args.plot is not None:
+        check_output(args.plot, flag="--plot", inputs=[args.topology])
+        require_extra("matplotlib", "plot", "--plot")
     rows = reproduce(ns, **model)
     if args.plot is not None:
         plot(rows, args.plot)

@@ -11,7 +11,7 @@ from typing import Any
 from collsynth.commands.catalog import add_command_parser, show_help
 from collsynth.commands.common import int_arg, print_json
 from collsynth.errors import CollsynthError
-from collsynth.fileio import write_text_atomic
+from collsynth.fileio import check_output, write_text_atomic
 from collsynth.synth.topology import make_topology, topology_presets
 from collsynth.synth.topology_import import FABRICS, dumps_topology, import_topology, parse_nic_speed
 
@@ -130,10 +130,7 @@ def _ranges(xs: list[int]) -> str:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    src, dst = os.path.realpath(args.file), os.path.realpath(args.output)
-    if src == dst or (os.path.exists(args.output) and os.path.exists(args.file)
-                      and os.path.samefile(args.file, args.output)):
-        raise CollsynthError(f"-o {args.output} is the input file: choose another output")
+    check_output(args.output, inputs=[args.file])
     nic = None if args.nic_speed is None else parse_nic_speed(args.nic_speed)
     res = import_topology(args.file, nodes=args.nodes, fabric=args.fabric, oversubscription=args.oversubscription,
                           sm=args.sm, nic_speed=nic, name=args.name)

@@ -108,3 +108,29 @@ def test_bytes_sent_per_rank():
     s = build_schedule("ring", 4)
     assert np.allclose(s.bytes_sent_per_rank(), 2 * 3 / 4)
     assert np.allclose(build_schedule("direct", 4).bytes_sent_per_rank(), 3.0)
+
+
+@pytest.mark.parametrize("top", [9, 10, 11, 99, 100, 101, 999, 1000, 1001, (1 << 20) - 1, 1 << 20, 10**7, 10**12])
+def test_json_columns_exact_at_powers_of_ten(top):
+    # the vectorised writer counts digits per value: a column whose maximum is exactly 10**k is the edge
+    vals = sorted({0, 1, 9, 10, top - 1, top} - {-1})
+    m = len(vals)
+    s = Schedule.from_arrays("allreduce", top + 1, top + 1, step=list(range(m)), src=vals, dst=vals[::-1],
+                             chunk=vals, count=[1] * m, nsteps=m)
+    cols = json.loads(s.to_json())["transfers"]
+    assert cols["src"] == vals and cols["chunk"] == vals and cols["dst"] == vals[::-1]
+    assert cols["step"] == list(range(m))
+    assert Schedule.from_json(s.to_json()).to_json() == s.to_json()
+
+
+def test_json_columns_negative_values():
+    vals = [-1000, -100, -10, -1, 0, 10, 100]
+    s = Schedule.from_arrays("allreduce", 2, 1, step=[0] * 7, src=vals, dst=vals, chunk=vals, nsteps=1)
+    assert json.loads(s.to_json())["transfers"]["src"] == vals
+
+
+def test_bytes_sent_per_rank_counts_every_chunk_of_a_run():
+    # rank 0 sends a run of 3 of 4 chunks, rank 1 one chunk: 3/4 and 1/4 of a buffer
+    s = Schedule.from_arrays("allreduce", 3, 4, step=[0, 1], src=[0, 1], dst=[1, 2], chunk=[0, 3], count=[3, 1])
+    assert s.bytes_sent_per_rank().tolist() == [0.75, 0.25, 0.0]
+    assert s.summary()["bytes_sent_per_buffer_byte"] == [0.75, 0.25, 0.0]

@@ -283,3 +283,58 @@ def test_too_many_nodes_for_the_runtime_parser():
     text = xml([tbs, [(-1, -1, 0, [])]])
     with pytest.raises(XmlFormatError, match="at most 4096"):
         check(text)
+
+
+# ----------------------------------------------------------------------------------- cases mutation testing found
+def _direct2_with_reader(gpu, dep, hasdep_at):
+    """direct2 plus a second thread block on ``gpu`` that copies o[1] to scratch after waiting for
+    ``dep`` of thread block 0 (whose step ``hasdep_at`` publishes). In place, o[1] is i[1], which
+    thread block 0 sends at step 0 and overwrites at step 1."""
+    gpus = []
+    for g in range(2):
+        tb0 = (1 - g, 1 - g, 0, [step(0, "s", ("i", 0), cnt=2, hasdep=int(hasdep_at == 0 and g == gpu)),
+                                 step(1, "rrc", ("i", 0), ("o", 0), cnt=2, hasdep=int(hasdep_at == 1 and g == gpu))])
+        tbs = [tb0]
+        if g == gpu:
+            tbs.append((-1, -1, 0, [step(0, "cpy", ("o", 1), ("s", 0), dep=dep)]))
+        gpus.append(tbs)
+    return xml(gpus)
+
+
+@pytest.mark.parametrize("gpu", [0, 1])
+def test_race_with_a_step_ordered_only_before_the_write(gpu):
+    # waits for step 0 of tb 0 (a send) but not for step 1 (which writes o[1]): the read races with the
+    # write whichever runs first (gpu 0: the read runs before the write; gpu 1: after it)
+    r = _kind(_direct2_with_reader(gpu, (0, 0), 0), "race", "race", f"gpu {gpu} tb")
+    assert r.gpu == gpu
+    # waiting for the write itself orders the two: no race, and the file is right
+    assert check(_direct2_with_reader(gpu, (0, 1), 1)).ok
+
+
+def test_reduce_of_different_chunks_is_wrong_even_when_every_contribution_arrives():
+    # each GPU sends chunk 1 first, then chunk 0, but reduces the first arrival into chunk 0: every output
+    # chunk ends up with both ranks' contributions, of the wrong chunk
+    steps = [step(0, "s", ("i", 1), cnt=1), step(1, "s", ("i", 0), cnt=1),
+             step(2, "rrc", ("i", 0), ("o", 0), cnt=1), step(3, "rrc", ("i", 1), ("o", 1), cnt=1)]
+    text = xml([[(1 - g, 1 - g, 0, steps)] for g in range(2)])
+    _kind(text, "postcondition", "different chunks", "reduces chunk 1 into chunk 0")
+
+
+def test_output_chunks_in_the_wrong_place_fail_the_chunk_label_postcondition():
+    # a correct allreduce, then gpu 0 swaps its two output chunks through scratch: every chunk still holds
+    # both contributions, but chunk 0's sum sits where chunk 1's belongs
+    swap = [step(2, "cpy", ("o", 0), ("s", 0)), step(3, "cpy", ("o", 1), ("o", 0)), step(4, "cpy", ("s", 0), ("o", 1))]
+    gpus = [[(1 - g, 1 - g, 0, [step(0, "s", ("i", 0), cnt=2), step(1, "rrc", ("i", 0), ("o", 0), cnt=2)]
+              + (swap if g == 0 else []))] for g in range(2)]
+    r = _kind(xml(gpus), "postcondition", "gpu 0 output chunk 0", "holds chunk 1, expected chunk 0")
+    assert r.gpu == 0
+
+
+def test_accesses_ordered_only_through_fifos_on_another_gpu_are_not_a_race():
+    # gpu 0 tb 0 sends its input; gpu 1 reduces it in and sends the sums back; gpu 0 tb 1 receives them
+    # over its input (in place). tb 1 never waits for tb 0 on gpu 0, but the FIFOs order the two accesses:
+    # the per-GPU clock flags a candidate and the exact happens-before search must clear it
+    gpus = [[(1, -1, 0, [step(0, "s", ("i", 0), cnt=2)]), (-1, 1, 0, [step(0, "r", ("i", 0), ("o", 0), cnt=2)])],
+            [(0, 0, 0, [step(0, "rrc", ("i", 0), ("o", 0), cnt=2), step(1, "s", ("o", 0), cnt=2)])]]
+    r = check(xml(gpus))
+    assert r.ok, r.message

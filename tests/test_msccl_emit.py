@@ -4,6 +4,8 @@ punctual ranks never wait for the straggler during phase 1 (no barrier)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -14,6 +16,7 @@ from collsynth.errors import CollsynthError
 from collsynth.synth.ir import ScheduleBuilder
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate_model
+from collsynth.synth.verify import verify
 
 
 def rows(s):
@@ -221,3 +224,52 @@ def test_schedule_msccl_cannot_express():
     b.add(1, 0, 0, 80, False)
     with pytest.raises(CollsynthError, match="cnt limit"):
         emit_xml(b.build())
+
+
+# ------------------------------------------------------------------ cases mutation testing found untested
+def _fused_re_runs(text):
+    """Lengths of the runs of ``re`` steps the runtime fuses: consecutive, one destination, only the first
+    carrying a dependency (docs/msccl-xml.md 2.3)."""
+    runs = []
+    for tb in text.split("<tb ")[1:]:
+        prev, length = None, 0
+        for ln in tb.splitlines():
+            if "<step " not in ln:
+                continue
+            a = dict(re.findall(r'(\w+)="([^"]*)"', ln))
+            dst = (a["dstbuf"], a["dstoff"])
+            if a["type"] == "re" and prev == dst and a["depid"] == "-1":
+                length += 1
+                continue
+            if length:
+                runs.append(length)
+            prev, length = (dst, 1) if a["type"] == "re" else (None, 0)
+            if a["hasdep"] == "1":
+                prev = None
+        if length:
+            runs.append(length)
+    return runs
+
+
+def test_reduce_chains_are_cut_at_the_runtimes_16_fused_steps():
+    # direct on 20 ranks: 19 contributions per chunk, 18 of them added with re steps into one destination
+    text = emit_xml(build_schedule("direct", 20))
+    runs = _fused_re_runs(text)
+    assert max(runs) == 16 and 2 in runs, sorted(set(runs))
+    assert check_xml_text(text, "direct20.xml").ok
+    # below the limit nothing is cut: 15 re steps per chain on 17 ranks
+    assert set(_fused_re_runs(emit_xml(build_schedule("direct", 17)))) == {15}
+
+
+@pytest.mark.parametrize("alg, n", [("ring", 3), ("ring", 4), ("direct", 3), ("direct", 5)])
+@pytest.mark.parametrize("mult, instances", [(2, 1), (3, 1), (5, 1), (3, 2)])
+def test_reducescatter_scratch_offsets_on_a_finer_chunk_grid(alg, n, mult, instances):
+    s = build_schedule(alg, n, "reducescatter")
+    M = s.nchunks * mult
+    text, back = roundtrip(s, nchunksperloop=M, instances=instances)
+    assert f'nchunksperloop="{M * instances}"' in text
+    # read back on the finer grid, the program still computes the ReduceScatter (checked independently)
+    assert back.nchunks == M * instances and verify(back).ok, verify(back).message
+    # scratch holds the partial sums in flight: at least one rank block of them
+    sizes = {int(v) for v in re.findall(r's_chunks="(\d+)"', text)}
+    assert min(sizes) >= M // n * instances

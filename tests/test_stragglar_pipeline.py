@@ -328,3 +328,21 @@ def test_family_with_pipeline(tmp_path):
     assert [e["file"] for e in manifest["schedules"]] == [f"stragglar_n5_s{r}.json" for r in range(5)]
     d = json.loads((tmp_path / "fam" / "stragglar_n5_s2.json").read_text())
     assert d["meta"]["pipeline"] == 3 and d["name"] == "stragglar_n5_k3_s2"
+
+
+def test_n3_model_cost_matches_what_is_built():
+    """n = 3 builds one round more than the bound for K >= 2 (not for K = 1): the cost --pipeline auto
+    minimises must be the simulated time of the schedule it builds, at every K."""
+    topo = make_topology("nvswitch", 3, alpha=PAPER["alpha"], bandwidth=PAPER["bandwidth"])
+    for k in range(1, 7):
+        s = _ok(build(3, pipeline=k))
+        t = simulate(s, PAPER["size"], topo, {2: 0.05}).after_last_arrival_s
+        assert t == pytest.approx(phase2_time(3, k, **PAPER), rel=1e-9), k
+    for size in ("64KiB", "1MiB", "1GiB"):
+        s = _ok(build(3, pipeline="auto", size=size, alpha="3us", bandwidth="450GiB/s"))
+        model = s.meta["pipeline_model"]
+        t = simulate(s, model["size"], topo, {2: 0.05}).after_last_arrival_s
+        assert t == pytest.approx(model["phase2_s"], rel=1e-9)
+        one = simulate(_ok(build(3, pipeline=1)), model["size"], topo, {2: 0.05}).after_last_arrival_s
+        assert one == pytest.approx(model["phase2_s_unpipelined"], rel=1e-9)
+        assert model["phase2_s"] <= one * (1 + 1e-9)

@@ -186,6 +186,18 @@ def world(rank: int, n: int) -> dict:
     time.sleep(0.4 if rank == 1 else 0.0)
     sar(x)
     out["sar_multiword"] = (sar.last.straggler, float((x - ref).abs().max()))
+    # 7c. a family without the late rank's schedule: every rank falls back to ring (no KeyError)
+    fam = straggler_family(n)
+    sar = StragglerAwareAllReduce(family={r: fam[r] for r in (0, 1)}, window=0.05, timeout=30)
+    out["sar_partial"] = []
+    for late_rank in (2, 1):
+        x = _data(rank, 5000, 7, "float32")
+        ref = x.clone()
+        dist.all_reduce(ref)
+        dist.barrier()
+        time.sleep(0.4 if rank == late_rank else 0.0)
+        sar(x)
+        out["sar_partial"].append((late_rank, sar.last.straggler, float((x - ref).abs().max())))
     # 8. DDP: a comm hook equals plain DDP after a few steps
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -280,6 +292,13 @@ def test_straggler_detected_at_run_time(results):
     assert all(results[r]["sar_multiword"][0] == 1 and results[r]["sar_multiword"][1] < 1e-4 for r in range(N))
     none = [results[r]["sar"][cases["none"]] for r in range(N)]
     assert len({(g[1], g[2]) for g in none}) == 1 and all(g[5] < 1e-4 for g in none)
+
+
+def test_partial_family_falls_back_to_ring_for_a_rank_without_a_schedule(results):
+    for r in range(N):
+        (late_a, got_a, err_a), (late_b, got_b, err_b) = results[r]["sar_partial"]
+        assert (late_a, got_a) == (2, None) and err_a < 1e-4  # rank 2 has no schedule: ring
+        assert (late_b, got_b) == (1, 1) and err_b < 1e-4  # rank 1 has one: StragglAR for it
 
 
 def test_ddp_comm_hook_equals_plain_ddp(results):

@@ -125,3 +125,52 @@ def _mutate(s: Schedule, rng: random.Random) -> Schedule:
         cols["reduce"][i] = not cols["reduce"][i]
     return Schedule.from_arrays(s.collective, s.nranks, s.nchunks, nsteps=s.nsteps, ports=s.ports,
                                 owner=s.owner, phases=s.phases, **cols)
+
+
+# ------------------------------------------------------------------ cases mutation testing found untested
+def _allreduce3_then(extra_step, ports=2):
+    """3-rank allreduce that is correct after two steps (reduce into rank 0, copy out), then ``extra_step``."""
+    return _sched("allreduce", 3, 1, [[(1, 0, 0, 1, True), (2, 0, 0, 1, True)],
+                                      [(0, 1, 0, 1, False), (0, 2, 0, 1, False)], extra_step], ports=ports)
+
+
+def test_count_zero_is_a_range_violation():
+    # the 2-rank swap is correct; a transfer of count 0 moves nothing and must still be refused
+    s = _sched("allreduce", 2, 1, [[(0, 1, 0, 1, True), (1, 0, 0, 1, True)], [(0, 1, 0, 0, False)]])
+    r = verify(s)
+    assert not r.ok and r.violation.kind == "range" and "count 0" in r.message
+    assert r.violation.index == 2 and r.violation.step == 1
+
+
+def test_two_copies_into_one_location_in_one_step_are_a_race():
+    # both copies deliver the full sum, so the final values are right: only the race check can object
+    assert verify(_allreduce3_then([(1, 0, 0, 1, False)])).ok
+    s = _allreduce3_then([(1, 0, 0, 1, False), (2, 0, 0, 1, False)])
+    r = verify(s)
+    assert not r.ok and r.violation.kind == "hazard", r.message
+    assert r.violation.step == 2 and r.violation.index in (4, 5)
+    assert "rank 0 chunk 0" in r.message
+
+
+def test_race_on_a_location_read_in_the_same_step_taints_what_the_reader_delivers():
+    # step 2: 1 -> 0 copy while rank 0 sends its chunk to rank 2; rank 2's copy is garbage
+    s = _allreduce3_then([(1, 0, 0, 1, False), (0, 2, 0, 1, False)])
+    r = verify(s)
+    assert not r.ok and r.violation.kind == "hazard" and r.violation.index == 4, r.message
+
+
+def test_port_overflow_blames_the_first_message_past_the_limit():
+    # step 0 is fine; in step 1 rank 2 receives three messages (from 0, 1, 3): with p=1 the second one
+    # (transfer #3) is the first over the limit, with p=2 the third (#4)
+    steps = [[(0, 1, 0, 1, True), (2, 3, 0, 1, True)],
+             [(0, 2, 0, 1, True), (1, 2, 0, 1, True), (3, 2, 0, 1, True)]]
+    s = _sched("allreduce", 4, 1, steps)
+    r = verify(s)
+    assert r.violation.kind == "ports" and r.violation.step == 1 and r.violation.index == 3, r.message
+    assert "rank 2 receives 3 messages" in r.message
+    r = verify(s, ports=2)
+    assert r.violation.kind == "ports" and r.violation.index == 4, r.message
+    # the sending side: rank 0 sends twice in step 1
+    s = _sched("allreduce", 4, 1, [[(1, 2, 0, 1, True)], [(0, 1, 0, 1, True), (0, 3, 0, 1, True)]])
+    r = verify(s)
+    assert r.violation.kind == "ports" and r.violation.index == 2 and "rank 0 sends 2 messages" in r.message

@@ -1,0 +1,206 @@
+"""Issue 13: every bad input gets a clean answer (one line, exit 2), nothing is overwritten, and a crash
+never reads as a verdict. One regression test per class of the issue; the fuzz suite is test_fuzz_cli.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from collsynth.cli import main
+
+
+def run(capsys, *argv):
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as e:  # argparse's own errors (also one line, exit 2)
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_exit_2(code, err, needle=""):
+    assert code == 2, err
+    assert err.startswith("collsynth: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert needle in err, err
+
+
+@pytest.fixture
+def ring4(tmp_path, capsys):
+    path = tmp_path / "r4.json"
+    assert run(capsys, "synth", "-a", "ring", "-n", "4", "-o", path)[0] == 0
+    return path
+
+
+# ------------------------------------------------------------------------------------------ output paths
+def _bad_outputs(tmp_path, ring4):
+    (tmp_path / "adir").mkdir()
+    return {
+        "an existing directory": str(tmp_path / "adir"),
+        "below a regular file": str(ring4) + "/x.out",
+        "empty": "",
+        "300-character name": str(tmp_path / ("a" * 300)),
+        "missing folder": str(tmp_path / "nope" / "x.out"),
+        "under /proc": "/proc/collsynth-test.out",
+    }
+
+
+@pytest.mark.parametrize("case", ["an existing directory", "below a regular file", "empty", "300-character name",
+                                  "missing folder", "under /proc"])
+@pytest.mark.parametrize("command", ["synth", "simulate", "emit-xml", "emit-plan", "solve-rounds"])
+def test_unwritable_outputs_are_one_line_exit_2(capsys, tmp_path, ring4, case, command):
+    path = _bad_outputs(tmp_path, ring4)[case]
+    argv = {
+        "synth": ["synth", "-a", "ring", "-n", "4", "-o", path],
+        "simulate": ["simulate", ring4, "--size", "1MiB", "--timeline", path],
+        "emit-xml": ["emit", ring4, "--format", "msccl-xml", "-o", path],
+        "emit-plan": ["emit", ring4, "--format", "mscclpp-plan", "-o", path],
+        "solve-rounds": ["solve-rounds", "-n", "4", "--time-limit", "1s", "-o", path],
+    }[command]
+    before = sorted(os.listdir(tmp_path))
+    code, _, err = run(capsys, *argv)
+    one_line_exit_2(code, err)
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+@pytest.mark.parametrize("case", ["below a regular file", "empty", "300-character name", "under /proc"])
+@pytest.mark.parametrize("command", ["family", "nccl-cuda", "regenerate"])
+def test_unwritable_output_folders_are_one_line_exit_2(capsys, tmp_path, ring4, case, command):
+    path = _bad_outputs(tmp_path, ring4)[case]
+    argv = {
+        "family": ["synth", "-a", "stragglar", "-n", "4", "--straggler", "all", "-o", path],
+        "nccl-cuda": ["emit", ring4, "--format", "nccl-cuda", "-o", path],
+        "regenerate": ["schedules", "regenerate", "--out", path],
+    }[command]
+    code, _, err = run(capsys, *argv)
+    one_line_exit_2(code, err)
+
+
+@pytest.mark.parametrize("flag", ["--plot"])
+@pytest.mark.parametrize("command", ["reproduce", "train-sim"])
+def test_unwritable_plot_is_refused_before_the_work(capsys, tmp_path, ring4, flag, command):
+    (tmp_path / "d.png").mkdir()
+    for path in (str(tmp_path / "d.png"), "/proc/collsynth-test.png", str(ring4) + "/x.png"):
+        argv = {"reproduce": ["reproduce", "stragglar", "-n", "4", flag, path],
+                "train-sim": ["train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "1ms", "--steps", "3",
+                              flag, path]}[command]
+        code, out, err = run(capsys, *argv)
+        one_line_exit_2(code, err, flag)
+        assert out == ""  # refused before the study ran
+
+
+# ------------------------------------------------------------------------------------------ output == input
+def test_output_equal_to_input_is_refused_and_the_input_kept(capsys, tmp_path, ring4):
+    original = ring4.read_bytes()
+    link = tmp_path / "link.json"
+    link.symlink_to(ring4)
+    hard = tmp_path / "hard.json"
+    os.link(ring4, hard)
+    topo = tmp_path / "topo.json"
+    topo.write_text(json.dumps({"name": "t", "nranks": 4}))
+    topo_before = topo.read_bytes()
+    cases = [
+        ["simulate", ring4, "--size", "1MiB", "--timeline", ring4],
+        ["simulate", ring4, "--size", "1MiB", "--timeline", link],
+        ["emit", ring4, "--format", "msccl-xml", "-o", ring4],
+        ["emit", ring4, "--format", "msccl-xml", "-o", hard],
+        ["emit", ring4, "--format", "mscclpp-plan", "-o", f"{tmp_path}/./r4.json"],
+        ["emit", ring4, "--format", "nccl-cuda", "-o", tmp_path, "--force"],  # the folder holds the input
+        ["synth", "-a", "ring", "-n", "4", "-t", topo, "-o", topo],
+        ["reproduce", "stragglar", "-n", "4", "-t", topo, "--plot", topo.with_suffix(".png")],
+        ["train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "1ms", "--steps", "3", "-t", topo,
+         "--plot", topo.with_suffix(".png")],
+    ]
+    (tmp_path / "topo.png").symlink_to(topo)
+    for argv in cases:
+        code, _, err = run(capsys, *argv)
+        one_line_exit_2(code, err, "input")
+        assert ring4.read_bytes() == original and topo.read_bytes() == topo_before
+
+
+def test_train_sim_trace_is_not_overwritten_by_plot(capsys, tmp_path):
+    trace = tmp_path / "trace.png"  # a PNG name so only the input rule can refuse it
+    trace.write_text("0.1,0.1,0.1,0.1\n")
+    code, _, err = run(capsys, "train-sim", "-n", "4", "--grad-bytes", "1MB", "--trace", trace, "--steps", "3",
+                       "--plot", trace)
+    one_line_exit_2(code, err, "input")
+    assert trace.read_text() == "0.1,0.1,0.1,0.1\n"
+
+
+def test_force_into_a_nccl_cuda_folder_replaces_it(capsys, tmp_path, ring4):
+    out = tmp_path / "cu"
+    assert run(capsys, "emit", ring4, "--format", "nccl-cuda", "-o", out)[0] == 0
+    (out / "stale_from_an_earlier_emission.cu").write_text("x")
+    code, _, err = run(capsys, "emit", ring4, "--format", "nccl-cuda", "-o", out)
+    one_line_exit_2(code, err, "--force")
+    assert run(capsys, "emit", ring4, "--format", "nccl-cuda", "-o", out, "--force")[0] == 0
+    assert not (out / "stale_from_an_earlier_emission.cu").exists()
+
+
+# ------------------------------------------------------------------------------------------ optional deps
+@pytest.mark.parametrize("argv,extra", [
+    (["bench", "--ranks", "2", "--size", "1MiB"], "torch"),
+    (["calibrate", "--ranks", "2"], "torch"),
+    (["train-bench", "--ranks", "2"], "torch"),
+    (["train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "1ms", "--steps", "3", "--plot", "{tmp}/t.png"],
+     "plot"),
+    (["reproduce", "stragglar", "-n", "4", "--plot", "{tmp}/r.png"], "plot"),
+])
+def test_missing_optional_dependency_is_named_up_front(capsys, tmp_path, monkeypatch, argv, extra):
+    module = {"torch": "torch", "plot": "matplotlib"}[extra]
+    monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
+    code, out, err = run(capsys, *[a.replace("{tmp}", str(tmp_path)) for a in argv])
+    one_line_exit_2(code, err, f"pip install 'collsynth[{extra}]'")
+    assert out == "" and os.listdir(tmp_path) == []
+
+
+# ------------------------------------------------------------------------------------------ numbers and units
+@pytest.mark.parametrize("argv,needle", [
+    (["synth", "-a", "ring", "-n", "4", "--size", "1e400"], "--size"),
+    (["compare", "-n", "4", "--size", "1e400"], "--size"),
+    (["compare", "-n", "4", "--size", "1MiB", "--bandwidth", "1e400"], "--bandwidth"),
+    (["compare", "-n", "4", "--size", "1MiB", "--bandwidth", "0"], "--bandwidth: bandwidth '0'"),
+    (["train-sim", "-n", "4", "--grad-bytes", "1e400", "--compute", "1ms"], "--grad-bytes"),
+    (["synth", "-a", "ring", "-n", "99999999999999999999999"], "--gpus"),
+    (["compare", "-n", "99999999999999999999999", "--size", "1MiB"], "--gpus"),
+    (["synth", "-a", "stragglar", "-n", "4", "--pipeline", "auto", "--alpha", "1e400s"], "--alpha"),
+    (["compare", "-n", "4", "--size", "1MiB", "--alpha", "1e400s"], "--alpha"),
+    (["compare", "-n", "4", "--size", "1MiB", "--alpha", "3"], "has no unit"),
+    (["train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "100"], "--compute"),
+    (["train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "1ms", "--alpha", "3"], "--alpha"),
+    (["compare", "-n", "4", "--size", "0.5"], "whole number of bytes"),
+    (["simulate", "{ring4}", "--size", "1MiB", "--arrival", "3=soon"], "--arrival"),
+    (["simulate", "{ring4}", "--size", "1MiB", "--arrival", "3=1e400s"], "--arrival"),
+    (["bench", "--ranks", "2", "--size", "1MiB", "--delay", "1=soon"], "--delay"),
+    (["verify", "{ring4}", "--ports", "0"], "--ports"),
+    (["emit", "{ring4}", "--format", "msccl-xml", "--max-bytes", "0.5"], "--max-bytes"),
+    (["emit", "{ring4}", "--format", "mscclpp-plan", "--max-bytes", "1e400"], "--max-bytes"),
+    (["emit", "{ring4}", "--format", "msccl-xml", "--min-bytes", "99999999999999999999999999"], "--min-bytes"),
+    (["train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "1ms", "--seed", "-1"], "--seed"),
+])
+def test_numbers_are_checked_and_the_flag_named(capsys, ring4, argv, needle):
+    code, out, err = run(capsys, *[a.replace("{ring4}", str(ring4)) for a in argv])
+    one_line_exit_2(code, err, needle)
+    assert out == ""
+
+
+def test_fractional_bytes_are_refused_not_rounded():
+    from collsynth.errors import CollsynthError
+    from collsynth.units import parse_rate, parse_size, parse_time
+    assert parse_size("1.5KiB") == 1536 and parse_size("1.1MB") == 1_100_000
+    for bad in ("0.5", "1.5B", "1e-400", "0.3KB7"):
+        with pytest.raises(CollsynthError):
+            parse_size(bad)
+    for bad in (float("inf"), float("nan")):
+        with pytest.raises(CollsynthError):
+            parse_size(bad)
+        with pytest.raises(CollsynthError):
+            parse_time(bad)
+        with pytest.raises(CollsynthError):
+            parse_rate(bad)
+    assert parse_time("0") == 0.0 and parse_time(3) == 3.0  # a Python number is seconds; text needs a unit
+    with pytest.raises(CollsynthError, match="no unit"):
+        parse_time("3")
