@@ -178,6 +178,8 @@ def _pipeline_int(text: str) -> int:
 
 def cmd_synth(args: argparse.Namespace) -> int:
     n = args.gpus
+    if n < 2:  # before any topology is built for the algorithm
+        raise CollsynthError(f"--gpus must be an integer >= 2, got {n}")
     check_output(args.output, flag="-o", inputs=[args.topology], folder=args.straggler == "all")
     if args.topology is not None:
         make_topology(args.topology, n)
@@ -214,7 +216,10 @@ def _synth_family(args: argparse.Namespace, params: dict[str, Any]) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     s = load_schedule(args.file)
-    info = s.summary()
+    try:
+        info = s.summary()
+    except CollsynthError as e:
+        raise CollsynthError(f"{args.file}: {e}") from None
     if args.json:
         print_json(info)
         return 0

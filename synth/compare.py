@@ -74,6 +74,10 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
         if "pipeline" in accepted:  # pipeline depth from the model the straggler sees on this topology
             al, bw = topology_model(topo, latest)
             params.update(pipeline="auto", size=size_b, alpha=al, bandwidth=bw)
+        if "topology" in accepted:  # topology-aware algorithms (ring order, nodes, the model)
+            params["topology"] = topo
+        if "size" in accepted:
+            params["size"] = size_b
         if a == "solver":
             params.update(arrivals=arr, time_limit=solver_time_limit, size=size_b, topology=topo)
         s = check(build_schedule(a, n, "allreduce", **{k: v for k, v in params.items() if k in accepted}))

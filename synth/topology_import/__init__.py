@@ -91,7 +91,16 @@ def parse_nic_speed(text: str) -> float:
 
 def read_node(path: str, *, sm: int | None = None, nic_speed: float | None = None) -> NodeModel:
     """Read one machine's file (NCCL XML or nvidia-smi matrix, detected from the content)."""
-    text = read_text(path, what="topology file ", max_bytes=MAX_FILE_BYTES)
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        size = 0  # read_text names the problem
+    if size > MAX_FILE_BYTES:
+        raise CollsynthError(f"topology file {path} is larger than {MAX_FILE_BYTES} bytes; an NCCL dump or "
+                             "nvidia-smi matrix is a few KB: give the right file")
+    text = read_text(path, what="topology file ")
+    if len(text) > MAX_FILE_BYTES:
+        raise CollsynthError(f"topology file {path} is larger than {MAX_FILE_BYTES} bytes; give the right file")
     name = os.path.splitext(os.path.basename(path))[0] or "imported"
     where = f"topology file {path}"
     if looks_like_nccl_xml(text):
