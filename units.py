@@ -26,14 +26,15 @@ MAX_BYTES = 2**62  # the largest size any flag takes (4 EiB: int64 with room; th
 MAX_SECONDS = 1e9  # about 30 years: a longer time is a typo
 
 
-def _split(text: str, what: str, example: str) -> tuple[Fraction, str]:
+def _split(text: str, what: str, example: str, flag: str | None = None) -> tuple[Fraction, str]:
     """The number (exact, so that whole-byte checks are exact) and the unit of ``text``."""
     m = re.fullmatch(_NUM + r"\s*([A-Za-zµ/]*)", str(text).strip())
     if not m:
-        raise CollsynthError(f"cannot read {what} {text!r}: write a number with a unit, e.g. {example}")
+        raise CollsynthError(_prefixed(flag, f"cannot read {what} {text!r}: write a number with a unit, "
+                                             f"e.g. {example}"))
     mantissa, _, exponent = m.group(1).lower().partition("e")
     if exponent and abs(int(exponent)) > 400:
-        raise CollsynthError(f"{what} {text!r} is out of range: write e.g. {example}")
+        raise CollsynthError(_prefixed(flag, f"{what} {text!r} is out of range: write e.g. {example}"))
     return Fraction(m.group(1)), m.group(2)
 
 
@@ -52,7 +53,7 @@ def parse_size(text: str | int | float, *, flag: str | None = None) -> int:
             raise CollsynthError(_prefixed(flag, f"size {text!r} must be a finite number of bytes"))
         value, unit = Fraction(text), ""
     else:
-        value, unit = _split(text, "size", "1GiB or 32MB")
+        value, unit = _split(text, "size", "1GiB or 32MB", flag)
     factor = _SIZE_UNITS.get(unit.lower())
     if factor is None:
         raise CollsynthError(_prefixed(flag, f"unknown size unit {unit!r} in {text!r}: use B, KB, MB, GB, KiB, MiB "
@@ -79,7 +80,7 @@ def parse_time(text: str | float, *, allow_zero: bool = True, flag: str | None =
             raise CollsynthError(_prefixed(flag, f"time {text!r} must be finite"))
         value, unit = Fraction(text), "s"
     else:
-        value, unit = _split(text, "time", "3us or 5ms")
+        value, unit = _split(text, "time", "3us or 5ms", flag)
         if unit == "" and value != 0:
             raise CollsynthError(_prefixed(flag, f"time {text!r} has no unit: write {str(text).strip()}s, "
                                                  f"{str(text).strip()}ms, {str(text).strip()}us or "
@@ -109,7 +110,7 @@ def parse_rate(text: str | float, *, flag: str | None = None) -> float:
     s = str(text).strip()
     if s.lower().endswith("/s"):
         s = s[:-2]
-    value, unit = _split(s, "bandwidth", "450GiB/s") if s else (Fraction(-1), "")
+    value, unit = _split(s, "bandwidth", "450GiB/s", flag) if s else (Fraction(-1), "")
     factor = _SIZE_UNITS.get(unit.lower())
     if factor is None:
         raise CollsynthError(_prefixed(flag, f"unknown bandwidth unit in {text!r}: write e.g. 450GiB/s or 25GB/s"))

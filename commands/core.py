@@ -227,7 +227,10 @@ def _synth_family(args: argparse.Namespace, params: dict[str, Any]) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     s = load_schedule(args.file)
-    info = s.summary()
+    try:
+        info = s.summary()
+    except CollsynthError as e:
+        raise CollsynthError(f"{args.file}: {e}") from None
     if args.json:
         print_json(info)
         return 0

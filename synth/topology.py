@@ -52,7 +52,7 @@ import numpy as np
 
 from collsynth.apitypes import Column
 from collsynth.errors import CollsynthError
-from collsynth.fileio import read_text
+from collsynth.fileio import json_loads, read_text
 from collsynth.units import parse_rate, parse_time
 
 if TYPE_CHECKING:
@@ -418,7 +418,7 @@ def load_topology(path: str, n: int | None = None, alpha: float | None = None,
     """Read a JSON topology file (schema in the module docstring); n, if given, must match "gpus"."""
     text = read_text(path, what="topology file ")
     try:
-        d = json.loads(text)
+        d = json_loads(text)
     except json.JSONDecodeError as e:
         raise CollsynthError(f"topology file {path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     name = os.path.splitext(os.path.basename(path))[0]

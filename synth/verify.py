@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from collsynth import progress
+from collsynth import budget, progress
 from collsynth.errors import CollsynthError
 from collsynth.synth.composition import verify_composed
 from collsynth.synth.ir import Schedule
@@ -161,6 +161,10 @@ def verify(schedule: Schedule, ports: int | None = None, *, method: str = "auto"
             return done
     if s.ntransfers >= LARGE_SCHEDULE:
         progress.note(f"verifying {s.name or s.collective}: {s.ntransfers} transfers")
+    moved = int(np.clip(s.count, 0, None).sum()) if s.ntransfers else 0
+    budget.check(budget.verify_bytes(s.nranks, s.nchunks, s.nsteps, s.ntransfers, moved),
+                 f"verifying {s.name or s.collective} ({s.nranks} ranks, {s.nchunks} chunks, {s.nsteps} steps, "
+                 f"{moved} chunk moves)")
     bad = _check_ranges(s)
     if bad:
         return bad
