@@ -24,7 +24,7 @@ from collsynth.synth.algorithms.stragglar.family import write_family
 from collsynth.synth.compare import compare
 from collsynth.synth.registry import algorithm_params, algorithms, build_schedule, param_flag
 from collsynth.synth.simulate import simulate
-from collsynth.synth.topology import make_topology, topology_presets
+from collsynth.synth.topology import make_topology
 from collsynth.synth.verify import check
 from collsynth.units import format_time, parse_arrivals, parse_rate, parse_size, parse_time
 
@@ -34,11 +34,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                            "the collectives it supports and the options `synth` takes for it.",
                            epilog="example:\n  collsynth algorithms")
     p.set_defaults(func=cmd_algorithms)
-
-    p = add_command_parser(sub, "topologies", description="List the topology presets (a JSON file works wherever a "
-                           "preset does; its schema is in docs/commands.md).",
-                           epilog="examples:\n  collsynth topologies\n  collsynth compare --gpus 8 --size 1GiB -t dgx1")
-    p.set_defaults(func=cmd_topologies)
 
     p = add_command_parser(sub, "synth", description="Build a schedule with a named algorithm, verify it, and write it "
                     "(JSON by default). An unverified schedule is never written.",
@@ -140,12 +135,6 @@ def cmd_algorithms(args: argparse.Namespace) -> int:
         opts = " ".join(param_flag(o) for o in algorithm_params(name))
         colls = ",".join(info.collectives)
         print(f"{name:<10} {info.description} [{colls}]" + (f" options: {opts}" if opts else ""))
-    return 0
-
-
-def cmd_topologies(args: argparse.Namespace) -> int:
-    for name, desc in topology_presets().items():
-        print(f"{name:<10} {desc}")
     return 0
 
 
