@@ -20,11 +20,12 @@ and one NIC per GPU starts them, so that slice k+1's ReduceScatter and slice k-1
 NVLink while slice k crosses the network. With s bytes per rank, B_nv/alpha_nv the intra-node route and
 B_net/alpha_net the rail route, the network phase alone takes 2(N-1)/N s/(G B_net) plus latency, the
 node-cut lower bound; the intra-node phases add about 2(G-1)/G s/(K B_nv) of pipeline fill and drain.
-K (``pipeline="auto"``) and the inter-node algorithm are the model's best for ``size`` (default 1 GiB),
-K limited to 2 million transfers and 2 GiB of simulator state (16 bytes per rank and chunk). The
-schedule records its composition (synth.composition), so large ones are verified by composition. It
-declares ports 2 (one NVLink and one NIC message per GPU at a time; every step has at most one message
-per GPU).
+Slices may differ in size (weights w_k; a ramp 1, 2, 4, ..., 4, 2, 1 keeps the unoverlapped first
+ReduceScatter and last AllGather small). K (``pipeline="auto"``), the weights and the inter-node
+algorithm are the model's best for ``size`` (default 1 GiB), within 2 million transfers and 2 GiB of
+simulator state (16 bytes per rank and chunk). The schedule records its composition
+(synth.composition), so large ones are verified by composition. It declares ports 2 (one NVLink and
+one NIC message per GPU at a time; every step has at most one message per GPU).
 """
 
 from __future__ import annotations
