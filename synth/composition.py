@@ -198,7 +198,7 @@ def _finite(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
-def _from_meta(s: Schedule) -> tuple[np.ndarray, list[int], int, str, LinkModel, float] | None:
+def _from_meta(s: Schedule) -> tuple[np.ndarray, list[int], list[int], str, LinkModel, float] | None:
     """The composition a schedule records, or None when it records none (or a malformed one)."""
     d = s.meta.get("composition")
     if not isinstance(d, dict):
