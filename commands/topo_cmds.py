@@ -72,7 +72,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--sm", type=int_arg("--sm"), default=None,
                    help="nvidia-smi input: compute capability x10 (80 A100, 90 H100/H200, 100 B200); sets NVLink speed")
     q.add_argument("--nic-speed", default=None,
-                   help="nvidia-smi input: every NIC's speed, e.g. 400Gb/s (default 100Gb/s, assumed)")
+                   help="every NIC's speed, e.g. 400Gb/s (nvidia-smi input: default 100Gb/s, assumed; NCCL XML: "
+                        "replaces the file's speeds)")
     q.add_argument("--name", default=None, help="the topology's name (default: from the file name)")
     q.add_argument("--json", action="store_true", help="print what was read and assumed as JSON")
     q.set_defaults(func=cmd_import)
