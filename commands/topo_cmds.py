@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
 
 from collsynth.commands.catalog import add_command_parser, show_help
 from collsynth.commands.common import int_arg, print_json

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from collsynth.errors import CollsynthError
 from collsynth.fileio import save_figure
 from collsynth.synth.topology import Topology
