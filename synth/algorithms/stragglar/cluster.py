@@ -115,6 +115,8 @@ class _Plan:
                 self.node[grid[b, g]] = b
                 self.local[grid[b, g]] = g
         self.atoms: list[list[Move]] = []
+        self.classes: Any = None  # topology.transfer_class where the topology has link classes
+        self.class_ids: dict[str, int] = {}
         self.runs: list[tuple[int, int]] = [(k, 1) for k in range(M)]
 
     def add(self, src: int, dst: int, chunk: int, count: int, reduce: bool) -> None:
@@ -154,7 +156,12 @@ class _Plan:
         return [self.atoms[i] for i in order]
 
     def port(self, src: int, dst: int) -> tuple[int, int]:
-        """(send, receive) port class: 0 NVLink, 1 network (a cross-rail message leaves over NVLink: PXN)."""
+        """(send, receive) port class: the topology's (``transfer_class``: first and last hop) where it has
+        link classes, else 0 NVLink, 1 network (a cross-rail message leaves over NVLink: PXN)."""
+        if self.classes is not None:
+            cs, cr = self.classes(src, dst)
+            ids = self.class_ids
+            return ids.setdefault(cs, len(ids)), ids.setdefault(cr, len(ids))
         if self.node[src] == self.node[dst]:
             return 0, 0
         return (1 if self.local[src] == self.local[dst] else 0), 1
@@ -323,6 +330,8 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
         runs = make_runs(M, 1, M)
     plan = _Plan(grid, M, times, s_bytes, model)
     plan.runs = runs
+    if len(getattr(topology, "classes", ())) > 1:
+        plan.classes = topology.transfer_class
     if form == "gpu":
         plan.pre({late[0]})
         plan.late_gpu(late[0])
@@ -338,8 +347,11 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     est = after_arrival_estimate(form, N, G, M, runs, s_bytes, model)
     meta: dict[str, object] = {"algorithm": "clusterstraggler", "form": form, "late": late, "nodes": N,
                                "gpus_per_node": G, "pipeline": M, "messages_per_part": len(runs),
-                               "topology": topology.name,
+                               "topology_name": topology.name,
                                "after_arrival_estimate_s": est}
+    spec = getattr(topology, "spec", None)
+    if spec is not None:  # `collsynth verify FILE` enforces the per-class ports again
+        meta["topology"] = spec
     name = f"clusterstraggler_{form}_n{n}_l{late[0]}" if form == "gpu" else f"clusterstraggler_node_n{n}_" \
         f"node{int(plan.node[late[0]])}"
     return Schedule.from_arrays("allreduce", n, G * M, step=steps, src=mv[:, 0], dst=mv[:, 1], chunk=mv[:, 2],
