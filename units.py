@@ -175,3 +175,33 @@ def format_time(seconds: float) -> str:
     if a >= 1e-6:
         return f"{seconds * 1e6:.3f} us"
     return f"{seconds * 1e9:.1f} ns"
+
+
+def parse_class_values(text: str | float | dict[str, Any] | None, parse: Callable[[Any], float],
+                       *, flag: str = "--bandwidth", example: str = "nvlink=450GB/s,net=50GB/s"
+                       ) -> float | dict[str, float] | None:
+    """One value for every link class ('450GB/s', a number) or per class ('nvlink=450GB/s,net=50GB/s',
+    or a {class: value} mapping); ``parse`` reads one value (parse_rate or parse_time)."""
+    if text is None:
+        return None
+    if isinstance(text, dict):
+        items = list(text.items())
+    elif isinstance(text, str) and "=" in text:
+        items = []
+        for part in text.split(","):
+            cls, eq, val = part.partition("=")
+            if not eq or not cls.strip() or not val.strip():
+                raise CollsynthError(f"{flag} {text!r}: write one value or CLASS=VALUE pairs, e.g. {example}")
+            items.append((cls.strip(), val.strip()))
+    else:
+        return parse(text)
+    out: dict[str, float] = {}
+    for cls, val in items:
+        if not isinstance(cls, str) or not cls:
+            raise CollsynthError(f"{flag}: link class names must be non-empty strings, e.g. {example}")
+        if cls in out:
+            raise CollsynthError(f"{flag} names link class {cls!r} twice; keep one")
+        out[cls] = parse(val)
+    if not out:
+        raise CollsynthError(f"{flag}: no value given, e.g. {example}")
+    return out

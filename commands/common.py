@@ -57,9 +57,11 @@ def add_model_args(p: argparse.ArgumentParser, *, required: bool = True) -> None
     """--size, --alpha, --bandwidth, --topology, --arrival: the alpha-beta model's inputs."""
     p.add_argument("--size", required=required, help="buffer bytes per rank, e.g. 1GiB, 32MB")
     p.add_argument("--alpha", default=None,
-                   help="per-message latency, e.g. 3us (default: the topology's own, 3us for nvswitch)")
+                   help="per-message latency, e.g. 3us, or per link class nvlink=1us,net=3us "
+                        "(default: the topology's own, 3us for nvswitch)")
     p.add_argument("--bandwidth", default=None,
-                   help="per-port bandwidth, e.g. 450GiB/s (default: the topology's own, 450GiB/s for nvswitch)")
+                   help="per-port bandwidth, e.g. 450GiB/s, or per link class nvlink=450GB/s,net=50GB/s "
+                        "(default: the topology's own, 450GiB/s for nvswitch)")
     p.add_argument("--topology", "-t", default="nvswitch",
                    help="topology preset or JSON file (default nvswitch; see `collsynth topologies`)")
     p.add_argument("--arrival", action="append", metavar="RANK=TIME", default=[],

@@ -24,7 +24,7 @@ from collsynth.synth.algorithms.stragglar.family import write_family
 from collsynth.synth.compare import compare
 from collsynth.synth.registry import algorithm_params, algorithms, build_schedule, param_flag
 from collsynth.synth.simulate import simulate
-from collsynth.synth.topology import make_topology, topology_presets
+from collsynth.synth.topology import make_topology
 from collsynth.synth.verify import check
 from collsynth.units import format_time, parse_arrivals, parse_rate, parse_size, parse_time
 
@@ -34,11 +34,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                            "the collectives it supports and the options `synth` takes for it.",
                            epilog="example:\n  collsynth algorithms")
     p.set_defaults(func=cmd_algorithms)
-
-    p = add_command_parser(sub, "topologies", description="List the topology presets (a JSON file works wherever a "
-                           "preset does; its schema is in docs/commands.md).",
-                           epilog="examples:\n  collsynth topologies\n  collsynth compare --gpus 8 --size 1GiB -t dgx1")
-    p.set_defaults(func=cmd_topologies)
 
     p = add_command_parser(sub, "synth", description="Build a schedule with a named algorithm, verify it, and write it "
                     "(JSON by default). An unverified schedule is never written.",
@@ -60,8 +55,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pipeline", default=None, help="stragglar: chunks per punctual rank (K >= 1 or auto)")
     g = p.add_argument_group("model inputs (stragglar --pipeline auto, solver)")
     g.add_argument("--size", default=None, help="buffer bytes per rank, e.g. 1GiB (default 1GiB)")
-    g.add_argument("--alpha", default=None, help="per-message latency, e.g. 3us (default: the topology's)")
-    g.add_argument("--bandwidth", default=None, help="per-port bandwidth, e.g. 450GiB/s (default: the topology's)")
+    g.add_argument("--alpha", default=None,
+                   help="per-message latency, e.g. 3us, or per link class nvlink=1us,net=3us (default: the topology's)")
+    g.add_argument("--bandwidth", default=None,
+                   help="per-port bandwidth, e.g. 450GiB/s, or per link class nvlink=450GB/s,net=50GB/s "
+                        "(default: the topology's)")
     g = p.add_argument_group("solver")
     g.add_argument("--arrival", action="append", metavar="RANK=TIME", default=None,
                    help="solver: when RANK arrives (default 0); repeat per rank")
@@ -126,9 +124,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def model_from_args(args: argparse.Namespace, n: int) -> tuple[int, Any, dict[int, float]]:
     """(size bytes, Topology, arrivals) from --size/--alpha/--bandwidth/--topology/--arrival."""
     size = parse_size(args.size, flag="--size")
-    alpha = parse_time(args.alpha, flag="--alpha") if args.alpha is not None else None
-    bw = parse_rate(args.bandwidth, flag="--bandwidth") if args.bandwidth is not None else None
-    topo = make_topology(args.topology, n, alpha=alpha, bandwidth=bw)
+    topo = make_topology(args.topology, n, alpha=args.alpha, bandwidth=args.bandwidth)  # one value or per class
     arrivals = parse_arrivals(args.arrival, n)
     return size, topo, arrivals
 
@@ -139,12 +135,6 @@ def cmd_algorithms(args: argparse.Namespace) -> int:
         opts = " ".join(param_flag(o) for o in algorithm_params(name))
         colls = ",".join(info.collectives)
         print(f"{name:<10} {info.description} [{colls}]" + (f" options: {opts}" if opts else ""))
-    return 0
-
-
-def cmd_topologies(args: argparse.Namespace) -> int:
-    for name, desc in topology_presets().items():
-        print(f"{name:<10} {desc}")
     return 0
 
 
@@ -162,10 +152,11 @@ def _synth_params(args: argparse.Namespace) -> dict[str, Any]:
         params["pipeline"] = args.pipeline if args.pipeline == "auto" else _pipeline_int(args.pipeline)
     if args.size is not None:
         params["size"] = parse_size(args.size, flag="--size")
-    if args.alpha is not None:
-        params["alpha"] = parse_time(args.alpha, flag="--alpha")
+    takes_topology = "topology" in algorithm_params(args.algorithm)
+    if args.alpha is not None:  # one value or per link class when the topology carries the model
+        params["alpha"] = args.alpha if takes_topology else parse_time(args.alpha, flag="--alpha")
     if args.bandwidth is not None:
-        params["bandwidth"] = parse_rate(args.bandwidth, flag="--bandwidth")
+        params["bandwidth"] = args.bandwidth if takes_topology else parse_rate(args.bandwidth, flag="--bandwidth")
     if args.arrival is not None:
         params["arrivals"] = parse_arrivals(args.arrival, args.gpus)
     if args.chunks is not None:
@@ -174,7 +165,7 @@ def _synth_params(args: argparse.Namespace) -> dict[str, Any]:
         params["time_limit"] = parse_time(args.time_limit, allow_zero=False, flag="--time-limit")
     if args.solver is not None:
         params["solver"] = args.solver
-    if "topology" in algorithm_params(args.algorithm):  # the topology carries the model: fold --alpha/--bandwidth in
+    if takes_topology:  # the topology carries the model: fold --alpha/--bandwidth in
         params["topology"] = make_topology(args.topology or "nvswitch", args.gpus,
                                            alpha=params.pop("alpha", None), bandwidth=params.pop("bandwidth", None))
     return params

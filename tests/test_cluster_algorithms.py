@@ -215,3 +215,48 @@ def test_compare_runs_every_algorithm_on_every_topology(topo):
 def test_compare_on_a_cluster_prefers_hierarchical():
     rows = compare(48, GiB, cluster(6, 8))
     assert rows[0]["algorithm"] == "hierarchical"
+
+
+# ---------------------------------------------------------------------- verification by composition
+@pytest.mark.parametrize("N,G,K", [(1, 8, 2), (2, 4, 1), (3, 4, 3), (5, 2, 2), (7, 1, 1), (16, 8, 3)])
+def test_composed_verification_agrees_with_the_flat_verifier(N, G, K):
+    t = cluster(N, G)
+    s = hierarchical.build(N * G, topology=t, pipeline=K)
+    flat, comp = verify(s, method="flat"), verify(s, method="composed")
+    assert flat.ok and comp.ok, (flat.message, comp.message)
+    assert "by composition" in comp.message
+    assert comp.stats["method"] == "composed"
+
+
+def _drop(s, i):
+    keep = np.ones(s.ntransfers, np.bool_)
+    keep[i] = False
+    return s.replace(**{c: getattr(s, c)[keep] for c in ("step", "src", "dst", "chunk", "count", "reduce")})
+
+
+@pytest.mark.parametrize("i", [0, 7, -1])
+def test_composed_verification_rejects_a_changed_schedule(i):
+    """A schedule that is not exactly its recorded composition is verified flat: a lost transfer fails."""
+    s = hierarchical.build(24, topology=cluster(3, 8), pipeline=2)
+    r = verify(_drop(s, i if i >= 0 else s.ntransfers - 1), method="composed")
+    assert not r.ok and "by composition" not in r.message
+    other = s.replace(meta={**s.meta, "composition": {**s.meta["composition"], "slices": 3}})
+    r = verify(other, method="composed")  # recorded composition differs: flat, which proves it
+    assert r.ok and "by composition" not in r.message
+
+
+def test_composed_verification_checks_ports_and_method():
+    s = hierarchical.build(24, topology=cluster(3, 8), pipeline=2)
+    assert verify(s, ports=1, method="composed").ok  # one message per GPU per step
+    with pytest.raises(CollsynthError, match="verify method"):
+        verify(s, method="nope")
+
+
+def test_auto_uses_composition_for_large_schedules(monkeypatch):
+    from collsynth.synth import verify as verify_module
+
+    s = hierarchical.build(48, topology=cluster(6, 8), size=GiB, pipeline=2)
+    assert verify(s).stats.get("method") is None  # small: flat
+    monkeypatch.setattr(verify_module, "FLAT_BYTES", verify_module.flat_bytes(s) - 1)
+    r = verify(s)
+    assert r.ok and r.stats["method"] == "composed"

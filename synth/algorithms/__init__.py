@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from collsynth.synth.algorithms import direct, hierarchical, multiring, rhd, ring, tree, twoshot
 from collsynth.synth.algorithms.stragglar import build as stragglar
+from collsynth.synth.algorithms.stragglar import multi as multistraggler
 from collsynth.synth.ir import Schedule
 
 
@@ -53,4 +54,7 @@ CONSTRUCTIVE: tuple[Algorithm, ...] = (
               hierarchical.build),
     Algorithm("tree", "NCCL's double binary tree: two trees with half the buffer each, pipelined reduce and "
               "broadcast", tree.build),
+    Algorithm("multistraggler", "several late ranks, any arrival times: the punctual ranks keep a reduced state, "
+              "each late rank streams its buffer in as it arrives, StragglAR's completion with the last one",
+              multistraggler.build),
 )
