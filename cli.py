@@ -74,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(args_in)
         if not getattr(args, "func", None):
             parser.print_help()
+            sys.stdout.flush()
+            sys.stderr.write("collsynth: error: give a COMMAND (listed above)\n")
             return 2
         if progress.wanted():
             progress.enable()
