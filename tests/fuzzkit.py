@@ -37,8 +37,28 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _serve() -> None:  # pragma: no cover - runs in the server process
     import resource
 
-    import collsynth.cli  # noqa: F401  (imported once, before forking)
+    import importlib
+
     from collsynth.cli import main
+    from collsynth.commands.catalog import COMMANDS
+
+    # import every command module and what its commands load on first use once, before forking, so a
+    # case costs its own work only (torch stays out: the commands that need it are not run for real)
+    for c in COMMANDS:
+        importlib.import_module(f"collsynth.commands.{c.module}")
+    for mod in ("networkx", "jinja2", "pulp", "collsynth.synth.registry", "collsynth.synth.compare",
+                "collsynth.synth.simulate", "collsynth.backends.msccl", "collsynth.backends.mscclpp",
+                "collsynth.backends.nccl", "collsynth.training", "collsynth.synth.algorithms.stragglar.family"):
+        try:
+            importlib.import_module(mod)
+        except ImportError:
+            pass
+    try:
+        from collsynth.synth.registry import algorithms
+
+        algorithms()
+    except Exception:
+        pass
 
     out = sys.stdout
     for line in sys.stdin:
@@ -102,6 +122,7 @@ class Outcome:
     stdout: str
     stderr: str
     changed: list[str]  # files created, changed or removed that were not allowed
+    wall: float = 0.0
 
     def problems(self) -> list[str]:
         """What is not clean about this outcome (empty: clean)."""
@@ -137,6 +158,7 @@ class Server:
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
         self.count = 0
+        self.last_wall = 0.0
 
     def run(self, argv: list[str], cwd: str, capture: str, wall: float = WALL_S) -> tuple[str, int, str, str]:
         so, se = os.path.join(capture, "stdout"), os.path.join(capture, "stderr")
@@ -149,6 +171,7 @@ class Server:
         reply = json.loads(self.proc.stdout.readline())
         kind, code = reply["status"]
         self.count += 1
+        self.last_wall = float(reply["wall"])
         return kind, int(code), _read(so), _read(se)
 
     def close(self) -> None:
@@ -212,8 +235,8 @@ def record(test: str, outcome: Outcome) -> None:
     path = os.environ.get("COLLSYNTH_FUZZ_STATS", "")
     if path:
         with open(path, "a") as f:
-            f.write(json.dumps({"test": test, "kind": outcome.kind, "code": outcome.code,
-                                "clean": not outcome.problems()}) + "\n")
+            f.write(json.dumps({"test": test, "kind": outcome.kind, "code": outcome.code, "argv": outcome.argv[:6],
+                                "wall": round(outcome.wall, 3), "clean": not outcome.problems()}) + "\n")
 
 
 if __name__ == "__main__":  # pragma: no cover
@@ -256,7 +279,7 @@ def run_case(server: Server, root: str, test: str, argv: list[str], files: dict[
         after = snapshot(case)
         allowed = [o for o in outputs if o and not os.path.isabs(o)]
         # a rejected output must not be half-written either: the check only spares what was asked for
-        outcome = Outcome(argv, kind, code, out, err, changed_files(before, after, allowed))
+        outcome = Outcome(argv, kind, code, out, err, changed_files(before, after, allowed), server.last_wall)
         record(test, outcome)
         return outcome
     finally:
