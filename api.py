@@ -12,7 +12,7 @@ import json
 from collsynth.backends.msccl import XmlReport, check_xml_file, xml_to_schedule
 from collsynth.backends.mscclpp import PlanReport, check_plan_text, is_plan_object, plan_text_to_schedule
 from collsynth.errors import ScheduleFileError
-from collsynth.fileio import read_text
+from collsynth.fileio import json_loads, read_text
 from collsynth.synth import ir
 from collsynth.synth.ir import Schedule
 from collsynth.synth.verify import VerifyReport, verify
@@ -34,7 +34,7 @@ def file_kind(path: str) -> str:
         return "xml"
     if head == "{" and '"gpus"' in text:
         try:
-            return "plan" if is_plan_object(json.loads(text)) else "schedule"
+            return "plan" if is_plan_object(json_loads(text)) else "schedule"
         except json.JSONDecodeError:
             return "schedule"
     return "schedule"

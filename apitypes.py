@@ -24,6 +24,14 @@ Bytes: TypeAlias = int | float | str
 Arrivals: TypeAlias = Mapping[int, Seconds] | Sequence[Seconds] | np.ndarray | None
 """When each rank arrives: {rank: time} (missing ranks at 0), one time per rank, or None (all at 0)."""
 
+ClassTimes: TypeAlias = float | str | Mapping[str, float | str] | None
+"""A time for every link class ("3us", seconds), per class ({"nvlink": "1us", "net": "3us"} or
+"nvlink=1us,net=3us"), or None (the topology's defaults)."""
+
+ClassRates: TypeAlias = float | str | Mapping[str, float | str] | None
+"""A bandwidth for every link class ("450GB/s", bytes/s), per class ({"nvlink": 450e9} or
+"nvlink=450GB/s,net=50GB/s"), or None (the topology's defaults)."""
+
 Column: TypeAlias = Sequence[int] | np.ndarray
 """One integer per transfer (or per link)."""
 

@@ -14,9 +14,10 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from collsynth import __version__, progress
+from collsynth import __version__, budget, fileio, progress
 from collsynth.commands import add_commands_for
 from collsynth.errors import CollsynthError
+from collsynth.units import parse_size
 
 EPILOG = """start with:
   collsynth compare --gpus 8 --size 1GiB --alpha 3us --bandwidth 450GiB/s --arrival 7=5ms
@@ -43,6 +44,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"collsynth {__version__}")
     parser.add_argument("--debug", action="store_true",
                         help="print the traceback of an internal error (also COLLSYNTH_DEBUG=1)")
+    parser.add_argument("--max-file-size", metavar="SIZE", default=os.environ.get("COLLSYNTH_MAX_FILE_SIZE"),
+                        help="largest input file read, e.g. 1GiB (default 256MiB; also COLLSYNTH_MAX_FILE_SIZE)")
+    parser.add_argument("--max-memory", metavar="SIZE", default=os.environ.get("COLLSYNTH_MAX_MEMORY"),
+                        help="memory budget: work estimated above it is refused with the largest size that fits "
+                             "(default: half the available memory; also COLLSYNTH_MAX_MEMORY)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     add_commands_for(sub, command)
     return parser
@@ -64,9 +70,25 @@ def _join_negative_values(argv: list[str]) -> list[str]:
     return out
 
 
+_TOP_LEVEL_VALUES = ("--max-file-size", "--max-memory")  # top-level options that take a value (it is not the command)
+
+
+def _command_of(args_in: list[str]) -> str | None:
+    """The command word: the first argument that is neither an option nor a top-level option's value."""
+    skip = False
+    for a in args_in:
+        if skip:
+            skip = False
+        elif a in _TOP_LEVEL_VALUES:
+            skip = True
+        elif not a.startswith("-"):
+            return a
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = _join_negative_values([str(a) for a in (sys.argv[1:] if argv is None else argv)])
-    command = next((a for a in args_in if not a.startswith("-")), None)
+    command = _command_of(args_in)
     debug = "--debug" in args_in[: args_in.index(command)] if command else "--debug" in args_in
     debug = debug or os.environ.get("COLLSYNTH_DEBUG", "") not in ("", "0")
     try:
@@ -77,6 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.flush()
             sys.stderr.write("collsynth: error: give a COMMAND (listed above)\n")
             return 2
+        if getattr(args, "max_file_size", None):
+            fileio.set_max_read_bytes(parse_size(args.max_file_size, flag="--max-file-size"))
+        if getattr(args, "max_memory", None):
+            budget.set_max_memory(parse_size(args.max_memory, flag="--max-memory"))
         if progress.wanted():
             progress.enable()
         return int(args.func(args) or 0)
@@ -88,6 +114,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except MemoryError:  # an estimate missed: still the input's size, not a verdict and not a traceback
+        sys.stderr.write("collsynth: error: out of memory: give a smaller size, or raise the budget with "
+                         "`collsynth --max-memory SIZE ...` on a larger machine\n")
+        return 2
     except Exception as e:  # a bug, never a verdict: exit 3, not 1
         if debug:
             traceback.print_exc()
@@ -97,6 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
     finally:
         progress.disable()
+        budget.set_max_memory(None)
+        fileio.set_max_read_bytes(fileio.DEFAULT_MAX_READ_BYTES)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,10 @@ becomes a CollsynthError naming the path (exit 2, never a traceback).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -122,18 +124,61 @@ def check_output(path: str | None, *, flag: str = "-o", inputs: Sequence[str | N
             raise CollsynthError(f"{flag} {path} contains the input file {inp}: choose another folder")
 
 
-def read_text(path: str, *, what: str = "", error: type[CollsynthError] = CollsynthError) -> str:
-    """A UTF-8 text file's contents; a missing, unreadable or binary file raises ``error`` with one
-    line naming it (``what``, e.g. "topology file ", prefixes the path)."""
+DEFAULT_MAX_READ_BYTES = 256 * 2**20
+MAX_READ_BYTES = DEFAULT_MAX_READ_BYTES  # the largest input file read (--max-file-size / COLLSYNTH_MAX_FILE_SIZE)
+
+
+def set_max_read_bytes(nbytes: int) -> None:
+    """Change the input size cap (the CLI's --max-file-size)."""
+    global MAX_READ_BYTES
+    MAX_READ_BYTES = int(nbytes)
+
+
+def read_bytes(path: str, *, what: str = "", error: type[CollsynthError] = CollsynthError) -> bytes:
+    """A regular file's bytes, at most MAX_READ_BYTES. A device (/dev/zero), a named pipe (which would block
+    forever), a directory or a socket is refused before it is opened; a larger file is refused with the
+    flag that raises the cap. Errors are ``error`` with one line naming the file."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError) as e:
+        raise error(f"cannot read {what}{path}: {getattr(e, 'strerror', None) or e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a named pipe" if stat.S_ISFIFO(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
+        raise error(f"cannot read {what}{path}: it is {kind}, not a regular file: give a file")
+    limit = MAX_READ_BYTES
+    if st.st_size > limit:
+        raise error(f"{what}{path} is {st.st_size} bytes, more than the {limit}-byte input limit: raise it with "
+                    "`collsynth --max-file-size SIZE ...` (or COLLSYNTH_MAX_FILE_SIZE)")
     try:
         with open(path, "rb") as f:
-            raw = f.read()
+            raw = f.read(limit + 1)  # a file that grows (or reports size 0, like /proc) is still capped
     except OSError as e:
-        raise error(f"cannot read {what}{path}: {e.strerror}") from None
+        raise error(f"cannot read {what}{path}: {e.strerror or e}") from None
+    if len(raw) > limit:
+        raise error(f"{what}{path} is more than the {limit}-byte input limit: raise it with "
+                    "`collsynth --max-file-size SIZE ...` (or COLLSYNTH_MAX_FILE_SIZE)")
+    return raw
+
+
+def read_text(path: str, *, what: str = "", error: type[CollsynthError] = CollsynthError) -> str:
+    """A UTF-8 text file's contents (``read_bytes``'s rules); a missing, unreadable, special, too large or
+    binary file raises ``error`` with one line naming it (``what``, e.g. "topology file ", prefixes the path)."""
+    raw = read_bytes(path, what=what, error=error)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise error(f"{what}{path} is not a UTF-8 text file") from None
+
+
+def json_loads(text: str | bytes) -> Any:
+    """json.loads whose too-deep nesting (RecursionError in the C parser) is a JSONDecodeError like any
+    other malformed JSON, so every reader reports it as bad input."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        s = text if isinstance(text, str) else text.decode("utf-8", "replace")
+        raise json.JSONDecodeError("nested too deeply", s, 0) from None
 
 
 def write_text_atomic(path: str, text: str | bytes) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from typing import Any, TypeVar, overload
 
 from collsynth.errors import CollsynthError
@@ -20,53 +22,104 @@ _TIME_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-
 _NUM = r"([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
 
 
-def _split(text: str, what: str, example: str) -> tuple[float, str]:
+MAX_BYTES = 2**62  # the largest size any flag takes (4 EiB: int64 with room; the runtimes use int64 counts)
+MAX_SECONDS = 1e9  # about 30 years: a longer time is a typo
+
+
+def _split(text: str, what: str, example: str, flag: str | None = None) -> tuple[Fraction, str]:
+    """The number (exact, so that whole-byte checks are exact) and the unit of ``text``."""
     m = re.fullmatch(_NUM + r"\s*([A-Za-zµ/]*)", str(text).strip())
     if not m:
-        raise CollsynthError(f"cannot read {what} {text!r}: write a number with a unit, e.g. {example}")
-    return float(m.group(1)), m.group(2)
+        raise CollsynthError(_prefixed(flag, f"cannot read {what} {text!r}: write a number with a unit, "
+                                             f"e.g. {example}"))
+    mantissa, _, exponent = m.group(1).lower().partition("e")
+    if exponent and abs(int(exponent)) > 400:
+        raise CollsynthError(_prefixed(flag, f"{what} {text!r} is out of range: write e.g. {example}"))
+    return Fraction(m.group(1)), m.group(2)
 
 
-def parse_size(text: str | int | float) -> int:
-    """Bytes in `text` ('1GiB', '32MiB', '4096'); must be positive."""
+def _prefixed(flag: str | None, message: str) -> str:
+    return f"{flag}: {message}" if flag else message
+
+
+def parse_size(text: str | int | float, *, flag: str | None = None) -> int:
+    """Bytes in `text` ('1GiB', '32MiB', '4096'); a positive whole number of bytes, at most MAX_BYTES
+    (a fraction of a byte is refused, not rounded: `--max-bytes 0.5` must not become 0, "no limit").
+    ``flag`` names the option in the error."""
+    if isinstance(text, bool):
+        raise CollsynthError(_prefixed(flag, f"size must be a number of bytes, not {text!r}"))
     if isinstance(text, (int, float)):
-        value, unit = float(text), ""
+        if not math.isfinite(text):
+            raise CollsynthError(_prefixed(flag, f"size {text!r} must be a finite number of bytes"))
+        value, unit = Fraction(text), ""
     else:
-        value, unit = _split(text, "size", "1GiB or 32MB")
+        value, unit = _split(text, "size", "1GiB or 32MB", flag)
     factor = _SIZE_UNITS.get(unit.lower())
     if factor is None:
-        raise CollsynthError(f"unknown size unit {unit!r} in {text!r}: use B, KB, MB, GB, KiB, MiB or GiB")
+        raise CollsynthError(_prefixed(flag, f"unknown size unit {unit!r} in {text!r}: use B, KB, MB, GB, KiB, MiB "
+                                             "or GiB"))
     if value <= 0:
-        raise CollsynthError(f"size {text!r} must be positive")
-    return int(round(value * factor))
+        raise CollsynthError(_prefixed(flag, f"size {text!r} must be positive"))
+    nbytes = value * factor
+    if nbytes > MAX_BYTES:
+        raise CollsynthError(_prefixed(flag, f"size {text!r} is too large (at most {MAX_BYTES} bytes, 4 EiB)"))
+    if nbytes.denominator != 1:
+        raise CollsynthError(_prefixed(flag, f"size {text!r} is not a whole number of bytes ({float(nbytes):g}): "
+                                             "give whole bytes"))
+    return int(nbytes)
 
 
-def parse_time(text: str | float, *, allow_zero: bool = True) -> float:
-    """Seconds in `text` ('3us', '5ms', '0.1s'); never negative."""
+def parse_time(text: str | float, *, allow_zero: bool = True, flag: str | None = None) -> float:
+    """Seconds in `text` ('3us', '5ms', '0.1s'); never negative, finite, at most MAX_SECONDS. A bare
+    number in text other than 0 is refused (`--alpha 3` would silently mean 3 s): write the unit.
+    A Python number is seconds. ``flag`` names the option in the error."""
+    if isinstance(text, bool):
+        raise CollsynthError(_prefixed(flag, f"time must be a number of seconds, not {text!r}"))
     if isinstance(text, (int, float)):
-        value, unit = float(text), "s"
+        if not math.isfinite(text):
+            raise CollsynthError(_prefixed(flag, f"time {text!r} must be finite"))
+        value, unit = Fraction(text), "s"
     else:
-        value, unit = _split(text, "time", "3us or 5ms")
+        value, unit = _split(text, "time", "3us or 5ms", flag)
+        if unit == "" and value != 0:
+            raise CollsynthError(_prefixed(flag, f"time {text!r} has no unit: write {str(text).strip()}s, "
+                                                 f"{str(text).strip()}ms, {str(text).strip()}us or "
+                                                 f"{str(text).strip()}ns"))
     factor = _TIME_UNITS.get(unit.lower() if unit != "µs" else unit)
     if factor is None:
-        raise CollsynthError(f"unknown time unit {unit!r} in {text!r}: use s, ms, us or ns")
+        raise CollsynthError(_prefixed(flag, f"unknown time unit {unit!r} in {text!r}: use s, ms, us or ns"))
     if value < 0 or (value == 0 and not allow_zero):
-        raise CollsynthError(f"time {text!r} must be {'non-negative' if allow_zero else 'positive'}")
-    return value * factor
+        raise CollsynthError(_prefixed(flag, f"time {text!r} must be {'non-negative' if allow_zero else 'positive'}"))
+    if value * Fraction(factor) > MAX_SECONDS:
+        raise CollsynthError(_prefixed(flag, f"time {text!r} is too long (at most {MAX_SECONDS:g} s)"))
+    seconds = float(value) * factor
+    if seconds == 0 and value != 0:
+        raise CollsynthError(_prefixed(flag, f"time {text!r} is below the smallest representable time"))
+    return seconds
 
 
-def parse_rate(text: str | float) -> float:
-    """Bytes per second in `text` ('450GiB/s', '25GB/s')."""
+def parse_rate(text: str | float, *, flag: str | None = None) -> float:
+    """Bytes per second in `text` ('450GiB/s', '25GB/s'); positive and finite."""
+    if isinstance(text, bool):
+        raise CollsynthError(_prefixed(flag, f"bandwidth must be a rate such as 450GiB/s, not {text!r}"))
     if isinstance(text, (int, float)):
-        value = float(text)
-    else:
-        s = str(text).strip()
-        if s.lower().endswith("/s"):
-            s = s[:-2]
-        value = float(parse_size(s)) if s else -1.0
+        if not math.isfinite(text) or text <= 0:
+            raise CollsynthError(_prefixed(flag, f"bandwidth {text!r} must be a positive finite rate, "
+                                                 "e.g. 450GiB/s"))
+        return float(text)
+    s = str(text).strip()
+    if s.lower().endswith("/s"):
+        s = s[:-2]
+    value, unit = _split(s, "bandwidth", "450GiB/s", flag) if s else (Fraction(-1), "")
+    factor = _SIZE_UNITS.get(unit.lower())
+    if factor is None:
+        raise CollsynthError(_prefixed(flag, f"unknown bandwidth unit in {text!r}: write e.g. 450GiB/s or 25GB/s"))
     if value <= 0:
-        raise CollsynthError(f"bandwidth {text!r} must be positive, e.g. 450GiB/s")
-    return value
+        raise CollsynthError(_prefixed(flag, f"bandwidth {text!r} must be positive, e.g. 450GiB/s"))
+    rate = value * factor
+    if rate > MAX_BYTES:
+        raise CollsynthError(_prefixed(flag, f"bandwidth {text!r} is too large (at most {MAX_BYTES} bytes/s)"))
+    return float(rate)
 
 
 @overload
@@ -100,7 +153,10 @@ def parse_rank_map(items: Sequence[str] | None, nranks: int, *, flag: str = "--a
                 raise CollsynthError(f"{flag} {part!r}: rank {rank_text!r} is not an integer") from None
             if not 0 <= rank < nranks:
                 raise CollsynthError(f"{flag} {part!r}: rank {rank} does not exist; ranks are 0..{nranks - 1}")
-            out[rank] = parse(value_text)
+            try:
+                out[rank] = parse(value_text)
+            except CollsynthError as e:
+                raise CollsynthError(f"{flag} {part!r}: {e}") from None
     return out
 
 
@@ -119,3 +175,33 @@ def format_time(seconds: float) -> str:
     if a >= 1e-6:
         return f"{seconds * 1e6:.3f} us"
     return f"{seconds * 1e9:.1f} ns"
+
+
+def parse_class_values(text: str | float | dict[str, Any] | None, parse: Callable[[Any], float],
+                       *, flag: str = "--bandwidth", example: str = "nvlink=450GB/s,net=50GB/s"
+                       ) -> float | dict[str, float] | None:
+    """One value for every link class ('450GB/s', a number) or per class ('nvlink=450GB/s,net=50GB/s',
+    or a {class: value} mapping); ``parse`` reads one value (parse_rate or parse_time)."""
+    if text is None:
+        return None
+    if isinstance(text, dict):
+        items = list(text.items())
+    elif isinstance(text, str) and "=" in text:
+        items = []
+        for part in text.split(","):
+            cls, eq, val = part.partition("=")
+            if not eq or not cls.strip() or not val.strip():
+                raise CollsynthError(f"{flag} {text!r}: write one value or CLASS=VALUE pairs, e.g. {example}")
+            items.append((cls.strip(), val.strip()))
+    else:
+        return parse(text)
+    out: dict[str, float] = {}
+    for cls, val in items:
+        if not isinstance(cls, str) or not cls:
+            raise CollsynthError(f"{flag}: link class names must be non-empty strings, e.g. {example}")
+        if cls in out:
+            raise CollsynthError(f"{flag} names link class {cls!r} twice; keep one")
+        out[cls] = parse(val)
+    if not out:
+        raise CollsynthError(f"{flag}: no value given, e.g. {example}")
+    return out

@@ -20,7 +20,8 @@ class Command(NamedTuple):
 
 COMMANDS: tuple[Command, ...] = (
     Command("algorithms", "core", "list the algorithms"),
-    Command("topologies", "core", "list the topology presets"),
+    Command("topologies", "topo_cmds", "list the topology presets (alias of `topology list`)"),
+    Command("topology", "topo_cmds", "topologies: list the presets, show one, import NCCL XML or nvidia-smi topo -m"),
     Command("synth", "core", "build and verify a schedule"),
     Command("info", "core", "summarize a schedule file"),
     Command("verify", "core", "prove a schedule (JSON or MSCCL XML) correct"),

@@ -31,13 +31,25 @@ def _fmt(v: Any) -> str:
     return "" if v is None else str(v)
 
 
-def int_arg(flag: str) -> Callable[[str], int]:
-    """argparse type: an integer, with a message that names the flag."""
+INT_MAX = 2**31 - 1  # counts (ranks, steps, ports, iterations) beyond this are typos, and overflow C ints
+
+
+def int_arg(flag: str, *, lo: int | None = None, hi: int = INT_MAX) -> Callable[[str], int]:
+    """argparse type: an integer in [lo, hi], with a message that names the flag (a huge number is refused
+    here, before anything is sized by it)."""
     def conv(text: str) -> int:
+        t = str(text).strip()
         try:
-            return int(text)
+            value = int(t) if len(t) <= 40 else None
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {text!r}") from None
+            value = None
+        if value is None:
+            raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {text[:40]!r}")
+        if value > hi:
+            raise argparse.ArgumentTypeError(f"{flag} {t} is too large: at most {hi}")
+        if lo is not None and value < lo:
+            raise argparse.ArgumentTypeError(f"{flag} must be at least {lo}, got {t}")
+        return value
     return conv
 
 
@@ -45,9 +57,11 @@ def add_model_args(p: argparse.ArgumentParser, *, required: bool = True) -> None
     """--size, --alpha, --bandwidth, --topology, --arrival: the alpha-beta model's inputs."""
     p.add_argument("--size", required=required, help="buffer bytes per rank, e.g. 1GiB, 32MB")
     p.add_argument("--alpha", default=None,
-                   help="per-message latency, e.g. 3us (default: the topology's own, 3us for nvswitch)")
+                   help="per-message latency, e.g. 3us, or per link class nvlink=1us,net=3us "
+                        "(default: the topology's own, 3us for nvswitch)")
     p.add_argument("--bandwidth", default=None,
-                   help="per-port bandwidth, e.g. 450GiB/s (default: the topology's own, 450GiB/s for nvswitch)")
+                   help="per-port bandwidth, e.g. 450GiB/s, or per link class nvlink=450GB/s,net=50GB/s "
+                        "(default: the topology's own, 450GiB/s for nvswitch)")
     p.add_argument("--topology", "-t", default="nvswitch",
                    help="topology preset or JSON file (default nvswitch; see `collsynth topologies`)")
     p.add_argument("--arrival", action="append", metavar="RANK=TIME", default=[],

@@ -24,7 +24,7 @@ from collsynth.synth.algorithms.stragglar.family import write_family
 from collsynth.synth.compare import compare
 from collsynth.synth.registry import algorithm_params, algorithms, build_schedule, param_flag
 from collsynth.synth.simulate import simulate
-from collsynth.synth.topology import make_topology, topology_presets
+from collsynth.synth.topology import make_topology
 from collsynth.synth.verify import check
 from collsynth.units import format_time, parse_arrivals, parse_rate, parse_size, parse_time
 
@@ -34,11 +34,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                            "the collectives it supports and the options `synth` takes for it.",
                            epilog="example:\n  collsynth algorithms")
     p.set_defaults(func=cmd_algorithms)
-
-    p = add_command_parser(sub, "topologies", description="List the topology presets (a JSON file works wherever a "
-                           "preset does; its schema is in docs/commands.md).",
-                           epilog="examples:\n  collsynth topologies\n  collsynth compare --gpus 8 --size 1GiB -t dgx1")
-    p.set_defaults(func=cmd_topologies)
 
     p = add_command_parser(sub, "synth", description="Build a schedule with a named algorithm, verify it, and write it "
                     "(JSON by default). An unverified schedule is never written.",
@@ -60,8 +55,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pipeline", default=None, help="stragglar: chunks per punctual rank (K >= 1 or auto)")
     g = p.add_argument_group("model inputs (stragglar --pipeline auto, solver)")
     g.add_argument("--size", default=None, help="buffer bytes per rank, e.g. 1GiB (default 1GiB)")
-    g.add_argument("--alpha", default=None, help="per-message latency, e.g. 3us (default: the topology's)")
-    g.add_argument("--bandwidth", default=None, help="per-port bandwidth, e.g. 450GiB/s (default: the topology's)")
+    g.add_argument("--alpha", default=None,
+                   help="per-message latency, e.g. 3us, or per link class nvlink=1us,net=3us (default: the topology's)")
+    g.add_argument("--bandwidth", default=None,
+                   help="per-port bandwidth, e.g. 450GiB/s, or per link class nvlink=450GB/s,net=50GB/s "
+                        "(default: the topology's)")
     g = p.add_argument_group("solver")
     g.add_argument("--arrival", action="append", metavar="RANK=TIME", default=None,
                    help="solver: when RANK arrives (default 0); repeat per rank")
@@ -91,7 +89,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                   "  collsynth verify ring8.json --ports 2\n  collsynth verify s8.plan.json\n"
                                   "  collsynth verify s8.plan.json --size 1MiB")
     p.add_argument("file")
-    p.add_argument("--ports", type=int_arg("--ports"), default=None,
+    p.add_argument("--ports", type=int_arg("--ports", lo=1), default=None,
                    help="messages a rank may send and receive per step (default: the schedule's own)")
     p.add_argument("--size", default=None, help="MSCCL++ plans: the message size to run it at, e.g. 1MiB (default: "
                                                 "the smallest that exercises every slice and pipeline iteration)")
@@ -125,10 +123,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 # ---------------------------------------------------------------------------------------- helpers
 def model_from_args(args: argparse.Namespace, n: int) -> tuple[int, Any, dict[int, float]]:
     """(size bytes, Topology, arrivals) from --size/--alpha/--bandwidth/--topology/--arrival."""
-    size = parse_size(args.size)
-    alpha = parse_time(args.alpha) if args.alpha is not None else None
-    bw = parse_rate(args.bandwidth) if args.bandwidth is not None else None
-    topo = make_topology(args.topology, n, alpha=alpha, bandwidth=bw)
+    size = parse_size(args.size, flag="--size")
+    topo = make_topology(args.topology, n, alpha=args.alpha, bandwidth=args.bandwidth)  # one value or per class
     arrivals = parse_arrivals(args.arrival, n)
     return size, topo, arrivals
 
@@ -139,12 +135,6 @@ def cmd_algorithms(args: argparse.Namespace) -> int:
         opts = " ".join(param_flag(o) for o in algorithm_params(name))
         colls = ",".join(info.collectives)
         print(f"{name:<10} {info.description} [{colls}]" + (f" options: {opts}" if opts else ""))
-    return 0
-
-
-def cmd_topologies(args: argparse.Namespace) -> int:
-    for name, desc in topology_presets().items():
-        print(f"{name:<10} {desc}")
     return 0
 
 
@@ -161,20 +151,21 @@ def _synth_params(args: argparse.Namespace) -> dict[str, Any]:
     if args.pipeline is not None:
         params["pipeline"] = args.pipeline if args.pipeline == "auto" else _pipeline_int(args.pipeline)
     if args.size is not None:
-        params["size"] = parse_size(args.size)
-    if args.alpha is not None:
-        params["alpha"] = parse_time(args.alpha)
+        params["size"] = parse_size(args.size, flag="--size")
+    takes_topology = "topology" in algorithm_params(args.algorithm)
+    if args.alpha is not None:  # one value or per link class when the topology carries the model
+        params["alpha"] = args.alpha if takes_topology else parse_time(args.alpha, flag="--alpha")
     if args.bandwidth is not None:
-        params["bandwidth"] = parse_rate(args.bandwidth)
+        params["bandwidth"] = args.bandwidth if takes_topology else parse_rate(args.bandwidth, flag="--bandwidth")
     if args.arrival is not None:
         params["arrivals"] = parse_arrivals(args.arrival, args.gpus)
     if args.chunks is not None:
         params["chunks"] = args.chunks
     if args.time_limit is not None:
-        params["time_limit"] = parse_time(args.time_limit, allow_zero=False)
+        params["time_limit"] = parse_time(args.time_limit, allow_zero=False, flag="--time-limit")
     if args.solver is not None:
         params["solver"] = args.solver
-    if "topology" in algorithm_params(args.algorithm):  # the topology carries the model: fold --alpha/--bandwidth in
+    if takes_topology:  # the topology carries the model: fold --alpha/--bandwidth in
         params["topology"] = make_topology(args.topology or "nvswitch", args.gpus,
                                            alpha=params.pop("alpha", None), bandwidth=params.pop("bandwidth", None))
     return params
@@ -189,6 +180,8 @@ def _pipeline_int(text: str) -> int:
 
 def cmd_synth(args: argparse.Namespace) -> int:
     n = args.gpus
+    if n < 2:  # before any topology is built for the algorithm
+        raise CollsynthError(f"--gpus must be an integer >= 2, got {n}")
     check_output(args.output, flag="-o", inputs=[args.topology], folder=args.straggler == "all")
     if args.topology is not None:
         make_topology(args.topology, n)
@@ -225,7 +218,10 @@ def _synth_family(args: argparse.Namespace, params: dict[str, Any]) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     s = load_schedule(args.file)
-    info = s.summary()
+    try:
+        info = s.summary()
+    except CollsynthError as e:
+        raise CollsynthError(f"{args.file}: {e}") from None
     if args.json:
         print_json(info)
         return 0
@@ -263,10 +259,7 @@ def _ranges(ranks: tuple[int, ...]) -> str:
 def cmd_verify(args: argparse.Namespace) -> int:
     size = None
     if args.size is not None:
-        size = parse_size(args.size)
-        if size != int(size):
-            raise CollsynthError(f"--size must be a whole number of bytes, got {args.size!r}")
-        size = int(size)
+        size = parse_size(args.size, flag="--size")
     report = verify_file(args.file, ports=args.ports, size=size)
     if args.json:
         print_json({"file": args.file, "ok": report.ok, "message": report.message})
@@ -308,7 +301,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise CollsynthError(f"--gpus must be an integer >= 2, got {n}")
     size, topo, arrivals = model_from_args(args, n)
     names = [a.strip() for a in args.algorithms.split(",") if a.strip()] if args.algorithms else None
-    limit = parse_time(args.solver_time_limit, allow_zero=False) if args.solver_time_limit else None
+    limit = (parse_time(args.solver_time_limit, allow_zero=False, flag="--solver-time-limit")
+             if args.solver_time_limit else None)
     rows = compare(n, size, topo, arrivals, names, limit)
     if args.json:
         print_json({"gpus": n, "size_bytes": size, "topology": args.topology,

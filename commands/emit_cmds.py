@@ -17,7 +17,7 @@ from collsynth.backends.msccl.model import DIALECTS, PROTOCOLS
 from collsynth.commands.catalog import add_command_parser, show_help
 from collsynth.commands.common import print_json, print_table
 from collsynth.errors import CollsynthError
-from collsynth.fileio import check_outdir, check_output, write_text_atomic, write_tree
+from collsynth.fileio import check_outdir, check_output, json_loads, read_text, write_text_atomic, write_tree
 from collsynth.synth.ir import load_schedule
 from collsynth.synth.verify import check
 from collsynth.units import parse_size
@@ -87,15 +87,9 @@ def mscclpp_plan_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _bytes(flag: str, text: Any) -> int:
     t = str(text).strip()
-    if t.isascii() and t.isdigit():
-        return int(t)
-    try:
-        v = parse_size(t)
-    except CollsynthError as e:
-        raise CollsynthError(f"{flag}: {e}") from None
-    if v != int(v):
-        raise CollsynthError(f"{flag} must be a whole number of bytes, got {text!r}")
-    return int(v)
+    if t.isascii() and t.isdigit() and int(t) == 0:
+        return 0
+    return parse_size(t, flag=flag)
 
 
 def msccl_xml_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -231,17 +225,27 @@ def cmd_emit(args: argparse.Namespace) -> int:
 def cmd_schedules_list(args: argparse.Namespace) -> int:
     root = args.dir or default_dir()
     path = os.path.join(root, "mscclpp", "MANIFEST.json") if args.mscclpp else os.path.join(root, "MANIFEST.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            manifest = json.load(f)
-    except OSError:
+    if not os.path.exists(path):
         raise CollsynthError(f"no library at {root} (missing {os.path.relpath(path, root)}): run `collsynth schedules "
-                             f"regenerate --out {root}`") from None
+                             f"regenerate --out {root}`")
+    try:
+        manifest = json_loads(read_text(path))
     except json.JSONDecodeError as e:
         raise CollsynthError(f"{path}: not valid JSON ({e.msg})") from None
     if args.json:
         print_json(manifest)
         return 0
+    try:
+        return _print_manifest(args, root, manifest)
+    except (KeyError, TypeError, AttributeError) as e:
+        what = f"missing field {e}" if isinstance(e, KeyError) else "an entry or field of the wrong type"
+        raise CollsynthError(f"{path}: malformed manifest ({what}): run `collsynth schedules regenerate"
+                             f"{' --out ' + root if args.dir else ''}`") from None
+
+
+def _print_manifest(args: argparse.Namespace, root: str, manifest: Any) -> int:
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("entries", []), list):
+        raise TypeError("entries")
     if args.mscclpp:
         rows = [{**e, "straggler": "" if e["straggler"] is None else e["straggler"],
                  "mode": "in-place" if e["inplace"] else "out-of-place",

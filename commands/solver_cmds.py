@@ -58,7 +58,7 @@ def _gpu_list(items: list[str]) -> list[int]:
 def cmd_solve_rounds(args: argparse.Namespace) -> int:
     ns = _gpu_list(args.gpus)
     check_output(args.output, flag="-o")
-    limit = parse_time(args.time_limit, allow_zero=False)
+    limit = parse_time(args.time_limit, allow_zero=False, flag="--time-limit")
     if args.output is not None and len(ns) != 1:
         raise CollsynthError("-o writes one schedule: give a single --gpus with it")
     rows = []

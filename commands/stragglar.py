@@ -73,8 +73,9 @@ def _pipeline(text: str) -> int | str:
 
 def cmd_reproduce_stragglar(args: argparse.Namespace) -> int:
     ns = _gpus(args.gpus)
-    model: dict[str, Any] = {"size": parse_size(args.size), "alpha": parse_time(args.alpha),
-                             "bandwidth": parse_rate(args.bandwidth), "topology": args.topology}
+    model: dict[str, Any] = {"size": parse_size(args.size, flag="--size"),
+                             "alpha": parse_time(args.alpha, flag="--alpha"),
+                             "bandwidth": parse_rate(args.bandwidth, flag="--bandwidth"), "topology": args.topology}
     if args.pipeline is not None:
         model["pipeline"] = _pipeline(args.pipeline)
     if args.plot is not None and not args.plot.lower().endswith(".png"):

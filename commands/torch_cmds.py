@@ -65,11 +65,11 @@ def _spread(st: dict[str, float]) -> str:
 def cmd_bench(args: argparse.Namespace) -> int:
     require_extra("torch", "torch", "bench")
     check_backend(args.backend, args.ranks)
-    size = parse_size(args.size)
+    size = parse_size(args.size, flag="--size")
     delays = parse_delays(args.delay, args.ranks)
     names = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     schedules = [load_schedule(f) for f in args.schedule]
-    timeout = parse_time(args.timeout, allow_zero=False) if args.timeout else None
+    timeout = parse_time(args.timeout, allow_zero=False, flag="--timeout") if args.timeout else None
     spec = prepare_bench(args.backend, args.ranks, size, delays, names, schedules=schedules, iters=args.iters,
                          warmup=args.warmup, dtype=args.dtype, timeout=timeout, progress=not args.no_progress)
     try:
@@ -107,7 +107,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     require_extra("torch", "torch", "calibrate")
     check_backend(args.backend, args.ranks)
-    sizes = [parse_size(s.strip()) for s in args.sizes.split(",") if s.strip()] if args.sizes else DEFAULT_SIZES
+    sizes = ([parse_size(s.strip(), flag="--sizes") for s in args.sizes.split(",") if s.strip()]
+             if args.sizes else DEFAULT_SIZES)
     try:
         res = run_calibrate(args.backend, args.ranks, sizes=sizes, reps=args.iters, pattern=args.pattern,
                             progress=not args.no_progress)

@@ -58,7 +58,7 @@ def _add_workload_args(p: argparse.ArgumentParser, *, trace: bool = True, comput
     p.add_argument("--warmup", type=int_arg("--warmup"), default=warmup,
                    help="steps left out of the throughput (default "
                         + ("steps/10, at most 20)" if warmup is None else f"{warmup})"))
-    p.add_argument("--seed", type=int_arg("--seed"), default=0, help="jitter seed (default 0)")
+    p.add_argument("--seed", type=int_arg("--seed", lo=0, hi=2**63 - 1), default=0, help="jitter seed (default 0)")
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -163,10 +163,12 @@ def setup_from_args(args: argparse.Namespace) -> Any:
     if isinstance(n, bool) or n < 2:
         raise CollsynthError(f"--gpus must be an integer >= 2, got {n}")
     compute = compute_model_from_args(args, n)
-    topo = make_topology(args.topology, n, alpha=args.alpha, bandwidth=args.bandwidth)
+    alpha = None if args.alpha is None else _time("--alpha", args.alpha)
+    bandwidth = None if args.bandwidth is None else parse_rate(args.bandwidth, flag="--bandwidth")
+    topo = make_topology(args.topology, n, alpha=alpha, bandwidth=bandwidth)
     setup = TrainingSetup(
-        compute=compute, topology=topo, grad_bytes=float(parse_size(args.grad_bytes)),
-        param_bytes=float(parse_size(args.param_bytes)) if args.param_bytes else None,
+        compute=compute, topology=topo, grad_bytes=float(parse_size(args.grad_bytes, flag="--grad-bytes")),
+        param_bytes=float(parse_size(args.param_bytes, flag="--param-bytes")) if args.param_bytes else None,
         microbatches=args.microbatches, batch=args.batch, optimizer_s=_time("--optimizer", args.optimizer),
         buckets=args.buckets, backward_fraction=args.backward_fraction, swap_s=_time("--swap", args.swap),
         count_allreduce=args.acco_count == "allreduce", steps=args.steps, warmup=args.warmup,
@@ -263,10 +265,10 @@ def cmd_train_bench(args: argparse.Namespace) -> int:
     if (args.alpha is None) != (args.bandwidth is None):
         raise CollsynthError("give both --alpha and --bandwidth (to skip calibration) or neither")
     alpha = _time("--alpha", args.alpha) if args.alpha is not None else None
-    bandwidth = parse_rate(args.bandwidth) if args.bandwidth is not None else None
+    bandwidth = parse_rate(args.bandwidth, flag="--bandwidth") if args.bandwidth is not None else None
     if args.ranks < 2:
         raise CollsynthError(f"--ranks must be an integer >= 2, got {args.ranks}")
-    spec = prepare(args.ranks, parse_runs(args.runs), grad_bytes=parse_size(args.grad_bytes),
+    spec = prepare(args.ranks, parse_runs(args.runs), grad_bytes=parse_size(args.grad_bytes, flag="--grad-bytes"),
                    compute_s=_time("--compute", args.compute, allow_zero=False), jitter=args.jitter,
                    slow=parse_slow(args.slow, args.ranks), microbatches=args.microbatches, batch=args.batch,
                    steps=args.steps, warmup=args.warmup, seed=args.seed, lr=args.lr,

@@ -34,9 +34,14 @@ class CompareRow(TypedDict):
     speedup_vs_ring: float  # ring's after_last_arrival_s over this row's (inf when this row's is 0)
 
 
-def default_algorithms() -> list[str]:
-    """The AllReduce algorithms `compare` runs by default (all but the solver)."""
-    return [a for a, info in algorithm_table().items() if "allreduce" in info.collectives and a != "solver"]
+MULTI_LATE = "multistraggler"  # runs by default only with two or more late ranks (with one it is stragglar)
+
+
+def default_algorithms(late_ranks: int = 0) -> list[str]:
+    """The AllReduce algorithms `compare` runs by default (all but the solver; multistraggler only when
+    ``late_ranks`` >= 2, since with one late rank it builds StragglAR's schedule)."""
+    return [a for a, info in algorithm_table().items() if "allreduce" in info.collectives and a != "solver"
+            and (a != MULTI_LATE or late_ranks >= 2)]
 
 
 def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
@@ -52,7 +57,8 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
     times = arrival_vector(arrivals, n)
     arr = {r: float(t) for r, t in enumerate(times) if t != 0}
     regs = algorithm_table()
-    names = list(algorithms or default_algorithms())
+    late = sum(1 for t in times if t > times.min())
+    names = list(algorithms or default_algorithms(late))
     if solver_time_limit is not None and "solver" not in names:
         names.append("solver")
     for a in names:
@@ -74,9 +80,17 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
         if "pipeline" in accepted:  # pipeline depth from the model the straggler sees on this topology
             al, bw = topology_model(topo, latest)
             params.update(pipeline="auto", size=size_b, alpha=al, bandwidth=bw)
+        if "topology" in accepted:  # topology-aware algorithms (ring order, nodes, the model)
+            params["topology"] = topo
+        if "size" in accepted:
+            params["size"] = size_b
+        if "arrivals" in accepted:  # algorithms that plan for the arrival times (solver, multistraggler)
+            params["arrivals"] = arr
         if a == "solver":
-            params.update(arrivals=arr, time_limit=solver_time_limit, size=size_b, topology=topo)
+            params.update(time_limit=solver_time_limit)
         s = check(build_schedule(a, n, "allreduce", **{k: v for k, v in params.items() if k in accepted}))
+        if a == MULTI_LATE:
+            note += f"straggler={s.meta.get('straggler')} late={len(s.meta.get('late', []))}"  # type: ignore[arg-type]
         if s.meta.get("pipeline", 1) != 1:
             note += f" K={s.meta['pipeline']}"
         res = simulate(s, size_b, topo, arr)

@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypedDict
 
 import numpy as np
 
+from collsynth import budget
 from collsynth.apitypes import Column, Ints
 from collsynth.errors import CollsynthError, ScheduleFileError
-from collsynth.fileio import read_text, write_text_atomic
+from collsynth.fileio import json_loads, read_text, write_text_atomic
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -263,6 +264,8 @@ class Schedule:
 
     def summary(self) -> ScheduleSummary:
         """The facts `collsynth info` prints (JSON-ready)."""
+        budget.check(48 * (self.nranks + self.nsteps + len(self.phases)), f"summarizing {self.nranks} ranks and "
+                     f"{self.nsteps} steps")
         sent = self.bytes_sent_per_rank()
         return {"name": self.name, "collective": self.collective, "ranks": self.nranks, "chunks": self.nchunks,
                 "steps": self.nsteps, "transfers": self.ntransfers, "ports": self.ports,
@@ -270,7 +273,15 @@ class Schedule:
                 "bytes_sent_per_buffer_byte": [round(float(x), 12) for x in sent], "meta": self.meta}
 
     def bytes_sent_per_rank(self) -> np.ndarray:
-        """Bytes each rank sends per byte of its buffer."""
+        """Bytes each rank sends per byte of its buffer (CollsynthError naming the transfer when a rank is
+        out of range: `collsynth info` on a schedule that `verify` would fail)."""
+        for name in ("src", "dst"):
+            col = getattr(self, name)
+            bad = np.flatnonzero((col < 0) | (col >= self.nranks))
+            if len(bad):
+                i = int(bad[0])
+                raise CollsynthError(f"transfer #{i} has {name} {int(col[i])}, not a rank (0..{self.nranks - 1}): "
+                                     "`collsynth verify` reports every problem")
         sent = np.bincount(self.src, weights=self.count, minlength=self.nranks)[: self.nranks]
         return sent / self.nchunks
 
@@ -328,10 +339,17 @@ class Schedule:
                 a = np.asarray(cols[k])
                 if a.ndim != 1 or (len(a) and a.dtype.kind not in "iub"):
                     raise ValueError(f"column {k!r} must be a list of integers")
+                if len(a) and a.dtype.kind != "b" and (int(a.min()) < -INT_FIELD_MAX or int(a.max()) > INT_FIELD_MAX):
+                    bad = int(a.max()) if int(a.max()) > INT_FIELD_MAX else int(a.min())
+                    raise ValueError(f"column {k!r} holds {bad}, outside -{INT_FIELD_MAX}..{INT_FIELD_MAX}")
                 arrays[k] = a
             phases = tuple(Phase(str(p["name"]), int(p["start"]), int(p["stop"]),
                                  tuple(int(r) for r in p["waits_for"])) for p in d.get("phases", []))
             owner = d.get("owner")
+            for key in ("nranks", "nchunks", "nsteps", "ports"):
+                v = d.get(key, 1)
+                if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= INT_FIELD_MAX:
+                    raise ValueError(f"{key!r} must be an integer in 0..{INT_FIELD_MAX}, got {v!r}")
             return cls(str(d["collective"]), int(d["nranks"]), int(d["nchunks"]), int(d["nsteps"]),
                        **arrays, phases=phases,
                        owner=None if owner is None else tuple(int(o) for o in owner),
@@ -346,10 +364,13 @@ class Schedule:
     @classmethod
     def from_json(cls, text: str, source: str = "schedule") -> Schedule:
         try:
-            d = json.loads(text)
+            d = json_loads(text)
         except json.JSONDecodeError as e:
             raise ScheduleFileError(f"{source}: not valid JSON ({e.msg} at line {e.lineno})") from None
         return cls.from_json_dict(d, source)
+
+
+INT_FIELD_MAX = 2**53  # every count and index in a schedule file: exact as a float, and a sum of two never wraps int64
 
 
 def _digit_grid(mag: np.ndarray, neg: np.ndarray) -> np.ndarray:

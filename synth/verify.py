@@ -24,17 +24,19 @@ from typing import Any
 
 import numpy as np
 
-from collsynth import progress
+from collsynth import budget, progress
 from collsynth.errors import CollsynthError
+from collsynth.synth.composition import verify_composed
 from collsynth.synth.ir import Schedule
 
 _UNDEF, _DOUBLE, _RACE = 0, 1, 2
+FLAT_BYTES = 256 * 2**20  # above this, a composed schedule is verified by composition (method="auto")
 LARGE_SCHEDULE = 500_000  # transfers from which verifying takes about a second (a progress line is shown)
 
 
 @dataclass(frozen=True)
 class Violation:
-    kind: str  # range | ports | hazard | phase | missing | double-count | undefined | extra
+    kind: str  # range | ports | hazard | phase | missing | double-count | undefined | extra | composition
     step: int | None
     index: int | None  # transfer index into the schedule's columns
     message: str
@@ -143,12 +145,26 @@ def _reduce_rounds(w: np.ndarray) -> list[np.ndarray]:
     return rounds
 
 
-def verify(schedule: Schedule, ports: int | None = None) -> VerifyReport:
-    """Prove ``schedule`` computes its collective, or return the first violation."""
+def verify(schedule: Schedule, ports: int | None = None, *, method: str = "auto") -> VerifyReport:
+    """Prove ``schedule`` computes its collective, or return the first violation.
+
+    ``method``: "flat" (the bit-set execution above), "composed" (a composed schedule: synth.composition,
+    docs/cluster-algorithms.md; flat when the schedule is not exactly its recorded composition) or
+    "auto" (composed when the flat bit sets would exceed FLAT_BYTES)."""
     s = schedule
     p = s.ports if ports is None else ports
+    if method not in ("auto", "flat", "composed"):
+        raise CollsynthError(f"verify method {method!r}: use auto, flat or composed")
+    if method == "composed" or (method == "auto" and flat_bytes(s) > FLAT_BYTES and "composition" in s.meta):
+        done = _verify_composed(s, p)
+        if done is not None:
+            return done
     if s.ntransfers >= LARGE_SCHEDULE:
         progress.note(f"verifying {s.name or s.collective}: {s.ntransfers} transfers")
+    moved = int(np.clip(s.count, 0, None).sum()) if s.ntransfers else 0
+    budget.check(budget.verify_bytes(s.nranks, s.nchunks, s.nsteps, s.ntransfers, moved),
+                 f"verifying {s.name or s.collective} ({s.nranks} ranks, {s.nchunks} chunks, {s.nsteps} steps, "
+                 f"{moved} chunk moves)")
     bad = _check_ranges(s)
     if bad:
         return bad
@@ -306,6 +322,34 @@ def verify(schedule: Schedule, ports: int | None = None) -> VerifyReport:
     return VerifyReport(True, f"OK {s.collective} on {n} ranks: {s.nsteps} steps, {s.ntransfers} transfers, "
                               f"{C} chunks; every contribution exactly once, at most {p} message(s) per "
                               f"rank per step", None, stats)
+
+
+def flat_bytes(s: Schedule) -> int:
+    """Memory of the flat verifier's bit sets: one bit per rank for every (rank, chunk)."""
+    return s.nranks * s.nchunks * ((s.nranks + 63) // 64) * 8
+
+
+def _verify_composed(s: Schedule, p: int) -> VerifyReport | None:
+    """Verification by composition (synth.composition), None when ``s`` is not exactly its composition."""
+    bad = _check_ranges(s) or _check_ports(s, p)
+    if bad:
+        return bad
+
+    def flat(part: Schedule) -> tuple[bool, str]:
+        r = verify(part, method="flat")
+        return r.ok, r.message
+
+    got = verify_composed(s, flat)
+    if got is None:
+        return None
+    ok, msg = got
+    if not ok:
+        return VerifyReport(False, msg, Violation("composition", None, None, msg))
+    stats = {"collective": s.collective, "ranks": s.nranks, "chunks": s.nchunks, "steps": s.nsteps,
+             "transfers": s.ntransfers, "ports": p, "method": "composed"}
+    return VerifyReport(True, f"OK {s.collective} on {s.nranks} ranks: {s.nsteps} steps, {s.ntransfers} transfers, "
+                              f"{s.nchunks} chunks; every contribution exactly once ({msg}), at most {p} message(s) "
+                              f"per rank per step", None, stats)
 
 
 def _members(row: np.ndarray, n: int) -> list[int]:

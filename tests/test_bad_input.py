@@ -13,7 +13,10 @@ from collsynth.cli import main
 
 
 def run(capsys, *argv):
-    code = main([str(a) for a in argv])
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as e:  # argparse's own errors (also one line, exit 2)
+        code = e.code
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -152,3 +155,127 @@ def test_missing_optional_dependency_is_named_up_front(capsys, tmp_path, monkeyp
     code, out, err = run(capsys, *[a.replace("{tmp}", str(tmp_path)) for a in argv])
     one_line_exit_2(code, err, f"pip install 'collsynth[{extra}]'")
     assert out == "" and os.listdir(tmp_path) == []
+
+
+# ------------------------------------------------------------------------------------------ numbers and units
+@pytest.mark.parametrize("argv,needle", [
+    (["synth", "-a", "ring", "-n", "4", "--size", "1e400"], "--size"),
+    (["compare", "-n", "4", "--size", "1e400"], "--size"),
+    (["compare", "-n", "4", "--size", "1MiB", "--bandwidth", "1e400"], "--bandwidth"),
+    (["compare", "-n", "4", "--size", "1MiB", "--bandwidth", "0"], "--bandwidth: bandwidth '0'"),
+    (["train-sim", "-n", "4", "--grad-bytes", "1e400", "--compute", "1ms"], "--grad-bytes"),
+    (["synth", "-a", "ring", "-n", "99999999999999999999999"], "--gpus"),
+    (["compare", "-n", "99999999999999999999999", "--size", "1MiB"], "--gpus"),
+    (["synth", "-a", "stragglar", "-n", "4", "--pipeline", "auto", "--alpha", "1e400s"], "--alpha"),
+    (["compare", "-n", "4", "--size", "1MiB", "--alpha", "1e400s"], "--alpha"),
+    (["compare", "-n", "4", "--size", "1MiB", "--alpha", "3"], "has no unit"),
+    (["train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "100"], "--compute"),
+    (["train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "1ms", "--alpha", "3"], "--alpha"),
+    (["compare", "-n", "4", "--size", "0.5"], "whole number of bytes"),
+    (["simulate", "{ring4}", "--size", "1MiB", "--arrival", "3=soon"], "--arrival"),
+    (["simulate", "{ring4}", "--size", "1MiB", "--arrival", "3=1e400s"], "--arrival"),
+    (["bench", "--ranks", "2", "--size", "1MiB", "--delay", "1=soon"], "--delay"),
+    (["verify", "{ring4}", "--ports", "0"], "--ports"),
+    (["emit", "{ring4}", "--format", "msccl-xml", "--max-bytes", "0.5"], "--max-bytes"),
+    (["emit", "{ring4}", "--format", "mscclpp-plan", "--max-bytes", "1e400"], "--max-bytes"),
+    (["emit", "{ring4}", "--format", "msccl-xml", "--min-bytes", "99999999999999999999999999"], "--min-bytes"),
+    (["train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "1ms", "--seed", "-1"], "--seed"),
+])
+def test_numbers_are_checked_and_the_flag_named(capsys, ring4, argv, needle):
+    code, out, err = run(capsys, *[a.replace("{ring4}", str(ring4)) for a in argv])
+    one_line_exit_2(code, err, needle)
+    assert out == ""
+
+
+def test_fractional_bytes_are_refused_not_rounded():
+    from collsynth.errors import CollsynthError
+    from collsynth.units import parse_rate, parse_size, parse_time
+    assert parse_size("1.5KiB") == 1536 and parse_size("1.1MB") == 1_100_000
+    for bad in ("0.5", "1.5B", "1e-400", "0.3KB7"):
+        with pytest.raises(CollsynthError):
+            parse_size(bad)
+    for bad in (float("inf"), float("nan")):
+        with pytest.raises(CollsynthError):
+            parse_size(bad)
+        with pytest.raises(CollsynthError):
+            parse_time(bad)
+        with pytest.raises(CollsynthError):
+            parse_rate(bad)
+    assert parse_time("0") == 0.0 and parse_time(3) == 3.0  # a Python number is seconds; text needs a unit
+    with pytest.raises(CollsynthError, match="no unit"):
+        parse_time("3")
+
+
+# ------------------------------------------------------------------------------------------ input files
+def _mutated(ring4, tmp_path, name, change):
+    d = json.loads(ring4.read_text())
+    change(d)
+    path = tmp_path / name
+    path.write_text(json.dumps(d))
+    return path
+
+
+@pytest.mark.parametrize("command", ["info", "verify", "simulate", "emit"])
+def test_special_and_oversized_input_files_are_refused(capsys, tmp_path, ring4, command):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    extra = {"simulate": ["--size", "1MiB"], "emit": ["--format", "msccl-xml"]}.get(command, [])
+    for path, needle in ((fifo, "named pipe"), ("/dev/zero", "device"), (tmp_path, "directory"),
+                         (deep, "nested too deeply")):
+        code, _, err = run(capsys, command, path, *extra)
+        one_line_exit_2(code, err, needle)
+    code, _, err = run(capsys, "--max-file-size", "100", command, ring4, *extra)
+    one_line_exit_2(code, err, "--max-file-size")
+    assert run(capsys, "--max-file-size", "1MiB", "info", ring4)[0] == 0
+
+
+def test_topology_and_trace_files_are_read_with_the_same_rules(capsys, tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    code, _, err = run(capsys, "compare", "-n", "4", "--size", "1MiB", "-t", fifo)
+    one_line_exit_2(code, err, "named pipe")
+    code, _, err = run(capsys, "train-sim", "-n", "4", "--grad-bytes", "1MB", "--trace", "/dev/zero")
+    one_line_exit_2(code, err)
+
+
+@pytest.mark.parametrize("field,change,needle", [
+    ("chunk", lambda d: d["transfers"]["chunk"].__setitem__(0, 2**63 - 1), "'chunk'"),
+    ("chunk", lambda d: d["transfers"]["chunk"].__setitem__(0, 2**64 + 1), "'chunk'"),
+    ("count", lambda d: d["transfers"]["count"].__setitem__(0, -2**63), "'count'"),
+    ("nranks", lambda d: d.__setitem__("nranks", 2**60), "'nranks'"),
+    ("nranks", lambda d: d.__setitem__("nranks", 10**12), "memory"),  # in range, but too big to check
+    ("nchunks", lambda d: d.__setitem__("nchunks", "4"), "'nchunks'"),
+    ("nsteps", lambda d: d.__setitem__("nsteps", 10**12), "memory"),
+    ("ports", lambda d: d.__setitem__("ports", 1.5), "'ports'"),
+])
+@pytest.mark.parametrize("command", ["info", "verify"])
+def test_schedule_fields_are_range_checked_before_use(capsys, tmp_path, ring4, field, change, needle, command):
+    path = _mutated(ring4, tmp_path, "bad.json", change)
+    code, _, err = run(capsys, command, path)
+    one_line_exit_2(code, err, needle)
+
+
+def test_verify_estimates_its_memory_before_allocating(capsys, tmp_path, ring4):
+    path = _mutated(ring4, tmp_path, "wide.json", lambda d: d.__setitem__("nchunks", 10**12))
+    code, _, err = run(capsys, "verify", path)
+    one_line_exit_2(code, err, "--max-memory")
+    code, _, err = run(capsys, "--max-memory", "1KiB", "verify", ring4)
+    one_line_exit_2(code, err, "--max-memory")
+
+
+def test_info_on_an_out_of_range_rank_is_bad_input_and_verify_a_verdict(capsys, tmp_path, ring4):
+    path = _mutated(ring4, tmp_path, "neg.json", lambda d: d["transfers"]["src"].__setitem__(0, -1))
+    code, _, err = run(capsys, "info", path)
+    one_line_exit_2(code, err, "src -1")
+    code, out, _ = run(capsys, "verify", path)
+    assert code == 1 and "rank out of range" in out
+
+
+@pytest.mark.parametrize("manifest", ['{"entries": [{"x": 1}]}', "[1]", '{"entries": [{"straggler": null}]}',
+                                      '{"entries": 3}', "{", '{"entries": [7]}'])
+def test_malformed_library_manifest_is_one_line(capsys, tmp_path, manifest):
+    (tmp_path / "MANIFEST.json").write_text(manifest)
+    code, _, err = run(capsys, "schedules", "list", "--dir", tmp_path)
+    one_line_exit_2(code, err, "MANIFEST.json")

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from collsynth.errors import CollsynthError
-from collsynth.fileio import read_text
+from collsynth.fileio import json_loads, read_text
 from collsynth.units import parse_rank_map, parse_time
 
 _BLOCK = 4096
@@ -59,7 +59,7 @@ def load_trace(path: str, nranks: int) -> np.ndarray:
     stripped = text.lstrip()
     if stripped.startswith(("[", "{")):
         try:
-            data = json.loads(text)
+            data = json_loads(text)
         except json.JSONDecodeError as e:
             raise CollsynthError(f"trace file {path} is not valid JSON ({e.msg} at line {e.lineno})") from None
         if isinstance(data, dict):

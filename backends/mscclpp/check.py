@@ -21,7 +21,7 @@ from typing import Any
 from collsynth.backends.mscclpp.execute import ExecFailure, ExecResult, Executor
 from collsynth.backends.mscclpp.load import check_offsets, choose_chunk, validate
 from collsynth.backends.mscclpp.model import FORMAT_VERSION, Plan, PlanFormatError, parse_plan
-from collsynth.fileio import read_text
+from collsynth.fileio import json_loads, read_text
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def is_plan_object(obj: object) -> bool:
 def read_plan_text(text: str, source: str = "<plan>") -> Plan:
     """Parse and validate plan text; PlanFormatError (exit 2) when the executor would refuse or misread it."""
     try:
-        obj = json.loads(text)
+        obj = json_loads(text)
     except json.JSONDecodeError as e:
         raise PlanFormatError(f"{source}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
     plan = parse_plan(obj, source)

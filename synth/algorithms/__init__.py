@@ -12,8 +12,9 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from collsynth.synth.algorithms import direct, rhd, ring, twoshot
+from collsynth.synth.algorithms import direct, hierarchical, multiring, rhd, ring, tree, twoshot
 from collsynth.synth.algorithms.stragglar import build as stragglar
+from collsynth.synth.algorithms.stragglar import multi as multistraggler
 from collsynth.synth.ir import Schedule
 
 
@@ -36,7 +37,8 @@ class Algorithm:
 ALL_COLLECTIVES = ("allreduce", "reducescatter", "allgather")
 
 CONSTRUCTIVE: tuple[Algorithm, ...] = (
-    Algorithm("ring", "ring ReduceScatter + AllGather, 2(n-1) steps, bandwidth-optimal", ring.build,
+    Algorithm("ring", "ring ReduceScatter + AllGather, 2(n-1) steps, bandwidth-optimal; along the "
+              "topology's best ring", ring.build,
               ALL_COLLECTIVES),
     Algorithm("rhd", "recursive halving-doubling (Rabenseifner), 2 log2 n steps; MPICH fold for other n", rhd.build),
     Algorithm("direct", "one-shot: every rank sends its whole buffer to all others in one step", direct.build,
@@ -45,4 +47,14 @@ CONSTRUCTIVE: tuple[Algorithm, ...] = (
     Algorithm("stragglar", "straggler-aware two-phase AllReduce: ReduceScatter among punctual ranks, then "
               "n-2+log2 n completion rounds once the straggler arrives (K(n-1)-1+log2 n rounds of smaller "
               "chunks with --pipeline K)", stragglar.build),
+    Algorithm("multiring", "C rings at once, each with its share of the buffer: one per rail across nodes, "
+              "link-disjoint NVLink cycles inside a node", multiring.build),
+    Algorithm("hierarchical", "multi-node: ReduceScatter in each node, AllReduce per rail across nodes (ring or "
+              "halving-doubling), AllGather in each node; K pipelined slices overlap NVLink and network",
+              hierarchical.build),
+    Algorithm("tree", "NCCL's double binary tree: two trees with half the buffer each, pipelined reduce and "
+              "broadcast", tree.build),
+    Algorithm("multistraggler", "several late ranks, any arrival times: the punctual ranks keep a reduced state, "
+              "each late rank streams its buffer in as it arrives, StragglAR's completion with the last one",
+              multistraggler.build),
 )

@@ -146,9 +146,11 @@ def _constructive(n: int, size: float, topo: Any, arrivals: tuple[float, ...]) -
         if "allreduce" not in alg.collectives:
             continue
         accepted = alg.params()
-        base: dict[str, int | str] = {"straggler": latest} if "straggler" in accepted else {}
+        base: dict[str, Any] = {"straggler": latest} if "straggler" in accepted else {}
+        if "arrivals" in accepted:  # multistraggler: planned for these arrivals on this topology
+            base.update(arrivals=dict(enumerate(arrivals)), size=size, topology=topo)
         variants = [("", base)]
-        if "pipeline" in accepted:
+        if "pipeline" in accepted and "arrivals" not in accepted:  # multistraggler picks its own depth
             variants += [(f" pipeline={k}", {**base, "pipeline": k}) for k in PIPELINES]
         for label, params in variants:
             try:

@@ -1,0 +1,165 @@
+"""`collsynth topology list|show|import` and the `topologies` alias (argparse and printing only; the work is
+the library's: synth.topology and synth.topology_import)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from collsynth.commands.catalog import add_command_parser, show_help
+from collsynth.commands.common import int_arg, print_json
+from collsynth.errors import CollsynthError
+from collsynth.fileio import check_output, write_text_atomic
+from collsynth.synth.topology import make_topology, topology_presets
+from collsynth.synth.topology_import import FABRICS, dumps_topology, import_topology, parse_nic_speed
+
+IMPORT_EPILOG = """examples:
+  collsynth topology import nccl_topo.xml -o node.json
+  collsynth topology import topo_m.txt -o node.json --nic-speed 400Gb/s --sm 90
+  collsynth topology import nccl_topo.xml -o cluster.json --nodes 16 --fabric rail
+  collsynth topology import nccl_topo.xml -o cluster.json --nodes 16 --fabric fat-tree --oversubscription 2
+
+FILE is the XML NCCL writes with NCCL_TOPO_DUMP_FILE=path, or the output of `nvidia-smi topo -m`
+(told apart by content). Every assumption made is printed; see docs/topology-import.md."""
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = add_command_parser(sub, "topologies", description="List the topology presets (the same as "
+                           "`collsynth topology list`; a JSON file works wherever a preset does).",
+                           epilog="examples:\n  collsynth topologies\n  collsynth compare --gpus 8 --size 1GiB -t dgx1")
+    p.set_defaults(func=cmd_list)
+
+    p = add_command_parser(sub, "topology", description="Topologies: list the presets, show one, import a real "
+                           "machine's NCCL topology XML or `nvidia-smi topo -m` output as a topology JSON file.",
+                           epilog="examples:\n  collsynth topology list\n  collsynth topology show dgx1\n"
+                                  "  collsynth topology import nccl_topo.xml -o node.json")
+    tsub = p.add_subparsers(dest="topology_command", metavar="ACTION", parser_class=type(p))
+    q = tsub.add_parser("list", help="list the presets (same as `collsynth topologies`)",
+                        description="List the topology presets.", epilog="example:\n  collsynth topology list",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    q.set_defaults(func=cmd_list)
+
+    q = tsub.add_parser("show", help="GPUs, switches, links, ports of a preset or topology file",
+                        description="Describe a preset or a topology JSON file: GPUs, switches, links, ports and "
+                                    "the links' alpha and bandwidth.",
+                        epilog="examples:\n  collsynth topology show dgx1\n"
+                               "  collsynth topology show nvswitch --gpus 16\n"
+                               "  collsynth topology show node.json --json",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    q.add_argument("topology", metavar="NAME|FILE", help="a preset (see `collsynth topology list`) or a JSON file")
+    q.add_argument("--gpus", "-n", type=int_arg("--gpus"), default=None,
+                   help="GPUs for a preset (default 8; a file gives its own)")
+    q.add_argument("--alpha", default=None, help="override every link's alpha, e.g. 3us")
+    q.add_argument("--bandwidth", default=None, help="override every link's bandwidth, e.g. 450GiB/s")
+    q.add_argument("--json", action="store_true", help="machine-readable output")
+    q.set_defaults(func=cmd_show)
+
+    q = tsub.add_parser("import", help="NCCL topology XML or nvidia-smi topo -m output -> topology JSON",
+                        description="Read one machine's NCCL topology dump (NCCL_TOPO_DUMP_FILE) or `nvidia-smi "
+                                    "topo -m` output and write it as a topology JSON file: GPUs, NVLinks to "
+                                    "NVSwitches or peers, NICs, PCIe/CPU placement, bandwidths from link counts "
+                                    "and NCCL's per-link constants. With --nodes N, N copies joined by a fabric.",
+                        epilog=IMPORT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    q.add_argument("file", metavar="FILE", help="NCCL topology XML or nvidia-smi topo -m text")
+    q.add_argument("-o", "--output", required=True, help="the topology JSON file to write")
+    q.add_argument("--nodes", type=int_arg("--nodes"), default=1, help="copies of the machine (default 1)")
+    q.add_argument("--fabric", default=None, choices=FABRICS, help="how the nodes' NICs are joined (needed with "
+                   "--nodes > 1): rail (NIC j of every node on rail switch j) or fat-tree (a leaf per node)")
+    q.add_argument("--oversubscription", type=float, default=1.0,
+                   help="spine oversubscription R >= 1: spine links carry 1/R of the NIC bandwidth below (default 1)")
+    q.add_argument("--sm", type=int_arg("--sm"), default=None,
+                   help="nvidia-smi input: compute capability x10 (80 A100, 90 H100/H200, 100 B200); sets NVLink speed")
+    q.add_argument("--nic-speed", default=None,
+                   help="nvidia-smi input: every NIC's speed, e.g. 400Gb/s (default 100Gb/s, assumed)")
+    q.add_argument("--name", default=None, help="the topology's name (default: from the file name)")
+    q.add_argument("--json", action="store_true", help="print what was read and assumed as JSON")
+    q.set_defaults(func=cmd_import)
+    p.set_defaults(func=show_help(p))
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    for name, desc in topology_presets().items():
+        print(f"{name:<10} {desc}")
+    return 0
+
+
+def _load(spec: str, gpus: int | None, alpha: str | None, bandwidth: str | None) -> Any:
+    if spec in topology_presets():
+        return make_topology(spec, 8 if gpus is None else gpus, alpha=alpha, bandwidth=bandwidth)
+    if not os.path.exists(spec):
+        raise CollsynthError(f"unknown topology {spec!r}: give a preset ({', '.join(topology_presets())}) or an "
+                             "existing JSON file")
+    if gpus is None:
+        with open(spec, "rb") as f:
+            head = f.read(1 << 16)
+        try:
+            gpus = int(json.loads(head).get("gpus"))
+        except (ValueError, TypeError, AttributeError):
+            gpus = None
+    return make_topology(spec, gpus if gpus is not None else 2, alpha=alpha, bandwidth=bandwidth)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    topo = _load(args.topology, args.gpus, args.alpha, args.bandwidth)
+    s = topo.summary()
+    if args.json:
+        print_json(s)
+        return 0
+    print(f"topology {s['name']}: {s['gpus']} GPUs, {len(s['switches'])} switches, {s['links']} links, "
+          f"{s['ports']} port(s) per GPU")
+    if s["switches"]:
+        print(f"switches: {', '.join(s['switches'][:16])}{' ...' if len(s['switches']) > 16 else ''}")
+    print("alpha: " + ", ".join(f"{a * 1e6:g}us" for a in s["alpha_s"]))
+    print("bandwidth: " + ", ".join(f"{b / 1e9:g} GB/s" for b in s["bandwidth_Bps"]))
+    return 0
+
+
+def _ranges(xs: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5"."""
+    parts: list[str] = []
+    i = 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
+            j += 1
+        parts.append(str(xs[i]) if i == j else f"{xs[i]}-{xs[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    check_output(args.output, inputs=[args.file])
+    nic = None if args.nic_speed is None else parse_nic_speed(args.nic_speed)
+    res = import_topology(args.file, nodes=args.nodes, fabric=args.fabric, oversubscription=args.oversubscription,
+                          sm=args.sm, nic_speed=nic, name=args.name)
+    write_text_atomic(args.output, dumps_topology(res.topology))
+    rep = res.report()
+    if args.json:
+        print_json({**rep, "output": args.output})
+        return 0
+    fmt = {"nccl-xml": "NCCL topology XML", "nvidia-smi": "nvidia-smi topo -m"}[rep["format"]]
+    sms = sorted({g["sm"] for g in rep["node_gpus"] if g["sm"] is not None})
+    print(f"read {args.file} ({fmt}): {rep['gpus_per_node']} GPUs" + (f" (sm {', '.join(map(str, sms))})" if sms
+                                                                        else ""))
+    links = sorted({g["nvlinks"] for g in rep["node_gpus"]})
+    gbps = sorted({g["nvlink_GBps"] for g in rep["node_gpus"]})
+    chips = rep["nvswitch_chips"]
+    nvl = {"nvswitch": f"through {chips} NVSwitch chips" if chips else "through an NVSwitch (chips not shown)",
+           "direct": "direct GPU-GPU links", "none": "none"}[rep["nvlink"]]
+    print(f"NVLink: {nvl}" + (f", {'/'.join(map(str, links))} links per GPU ({'/'.join(f'{b:g}' for b in gbps)} "
+                              "GB/s per direction)" if rep["nvlink"] != "none" else ""))
+    for n in rep["nics"]:
+        used = f"used by GPU {_ranges(n['gpus'])}" if n["gpus"] else "unused"
+        print(f"NIC {n['name']}: {n['speed_Gbps']:g} Gb/s, {n['placement']}, {used}")
+    if not rep["nics"]:
+        print("NICs: none listed")
+    nodes = f"{rep['nodes']} nodes on a {rep['fabric']} fabric, " if rep["nodes"] > 1 else ""
+    nsw = len(res.topology["switches"])
+    print(f"wrote {args.output}: {nodes}{rep['gpus']} GPUs, {nsw} switch{'es' if nsw != 1 else ''}, "
+          f"{len(res.topology['links'])} links")
+    print("assumed:")
+    for a in rep["assumptions"]:
+        print(f"  - {a}")
+    return 0

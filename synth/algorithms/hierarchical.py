@@ -1,0 +1,109 @@
+"""Hierarchical AllReduce for clusters of N nodes x G GPUs, pipelined in K slices.
+
+Sources: the two-level scheme of NCCL's multi-node rings and of Thakur, Rabenseifner & Gropp,
+"Optimization of collective communication operations in MPICH" (IJHPCA 2005) for the recursive
+halving-doubling across nodes; costs and bounds in docs/cluster-algorithms.md.
+
+The buffer is cut into K slices; slice k into G blocks (one per local index g), block (k, g) into M
+chunks. For every slice, in every node:
+
+1. ReduceScatter of the G blocks around the node's ring (G-1 steps over NVLink): GPU g of every node
+   ends with block (k, g) summed over its node;
+2. AllReduce of block (k, g) among the N GPUs with local index g (the rail g GPUs, one leaf hop apart
+   on a rail-optimized fabric): a ring (2(N-1) steps, M = N) or recursive halving-doubling (2 log2 p
+   steps plus the MPICH fold for N not a power of two, M = p = 2^floor(log2 N)), whichever the model
+   prefers;
+3. AllGather of the G blocks around the node's ring.
+
+Pipelining: the steps of all slices are emitted in the order a list-scheduling model of one NVLink port
+and one NIC per GPU starts them, so that slice k+1's ReduceScatter and slice k-1's AllGather run on
+NVLink while slice k crosses the network. With s bytes per rank, B_nv/alpha_nv the intra-node route and
+B_net/alpha_net the rail route, the network phase alone takes 2(N-1)/N s/(G B_net) plus latency, the
+node-cut lower bound; the intra-node phases add about 2(G-1)/G s/(K B_nv) of pipeline fill and drain.
+K (``pipeline="auto"``) and the inter-node algorithm are the model's best for ``size`` (default 1 GiB),
+K limited to 2 million transfers and 2 GiB of simulator state (16 bytes per rank and chunk). The
+schedule records its composition (synth.composition), so large ones are verified by composition. It
+declares ports 2 (one NVLink and one NIC message per GPU at a time; every step has at most one message
+per GPU).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from collsynth.errors import CollsynthError
+from collsynth.synth.algorithms.layout import check_topology, intra_order, node_grid, pair_model
+from collsynth.synth.composition import LinkModel, chains, compose, inter_steps, list_schedule
+from collsynth.synth.ir import Schedule
+
+DEFAULT_SIZE = float(2**30)
+NVSWITCH_ALPHA, NVSWITCH_BW = 3e-6, 450.0 * 2**30  # the nvswitch preset's defaults (no topology given)
+PIPELINES = (1, 2, 4, 8, 16, 32)
+MAX_TRANSFERS = 2_000_000  # pipeline="auto" keeps K(2(G-1) + rail steps) n under this
+SIM_BYTES = 2 * 2**30  # ... and the simulator's per-(rank, chunk) state, 16 n chunks bytes, under this
+ELEMENT_BYTES = 4
+
+
+def link_model(topology: Any, grid: np.ndarray) -> LinkModel:
+    """The model from the topology's routes: node 0's first ring hop and rail 0's first hop."""
+    if topology is None:
+        return LinkModel(NVSWITCH_ALPHA, NVSWITCH_BW, NVSWITCH_ALPHA, NVSWITCH_BW)
+    N, G = grid.shape
+    a_nv, b_nv = pair_model(topology, int(grid[0, 0]), int(grid[0, 1])) if G > 1 else (0.0, np.inf)
+    a_net, b_net = pair_model(topology, int(grid[0, 0]), int(grid[1, 0])) if N > 1 else (0.0, np.inf)
+    return LinkModel(a_nv, b_nv, a_net, b_net)
+
+
+def plan(n: int, grid: np.ndarray, size: float, lm: LinkModel, pipeline: int | str,
+         kinds: tuple[str, ...] = ("ring", "rhd")) -> tuple[int, str, float]:
+    """(K, inter-node algorithm, modelled seconds): the model's best among ``kinds``, or the given K."""
+    N, G = grid.shape
+    kinds = kinds[:1] if N <= 2 else kinds
+    best: tuple[float, int, str] | None = None
+    ks = PIPELINES if pipeline == "auto" else (int(pipeline),)
+    for kind in kinds:
+        M = inter_steps(kind, N)[0] if N > 1 else 1
+        for K in ks:
+            C = K * G * M
+            steps = 2 * (G - 1) + (len(inter_steps(kind, N)[1]) if N > 1 else 0)
+            if pipeline == "auto" and K > 1 and (K * steps * n > MAX_TRANSFERS or 16 * n * C > SIM_BYTES
+                                                    or size / C < ELEMENT_BYTES):
+                continue
+            _, t = list_schedule(chains(N, G, K, kind, size, lm))
+            if best is None or (t, K, kind) < best:
+                best = (t, K, kind)
+    assert best is not None
+    return best[1], best[2], best[0]
+
+
+def build(n: int, collective: str = "allreduce", topology: Any = None, size: float | None = None,
+          pipeline: int | str = "auto") -> Schedule:
+    """Hierarchical AllReduce on ``topology``'s nodes (one node of all GPUs without a topology)."""
+    check_topology(topology, n, "hierarchical")
+    if collective != "allreduce":
+        raise CollsynthError(f"hierarchical builds allreduce, not {collective!r}")
+    if pipeline != "auto" and (isinstance(pipeline, bool) or not isinstance(pipeline, (int, np.integer))
+                               or pipeline < 1):
+        raise CollsynthError(f"--pipeline must be a positive integer or auto, got {pipeline!r}")
+    s = DEFAULT_SIZE if size is None else float(size)
+    if not s > 0:
+        raise CollsynthError(f"--size must be positive, got {size!r}")
+    return assemble(n, topology, s, pipeline)
+
+
+def assemble(n: int, topology: Any, size: float, pipeline: int | str = "auto",
+             kinds: tuple[str, ...] = ("ring", "rhd")) -> Schedule:
+    """The schedule for the model's choice of K and rail algorithm among ``kinds``."""
+    s = size
+    grid = node_grid(topology, n)
+    N, G = grid.shape
+    lm = link_model(topology, grid)
+    K, kind, model_s = plan(n, grid, s, lm, pipeline, kinds)
+    meta: dict[str, object] = {"algorithm": "hierarchical", "nodes": N, "gpus_per_node": G, "pipeline": K,
+                               "inter": kind if N > 1 else "none", "model_s": model_s}
+    spec = getattr(topology, "spec", None)
+    if N > 1 and spec is not None:
+        meta["topology"] = spec
+    return compose(grid, intra_order(topology, grid), K, kind, lm, s, meta)

@@ -1,0 +1,83 @@
+"""Multi-ring AllReduce: C rings run at once, each carrying its share of the buffer (NCCL's channels).
+
+Source: NCCL builds several rings ("channels") over disjoint NVLinks inside a box and one ring per NIC
+across nodes; each runs the ring AllReduce of Patarasuk & Yuan (JPDC 2009) on its part of the buffer.
+See docs/cluster-algorithms.md.
+
+- Several nodes (a rail-optimized cluster of N nodes x G GPUs): C = G rings, one per rail. Ring c
+  enters node a at local position (c + a) mod G of the node's ring, walks the node backwards and leaves
+  from position (c + a + 1) mod G to the GPU on the same rail of node a+1, so the N node crossings of the
+  G rings use every NIC once. Ring c carries s/G; its steps are emitted one ring after another, every
+  step with one message per GPU, and the schedule declares ports 2 (one NVLink and one NIC message at
+  a time). Cost about 2(n-1) (alpha_net + s/(G n B_net)) when the NIC is the bottleneck.
+- One node: Hamiltonian cycles packed into the link capacities (``layout.disjoint_cycles``, up to 8;
+  every ring with spare capacity adds bandwidth, so the model takes all it finds); ring c gets a share
+  proportional to its bandwidth (integer chunk weights). All rings advance in the same step, so the
+  schedule declares ports C. On ``dgx1``: the doubled-NVLink cycle both ways (50 GB/s each) and the
+  single-NVLink cycle 0-2-1-5-6-4-7-3 both ways (25 GB/s), i.e. all six NVLinks of every GPU:
+  2(n-1) alpha + 2(n-1)/n s / 150 GB/s. On ``nvswitch`` one ring (the plain ring).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from collsynth.errors import CollsynthError
+from collsynth.synth.algorithms.layout import check_topology, disjoint_cycles, intra_order, node_grid
+from collsynth.synth.ir import Schedule, ScheduleBuilder
+
+MAX_RINGS = 8
+
+
+def _rail_rings(grid: np.ndarray, local: list[int]) -> list[list[int]]:
+    """The G rings of a cluster, each through every GPU (node by node)."""
+    N, G = grid.shape
+    rings = []
+    for c in range(G):
+        seq: list[int] = []
+        for a in range(N):
+            e = (c + a) % G
+            seq += [int(grid[a, local[(e - j) % G]]) for j in range(G)]
+        rings.append(seq)
+    return rings
+
+
+def build(n: int, collective: str = "allreduce", topology: Any = None) -> Schedule:
+    """Multi-ring AllReduce on ``topology`` (one rank-order ring without a topology)."""
+    check_topology(topology, n, "multiring")
+    if collective != "allreduce":
+        raise CollsynthError(f"multiring builds allreduce, not {collective!r}")
+    grid = node_grid(topology, n)
+    N, G = grid.shape
+    if N > 1 and G > 1:
+        rings = _rail_rings(grid, intra_order(topology, grid))
+        weights = [1] * len(rings)
+        together = False
+    elif topology is not None:
+        found = disjoint_cycles(topology, np.arange(n, dtype=np.int64), MAX_RINGS)
+        rings = [list(o) for o, _ in found] or [list(range(n))]
+        low = min((bw for _, bw in found), default=1.0)
+        weights = [max(1, min(8, round(bw / low))) for _, bw in found] or [1]
+        together = True
+    else:
+        rings, weights, together = [list(range(n))], [1], True
+    C = len(rings)
+    offs = np.concatenate([[0], np.cumsum(weights)]) * n
+    meta: dict[str, object] = {"algorithm": "multiring", "rings": C, "weights": weights}
+    b = ScheduleBuilder("allreduce", n, int(offs[-1]), name=f"multiring_allreduce_n{n}",
+                        ports=C if together else 2, meta=meta)
+    i = np.arange(n)
+    for t in range(2 * (n - 1)):
+        reduce = t < n - 1
+        shift = t + 1 if reduce else t - (n - 1)
+        if together:
+            b.new_step()
+        for c, ring in enumerate(rings):
+            r = np.asarray(ring, np.int64)
+            if not together:
+                b.new_step()
+            # member i sends block i-shift of ring c (block j = chunks offs[c] + j*w .. + w)
+            b.add_many(r, np.roll(r, -1), offs[c] + ((i - shift) % n) * weights[c], weights[c], reduce)
+    return b.build()

@@ -1,0 +1,265 @@
+"""Composed schedules: a two-level AllReduce built from an intra-node pattern and a rail pattern, and
+its verification by composition (docs/cluster-algorithms.md, "Verification by composition").
+
+The hierarchical AllReduce (synth/algorithms/hierarchical.py) is generated here: ``compose`` emits, for
+an N x G grid of ranks (row: a node, column: a local index / rail), K slices of (1) a ring
+ReduceScatter of G blocks inside every node, (2) an AllReduce of each block among the N GPUs of its rail
+(ring or recursive halving-doubling), (3) a ring AllGather inside every node, in the order a
+list-scheduling model starts them. The schedule records the composition in ``meta["composition"]``.
+
+``verify_composed`` proves such a schedule without the flat verifier's n x chunks x n bit sets (about
+68 GB at 8,192 GPUs): (a) it regenerates the transfers from the recorded composition and checks they are
+identical to the schedule's columns, so the schedule is exactly the composition; (b) it proves the three
+patterns with the flat verifier on their own small rank sets: the intra-node ReduceScatter and AllGather
+on G ranks (one chunk per block: every transfer of a phase moves a whole block, so each chunk of the
+block follows the same pattern) and the rail AllReduce on N ranks with its M chunks; (c) it checks that
+every slice's steps come in phase order (all of its ReduceScatter, then its rail steps, then its
+AllGather). Different slices and blocks use disjoint chunks, so they cannot interfere. Then by (b)
+after phase 1 GPU (a, g) holds block (k, g) summed exactly once over node a; the rail AllReduce
+treats these N node sums as its N contributions and leaves their sum, every rank's contribution
+exactly once, at every GPU of rail g; the AllGather copies block (k, g) to every GPU of the node.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from collsynth.synth.ir import Schedule, ScheduleBuilder
+
+
+@dataclass(frozen=True)
+class LinkModel:
+    """alpha (s) and bandwidth (B/s) of one intra-node and one rail message."""
+
+    alpha_nv: float
+    bw_nv: float
+    alpha_net: float
+    bw_net: float
+
+
+def inter_steps(kind: str, N: int) -> tuple[int, list[float]]:
+    """(M chunks per block, bytes of each step as a fraction of the block) of the rail AllReduce."""
+    if kind == "ring":
+        return N, [1.0 / N] * (2 * (N - 1))
+    p = 1 << (N.bit_length() - 1)
+    e = N - p
+    halving = [(p >> (j + 1)) / p for j in range(p.bit_length() - 1)]
+    fold = [1.0] if e else []
+    return p, fold + halving + halving[::-1] + fold
+
+
+@dataclass(frozen=True)
+class _Sub:
+    """One step of one phase of one slice: the resource it holds and for how long."""
+
+    slice: int
+    phase: int  # 0 intra-node ReduceScatter, 1 rail AllReduce, 2 intra-node AllGather
+    index: int  # step within the phase
+    resource: int  # 0 NVLink, 1 NIC
+    dur: float
+
+
+def chains(N: int, G: int, K: int, kind: str, size: float, lm: LinkModel) -> list[list[_Sub]]:
+    """Per slice, its steps in dependency order (the model's view)."""
+    fracs = inter_steps(kind, N)[1] if N > 1 else []
+    block = size / (K * G)
+    nv = lm.alpha_nv + block / lm.bw_nv
+    net = [lm.alpha_net + f * block / lm.bw_net for f in fracs]
+    return [[_Sub(k, 0, t, 0, nv) for t in range(G - 1)]
+            + [_Sub(k, 1, t, 1, d) for t, d in enumerate(net)]
+            + [_Sub(k, 2, t, 0, nv) for t in range(G - 1)] for k in range(K)]
+
+
+class _Emitter:
+    """Adds the transfers of one _Sub to a builder (vectorised over every node or rail)."""
+
+    def __init__(self, grid: np.ndarray, local: list[int], kind: str, M: int) -> None:
+        N, G = grid.shape
+        self.grid, self.kind, self.M, self.N, self.G = grid, kind, M, N, G
+        self.loc = np.asarray(local, np.int64)
+        self.ring_src = grid[:, self.loc].ravel()
+        self.ring_dst = grid[:, np.roll(self.loc, -1)].ravel()
+        if N > 1 and kind == "ring":
+            a = np.repeat(np.arange(N), G)
+            self.a, self.g = a, np.tile(np.arange(G), N)
+            self.src, self.dst = grid[a, self.g], grid[(a + 1) % N, self.g]
+        elif N > 1:
+            p = M
+            e = N - p
+            active = np.array([2 * i + 1 for i in range(e)] + list(range(2 * e, N)), np.int64)
+            self.p, self.e = p, e
+            self.g = np.tile(np.arange(G), p)
+            self.v = np.repeat(np.arange(p), G)
+            self.vsrc = grid[active[self.v], self.g]
+            ge = np.tile(np.arange(G), e)
+            self.fold_src = grid[np.repeat(np.arange(0, 2 * e, 2), G), ge]
+            self.fold_dst = grid[np.repeat(np.arange(1, 2 * e, 2), G), ge]
+            self.fold_g = ge
+            self.active = active
+
+    def __call__(self, b: ScheduleBuilder, sub: _Sub) -> None:
+        k, t, G, M = sub.slice, sub.index, self.G, self.M
+        if sub.phase != 1:  # intra-node ring: member i sends the block of member i-t-1 (RS) or i-t (AG)
+            shift = t + 1 if sub.phase == 0 else t
+            owner = self.loc[(np.arange(G) - shift) % G]
+            b.add_many(self.ring_src, self.ring_dst, np.tile((k * G + owner) * M, self.N), M, sub.phase == 0)
+            return
+        base = (k * G + self.g) * M  # first chunk of block (k, g) per row
+        N = self.N
+        if self.kind == "ring":
+            if t < N - 1:  # ReduceScatter: node a sends chunk a-t-1 of its block
+                b.add_many(self.src, self.dst, base + (self.a - t - 1) % N, 1, True)
+            else:  # AllGather: node a sends chunk a-t'
+                b.add_many(self.src, self.dst, base + (self.a - (t - N + 1)) % N, 1, False)
+            return
+        p, e = self.p, self.e
+        levels = p.bit_length() - 1
+        if e and t == 0:
+            b.add_many(self.fold_src, self.fold_dst, self.fold_g * M + k * G * M, p, True)
+            return
+        j = t - (1 if e else 0)
+        if j >= 2 * levels:  # unfold
+            b.add_many(self.fold_dst, self.fold_src, self.fold_g * M + k * G * M, p, False)
+            return
+        halving = j < levels
+        lev = j if halving else 2 * levels - 1 - j
+        d = p >> (lev + 1)
+        partner = self.v ^ d
+        dst = self.grid[self.active[partner], self.g]
+        if halving:
+            b.add_many(self.vsrc, dst, base + (partner & ~(d - 1)), d, True)
+        else:
+            b.add_many(self.vsrc, dst, base + (self.v & ~(d - 1)), d, False)
+
+
+def list_schedule(chains: list[list[_Sub]]) -> tuple[list[_Sub], float]:
+    """Steps in the order one NVLink port and one NIC per GPU would start them (earliest start first;
+    ties: lower slice), and the modelled completion time."""
+    free = [0.0, 0.0]
+    ready = [0.0] * len(chains)
+    pos = [0] * len(chains)
+    heap = [(0.0, k) for k, c in enumerate(chains) if c]
+    heapq.heapify(heap)
+    order: list[_Sub] = []
+    end = 0.0
+    while heap:
+        key, k = heapq.heappop(heap)
+        sub = chains[k][pos[k]]
+        start = max(ready[k], free[sub.resource])
+        if start > key:  # stale: the resource got busier since this chain was queued
+            heapq.heappush(heap, (start, k))
+            continue
+        finish = start + sub.dur
+        free[sub.resource] = finish
+        ready[k] = finish
+        end = max(end, finish)
+        order.append(sub)
+        pos[k] += 1
+        if pos[k] < len(chains[k]):
+            heapq.heappush(heap, (max(finish, free[chains[k][pos[k]].resource]), k))
+    return order, end
+
+
+def compose(grid: np.ndarray, local: list[int], K: int, kind: str, lm: LinkModel, size: float,
+            meta: Mapping[str, object] | None = None) -> Schedule:
+    """The hierarchical AllReduce of ``grid`` (see the module docstring), ``meta`` added to its own."""
+    N, G = grid.shape
+    n = N * G
+    M = inter_steps(kind, N)[0] if N > 1 else 1
+    order, _ = list_schedule(chains(N, G, K, kind, size, lm))
+    emit = _Emitter(grid, local, kind, M)
+    standard = bool(np.array_equal(grid, np.arange(n).reshape(N, G)))
+    desc = {"grid": None if standard else grid.tolist(), "local": [int(x) for x in local], "slices": K,
+            "inter": kind if N > 1 else "none",
+            "model": {"size": size, "alpha_nv": lm.alpha_nv, "bw_nv": _finite(lm.bw_nv),
+                      "alpha_net": lm.alpha_net, "bw_net": _finite(lm.bw_net)}}
+    b = ScheduleBuilder("allreduce", n, K * G * M, name=f"hierarchical_allreduce_n{n}",
+                        ports=2 if N > 1 and G > 1 else 1, meta={**(meta or {}), "composition": desc})
+    for sub in order:
+        b.new_step()
+        emit(b, sub)
+    return b.build()
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
+
+
+def _from_meta(s: Schedule) -> tuple[np.ndarray, list[int], int, str, LinkModel, float] | None:
+    """The composition a schedule records, or None when it records none (or a malformed one)."""
+    d = s.meta.get("composition")
+    if not isinstance(d, dict):
+        return None
+    try:
+        G = int(s.meta["gpus_per_node"])  # type: ignore[call-overload]
+        N = int(s.meta["nodes"])  # type: ignore[call-overload]
+        grid = np.arange(N * G).reshape(N, G) if d["grid"] is None else np.asarray(d["grid"], np.int64)
+        m = d["model"]
+        inf = float("inf")
+        lm = LinkModel(float(m["alpha_nv"]), inf if m["bw_nv"] is None else float(m["bw_nv"]),
+                       float(m["alpha_net"]), inf if m["bw_net"] is None else float(m["bw_net"]))
+        kind = "ring" if d["inter"] == "none" else str(d["inter"])
+        local = [int(x) for x in d["local"]]
+        if (grid.shape != (N, G) or sorted(grid.ravel().tolist()) != list(range(s.nranks))
+                or sorted(local) != list(range(G)) or kind not in ("ring", "rhd")):
+            return None
+        return grid, local, int(d["slices"]), kind, lm, float(m["size"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def patterns(N: int, G: int, local: list[int], kind: str) -> list[tuple[str, Schedule]]:
+    """The three patterns a composition is made of, as schedules on their own ranks: the intra-node ring
+    ReduceScatter and AllGather on G ranks (chunk j owned by local j), the rail AllReduce on N ranks."""
+    out: list[tuple[str, Schedule]] = []
+    if G > 1:
+        grid = np.arange(G).reshape(1, G)
+        emit = _Emitter(grid, local, kind, 1)
+        for phase, coll in ((0, "reducescatter"), (2, "allgather")):
+            b = ScheduleBuilder(coll, G, G, name=f"node-{coll}", owner=list(range(G)))
+            for t in range(G - 1):
+                b.new_step()
+                emit(b, _Sub(0, phase, t, 0, 0.0))
+            out.append((f"intra-node {coll} on {G} ranks", b.build()))
+    if N > 1:
+        M, fracs = inter_steps(kind, N)
+        emit = _Emitter(np.arange(N).reshape(N, 1), [0], kind, M)
+        b = ScheduleBuilder("allreduce", N, M, name=f"rail-{kind}")
+        for t in range(len(fracs)):
+            b.new_step()
+            emit(b, _Sub(0, 1, t, 1, 0.0))
+        out.append((f"rail {kind} allreduce on {N} ranks", b.build()))
+    return out
+
+
+def verify_composed(s: Schedule, flat: Callable[[Schedule], tuple[bool, str]]) -> tuple[bool, str] | None:
+    """(ok, message) by composition (module docstring), or None when ``s`` is not exactly the composition
+    it records (then only the flat verifier can decide). ``flat`` proves one small schedule."""
+    got = _from_meta(s)
+    if got is None or s.collective != "allreduce":
+        return None
+    grid, local, K, kind, lm, size = got
+    N, G = grid.shape
+    want = compose(grid, local, K, kind, lm, size)
+    same = (want.nranks == s.nranks and want.nchunks == s.nchunks and want.nsteps == s.nsteps
+            and not s.phases and all(np.array_equal(getattr(want, c), getattr(s, c))
+                                     for c in ("step", "src", "dst", "chunk", "count", "reduce")))
+    if not same:
+        return None
+    order, _ = list_schedule(chains(N, G, K, kind, size, lm))
+    last: dict[int, tuple[int, int]] = {}
+    for sub in order:  # (c): every slice in phase order
+        key = (sub.phase, sub.index)
+        if sub.slice in last and key <= last[sub.slice]:
+            return False, f"FAIL slice {sub.slice}: step ({sub.phase}, {sub.index}) out of phase order"
+        last[sub.slice] = key
+    for what, p in patterns(N, G, local, kind):
+        ok, msg = flat(p)
+        if not ok:
+            return False, f"FAIL {what}: {msg}"
+    return True, (f"by composition: {N} nodes x {G} GPUs, {K} slices; intra-node ReduceScatter/AllGather and "
+                  f"rail {kind} AllReduce each proved exactly, transfers identical to their composition")

@@ -1,0 +1,262 @@
+"""Read the topology XML NCCL writes with ``NCCL_TOPO_DUMP_FILE`` into a ``NodeModel``.
+
+Format (NCCL ``src/graph/xml.cc``/``topo.cc``; ../shared clusters.md, section 2): root
+``<system version="1">``; ``<cpu numaid= arch= vendor= familyid= modelid=>`` children; nested
+``<pci busid= class= link_speed= link_width=>``; a GPU is ``<gpu dev= sm= rank=>`` inside its ``<pci>``,
+with ``<nvlink target= count= tclass=>`` children (tclass 0x068000: an NVSwitch, 0x03....: a GPU);
+a NIC is ``<nic>`` holding ``<net name= speed= gdr=>`` (speed in Mb/s), under a ``<pci>`` or, for a
+socket NIC, directly under a ``<cpu>`` (then repeated under every CPU). Quirks handled: a hidden
+NVSwitch (one ``fffffff:ff:ff.0`` target with all links), link_speed strings with or without
+"PCIe" or empty, NVLinks pointing at the GPU itself, vendor skeletons with no ``<gpu>`` (refused).
+
+The XML is untrusted: DOCTYPE and entity declarations are refused before parsing, the file size and
+the nesting depth are capped.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from collsynth.errors import CollsynthError
+from collsynth.synth.topology_import.constants import (
+    GB,
+    NIC_DEFAULT_MBPS,
+    PCIE_GEN_PER_LANE,
+    cpu_link_gbps,
+    nvlink_gbps,
+    pcie_gbps,
+)
+from collsynth.synth.topology_import.node import DISTANCES, Gpu, Nic, NodeModel
+
+MAX_DEPTH = 64
+NVSWITCH_CLASS = "0x068000"
+HIDDEN_NVSWITCH = "fffffff:ff:ff.0"
+
+
+def looks_like_nccl_xml(text: str) -> bool:
+    """True when the text's first element is ``<system``."""
+    body = re.sub(r"<!--.*?-->", "", text[:4096], flags=re.S).lstrip()
+    if body.startswith("<?xml"):
+        body = body[body.find("?>") + 2:].lstrip()
+    return body.startswith(("<system", "<!DOCTYPE"))
+
+
+def _parse(text: str, where: str) -> ET.Element:
+    if re.search(r"<!DOCTYPE|<!ENTITY", text, re.I):
+        raise CollsynthError(f"{where}: has a DOCTYPE or ENTITY declaration, which NCCL never writes; remove it")
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as e:
+        line, col = e.position
+        raise CollsynthError(f"{where}: not well-formed XML at line {line}, column {col + 1}") from None
+    stack = [(root, 1)]
+    while stack:
+        el, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise CollsynthError(f"{where}: elements nested deeper than {MAX_DEPTH} levels; not an NCCL topology")
+        stack.extend((c, depth + 1) for c in el)
+    if root.tag != "system":
+        raise CollsynthError(f"{where}: root element is <{root.tag}>, expected NCCL's <system>: give the file "
+                             "NCCL_TOPO_DUMP_FILE wrote")
+    return root
+
+
+def _int(el: ET.Element, attr: str, where: str, what: str, default: int | None = None, base: int = 10) -> int:
+    raw = el.get(attr)
+    if raw is None or raw.strip() == "":
+        if default is not None:
+            return default
+        raise CollsynthError(f"{where}: {what} has no {attr}=\"...\" attribute; add it")
+    try:
+        return int(raw.strip(), base)
+    except ValueError:
+        raise CollsynthError(f"{where}: {what} has {attr}={raw!r}, not an integer") from None
+
+
+def _busid(raw: str | None) -> str:
+    return (raw or "").strip().lower()
+
+
+def _pcie(el: ET.Element, where: str, model: NodeModel) -> float | None:
+    """NCCL's bandwidth (bytes/s) of one <pci> element's link, None when it names no speed."""
+    speed = (el.get("link_speed") or "").strip()
+    m = re.match(r"([0-9.]+)\s*GT/s", speed)
+    width_raw = (el.get("link_width") or "").strip()
+    width = int(width_raw) if width_raw.isdigit() else 0
+    if not m:
+        if speed:
+            raise CollsynthError(f"{where}: <pci busid={el.get('busid')!r}> has link_speed={speed!r}; "
+                                 "expected e.g. \"16.0 GT/s PCIe\"")
+        return None
+    gts = float(m.group(1))
+    if gts not in PCIE_GEN_PER_LANE:
+        raise CollsynthError(f"{where}: <pci busid={el.get('busid')!r}> has link_speed={speed!r}; NCCL knows "
+                             "2.5, 5, 8, 16, 32 and 64 GT/s")
+    if width == 0:
+        model.assume("a PCIe link_width of 0 counts as 16 lanes (as NCCL does)")
+    return pcie_gbps(gts, width) * GB
+
+
+def read_nccl_xml(text: str, name: str, where: str) -> NodeModel:
+    """A ``NodeModel`` from the text of an NCCL topology XML file (``where`` names it in errors)."""
+    root = _parse(text, where)
+    cpus = [c for c in root if c.tag == "cpu"]
+    hosts = sorted({c.get("host_hash") or "" for c in cpus} - {""})
+    if len(hosts) > 1:
+        raise CollsynthError(f"{where}: describes {len(hosts)} hosts (host_hash {', '.join(hosts)}); import one "
+                             "host's dump and use --nodes to build the cluster")
+    model = NodeModel(name=name, fmt="nccl-xml", gpus=[], cpus=[], cpu_link_bw=0.0)
+    found: list[dict[str, Any]] = []  # gpus in file order
+    nets: list[tuple[ET.Element, int, tuple[str, ...], bool]] = []  # (net, cpu, pci path, under a pci)
+    gpu_slots = 0
+    cpu_bws: list[float] = []
+    for ci, cpu in enumerate(cpus):
+        numa = cpu.get("numaid", str(ci))
+        model.cpus.append(f"cpu {ci} (NUMA {numa})")
+        fam = _int(cpu, "familyid", where, f"<cpu numaid={numa!r}>", default=-1)
+        mod = _int(cpu, "modelid", where, f"<cpu numaid={numa!r}>", default=-1)
+        cpu_bws.append(cpu_link_gbps(cpu.get("arch"), cpu.get("vendor"), fam, mod) * GB)
+        # walk the PCI tree below this CPU: (element, path of pci busids, bottleneck bytes/s or None)
+        stack: list[tuple[ET.Element, tuple[str, ...], float | None]] = [(cpu, (), None)]
+        while stack:
+            el, path, bott = stack.pop()
+            for child in reversed(list(el)):
+                if child.tag == "pci":
+                    bw = _pcie(child, where, model)
+                    nb = bott if bw is None else (bw if bott is None else min(bott, bw))
+                    cls = (child.get("class") or "").lower()
+                    if cls.startswith("0x03"):
+                        gpu_slots += 1
+                    stack.append((child, path + (_busid(child.get("busid")),), nb))
+                elif child.tag == "gpu":
+                    found.append({"el": child, "busid": path[-1] if path else "", "cpu": ci, "bw": bott,
+                                  "path": path})
+                elif child.tag == "nic":
+                    for net in child:
+                        if net.tag == "net":
+                            nets.append((net, ci, path, el.tag == "pci"))
+    if not found:
+        what = f"{gpu_slots} GPU PCI slots but " if gpu_slots else ""
+        raise CollsynthError(f"{where}: has {what}no <gpu> elements: it is a vendor topology skeleton (a PCI tree "
+                             "NCCL fills in at run time), not a dump; run NCCL on the machine with "
+                             "NCCL_TOPO_DUMP_FILE=topo.xml and import that file")
+    model.cpu_link_bw = min(cpu_bws) if cpu_bws else 0.0
+    # GPUs in rank order (rank attribute, else dev, else file order)
+    keyed = []
+    for i, f in enumerate(found):
+        el = f["el"]
+        rank = _int(el, "rank", where, f"<gpu> under <pci busid={f['busid']!r}>", default=-1)
+        dev = _int(el, "dev", where, f"<gpu> under <pci busid={f['busid']!r}>", default=i)
+        keyed.append((rank if rank >= 0 else 1 << 30, dev, i, f))
+    keyed.sort(key=lambda k: k[:3])
+    by_busid: dict[str, int] = {}
+    for r, (_, _, _, f) in enumerate(keyed):
+        el = f["el"]
+        what = f"<gpu> under <pci busid={f['busid']!r}>"
+        sm = _int(el, "sm", where, what, default=-1)
+        if sm < 0:
+            model.assume(f"GPU {r} has no sm attribute: NVLinks counted at {nvlink_gbps(None):g} GB/s each")
+        model.gpus.append(Gpu(rank=r, label=f["busid"], sm=sm if sm >= 0 else None, cpu=f["cpu"], pcie_bw=f["bw"]))
+        f["rank"] = r
+        if f["busid"]:
+            by_busid[f["busid"]] = r
+    if any(f["bw"] is None for _, _, _, f in keyed):
+        model.assume("some PCIe link_speed is empty: those GPUs' PCIe speed is unknown")
+    # NVLinks
+    sms = sorted({g.sm for g in model.gpus if g.sm is not None})
+    for _, _, _, f in keyed:
+        r = f["rank"]
+        for nv in f["el"]:
+            if nv.tag != "nvlink":
+                continue
+            what = f"<nvlink> of GPU {r} ({f['busid']})"
+            count = _int(nv, "count", where, what)
+            if count <= 0:
+                raise CollsynthError(f"{where}: {what} has count={count}; a link count must be positive")
+            tclass = (nv.get("tclass") or "").lower()
+            target = _busid(nv.get("target"))
+            if tclass == NVSWITCH_CLASS:
+                model.switch_links[r] = model.switch_links.get(r, 0) + count
+                if target == HIDDEN_NVSWITCH:
+                    model.assume("hidden NVSwitch (NVLinks target fffffff:ff:ff.0 with the total link count): "
+                                 "modelled as one non-blocking switch")
+            elif tclass.startswith("0x03"):
+                if target == f["busid"]:
+                    model.assume(f"GPU {r}'s NVLink points at its own bus id {target}: ignored")
+                    continue
+                peer = by_busid.get(target)
+                if peer is None:
+                    raise CollsynthError(f"{where}: {what} targets {target!r}, which is no GPU in this file; "
+                                         "fix the target bus id or import the complete dump")
+                key = (min(r, peer), max(r, peer))
+                old = model.direct.get(key)
+                if old is not None and old != count:
+                    model.assume(f"GPUs {key[0]} and {key[1]} disagree on their NVLink count ({old} vs {count}): "
+                                 "the smaller is used")
+                model.direct[key] = count if old is None else min(old, count)
+            elif tclass == "0x068001":
+                model.assume(f"GPU {r}'s NVLink to a CPU is not modelled")
+            else:
+                raise CollsynthError(f"{where}: {what} has tclass={nv.get('tclass')!r}; expected 0x068000 "
+                                     "(NVSwitch) or 0x03.... (GPU)")
+    if model.switch_links:
+        chips = sorted({_busid(nv.get("target")) for _, _, _, f in keyed for nv in f["el"]
+                        if nv.tag == "nvlink" and (nv.get("tclass") or "").lower() == NVSWITCH_CLASS}
+                       - {HIDDEN_NVSWITCH})
+        model.switch_chips = len(chips)
+        if len(chips) > 1:
+            model.assume(f"{len(chips)} NVSwitch chips modelled as one non-blocking switch carrying each GPU's "
+                         "links to all of them (as NCCL merges them)")
+    if model.switch_links or model.direct:
+        model.assume("NVLink bandwidth = link count x NCCL's per-link figure: "
+                     + ", ".join(f"sm {s} {nvlink_gbps(s):g} GB/s" for s in sms) + " (src/graph/topo.h)")
+    _read_nets(model, nets, found, where)
+    return model
+
+
+def _read_nets(model: NodeModel, nets: list[tuple[ET.Element, int, tuple[str, ...], bool]],
+               found: list[dict[str, Any]], where: str) -> None:
+    seen: dict[str, int] = {}
+    for net, ci, path, under_pci in nets:
+        name = (net.get("name") or "").strip() or f"net{net.get('dev', len(model.nics))}"
+        if name in seen:
+            continue  # a socket NIC is listed under every CPU
+        what = f"<net name={name!r}>"
+        mbps = _int(net, "speed", where, what, default=0)
+        if mbps <= 0:
+            model.assume(f"NIC {name} reports speed {mbps}: taken as {NIC_DEFAULT_MBPS} Mb/s (as NCCL does)")
+            mbps = NIC_DEFAULT_MBPS
+        gdr = net.get("gdr")
+        place = (f"PCIe {path[-1]} under cpu {ci}" if under_pci and path else
+                 "socket NIC under every CPU" if not under_pci else f"cpu {ci}")
+        nic = Nic(name=name, bandwidth=mbps * 1e6 / 8, placement=place,
+                  gdr=None if gdr is None else gdr.strip() == "1")
+        for f in found:
+            nic.distance[f["rank"]] = _distance(f["cpu"], f["path"], ci, path if under_pci else None)
+        seen[name] = len(model.nics)
+        model.nics.append(nic)
+    if model.nics:
+        model.assume("NIC bandwidth = the speed attribute (Mb/s) / 8 per direction")
+    if any(not n.gdr for n in model.nics):
+        model.assume("NICs without GPUDirect RDMA (gdr=0) are used as if they had it")
+
+
+def _distance(gcpu: int, gpath: tuple[str, ...], ncpu: int, npath: tuple[str, ...] | None) -> int:
+    """PCIe distance (index into DISTANCES) of a GPU from a NIC, from their PCI paths."""
+    if npath is None:  # socket NIC: reached through the CPU
+        return DISTANCES.index("PHB")
+    if gcpu != ncpu:
+        return DISTANCES.index("SYS")
+    common = 0
+    for a, b in zip(gpath[:-1], npath[:-1]):
+        if a != b:
+            break
+        common += 1
+    if common == 0:
+        return DISTANCES.index("PHB")
+    # the last common bridge is the GPU's or the NIC's direct parent: one bridge apart
+    if common >= len(gpath) - 1 and common >= len(npath) - 1:
+        return DISTANCES.index("PIX")
+    return DISTANCES.index("PXB")

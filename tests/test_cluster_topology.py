@@ -1,0 +1,257 @@
+"""Multi-node topologies of issue 14: link classes, per-class ports, server nodes, rail / fat-tree fabrics,
+PXN and spine routing, cluster presets, per-class alpha/bandwidth overrides and the JSON extensions
+(synth/topology.py; docs/topologies.md)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from collsynth.cli import main
+from collsynth.errors import CollsynthError
+from collsynth.synth.topology import (
+    H100_NET_ALPHA,
+    H100_NET_BANDWIDTH,
+    H100_NVLINK_ALPHA,
+    H100_NVLINK_BANDWIDTH,
+    Topology,
+    cluster_topology,
+    make_topology,
+    topology_from_dict,
+    topology_from_spec,
+    topology_presets,
+)
+
+
+def _walk(topo, src, dst):
+    nodes = [src]
+    for link in topo.path_links(src, dst):
+        u, v = topo.nodes[int(topo.link_src[link])], topo.nodes[int(topo.link_dst[link])]
+        assert u == nodes[-1]
+        nodes.append(v)
+    assert nodes[-1] == dst
+    return nodes
+
+
+def _generic_copy(t):
+    """The same links as a plain Topology: routes by the generic BFS (shortest, ties to the lowest node)."""
+    return Topology(t.name, t.nranks, t.link_src, t.link_dst, t.link_alpha, t.link_bw, switches=t.switches,
+                    link_class=t.link_class, classes=t.classes, class_ports=t.class_ports)
+
+
+def test_presets_listed():
+    assert {"dgx-h100", "h100-cluster", "gb200-nvl72"} <= set(topology_presets())
+
+
+def test_h100_cluster_attributes():
+    t = make_topology("h100-cluster", 32)
+    assert t.classes == ("nvlink", "net")
+    assert t.class_ports == {"nvlink": 1, "net": 1} and t.ports == 2
+    assert t.node_count == 4 and t.fabric == "rail" and t.routing == "pxn"
+    assert t.node_of.tolist() == [r // 8 for r in range(32)]
+    assert t.local_index.tolist() == [r % 8 for r in range(32)]
+    assert t.node_gpus(2) == tuple(range(16, 24))
+    assert t.class_bandwidth("nvlink") == H100_NVLINK_BANDWIDTH == 450e9
+    assert t.class_bandwidth("net") == H100_NET_BANDWIDTH == 50e9
+    assert t.class_alpha("nvlink") == H100_NVLINK_ALPHA and t.class_alpha("net") == H100_NET_ALPHA
+    # rails, not per-pair links: 2 x (GPU-NVSwitch + GPU-NIC) per GPU plus 2 x rails x spines
+    assert t.nlinks == 4 * 32 + 2 * 8 * 8
+    assert set(t.link_class.tolist()) == {0, 1}
+    with pytest.raises(CollsynthError, match="no link class 'ib'"):
+        t.class_bandwidth("ib")
+
+
+def test_pxn_routes_match_shortest_path_bfs():
+    """PXN routes computed arithmetically equal the generic BFS routes on the same links (NVSwitches are
+    numbered before rails, so BFS ties pick NVLink first: the PXN route)."""
+    t = make_topology("h100-cluster", 24)
+    pairs = np.array([(s, d) for s in range(24) for d in range(24)])
+    a_links, a_alpha = t.pair_table(pairs)
+    b_links, b_alpha = _generic_copy(t).pair_table(pairs)
+    assert np.array_equal(a_links, b_links) and np.array_equal(a_alpha, b_alpha)
+    assert _walk(t, 0, 1) == [0, "nvsw0", 1]
+    assert _walk(t, 0, 8) == [0, "rail0", 8]
+    assert _walk(t, 0, 9) == [0, "nvsw0", 1, "rail1", 9]
+    assert t.transfer_class(0, 9) == ("nvlink", "net")
+    assert t.transfer_class(0, 8) == ("net", "net")
+    assert t.transfer_class(3, 5) == ("nvlink", "nvlink")
+    assert t.pair_table([(0, 9)])[1][0] == pytest.approx(H100_NVLINK_ALPHA + H100_NET_ALPHA)
+
+
+def test_route_classes_vectorised():
+    t = make_topology("h100-cluster", 16)
+    src, dst = np.array([0, 0, 0, 5]), np.array([1, 8, 9, 13])
+    first, last = t.route_classes(src, dst)
+    got = [(t.classes[f], t.classes[g]) for f, g in zip(first, last)]
+    assert got == [t.transfer_class(int(s), int(d)) for s, d in zip(src, dst)]
+
+
+def test_spine_routing_on_rails():
+    t = cluster_topology(4, 4, routing="spine")
+    assert t.routing == "spine"
+    path = _walk(t, 0, 5)  # node 0 local 0 -> node 1 local 1
+    assert path[0:2] == [0, "rail0"] and path[2].startswith("spine") and path[3:] == ["rail1", 5]
+    assert t.transfer_class(0, 5) == ("net", "net")
+    assert _walk(t, 0, 4) == [0, "rail0", 4]
+    # the spines of one node pair's flows differ by local index (no two flows share an uplink)
+    spines = {_walk(t, s, 4 + (s + 1) % 4)[2] for s in range(4)}
+    assert len(spines) == 4
+
+
+def test_fat_tree_oversubscription():
+    t = cluster_topology(4, 8, fabric="fat-tree", routing="spine", oversubscription=2.0,
+                         net_bandwidth=50e9, net_alpha=2e-6)
+    assert t.fabric == "fat-tree" and "leaf3" in t.switches and "rail0" not in t.switches
+    path = _walk(t, 1, 17)
+    assert path[:2] == [1, "leaf0"] and path[2].startswith("spine") and path[3:] == ["leaf2", 17]
+    up = [lk for lk in t.path_links(1, 17)][1]
+    assert t.link_bw[up] == 8 * 50e9 / (2.0 * 8)
+    assert t.pair_table([(1, 17)])[1][0] == pytest.approx(4e-6)  # two switch hops of net_alpha each
+    with pytest.raises(CollsynthError, match="fat-tree .* use routing spine"):
+        cluster_topology(2, 8, fabric="fat-tree", routing="pxn")
+    with pytest.raises(CollsynthError, match="oversubscription"):
+        cluster_topology(2, 8, fabric="fat-tree", routing="spine", oversubscription=0.5)
+    with pytest.raises(CollsynthError, match="unknown fabric"):
+        cluster_topology(2, 8, fabric="torus")
+
+
+@pytest.mark.parametrize("preset,n,nodes", [("dgx-h100", 8, 1), ("h100-cluster", 128, 16), ("gb200-nvl72", 72, 1)])
+def test_cluster_presets(preset, n, nodes):
+    t = make_topology(preset, n)
+    assert t.nranks == n and t.node_count == nodes and t.classes == ("nvlink", "net")
+    if preset == "gb200-nvl72":
+        assert t.class_bandwidth("nvlink") == 900e9
+    assert t.spec == {"preset": preset, "gpus": n,
+                      "alpha": {"nvlink": t.class_alpha("nvlink"), "net": t.class_alpha("net")},
+                      "bandwidth": {"nvlink": t.class_bandwidth("nvlink"), "net": t.class_bandwidth("net")}}
+
+
+@pytest.mark.parametrize("preset,n,msg", [("h100-cluster", 12, "multiple of 8, got 12"),
+                                          ("dgx-h100", 16, "has 8 GPUs, not 16"),
+                                          ("gb200-nvl72", 64, "has 72 GPUs, not 64")])
+def test_cluster_preset_sizes(preset, n, msg):
+    with pytest.raises(CollsynthError, match=msg):
+        make_topology(preset, n)
+
+
+def test_per_class_overrides():
+    t = make_topology("h100-cluster", 16, bandwidth="nvlink=400GB/s,net=25GB/s", alpha={"net": "5us"})
+    assert t.class_bandwidth("nvlink") == 400e9 and t.class_bandwidth("net") == 25e9
+    assert t.class_alpha("net") == pytest.approx(5e-6) and t.class_alpha("nvlink") == H100_NVLINK_ALPHA
+    one = make_topology("h100-cluster", 16, bandwidth="100GB/s")  # a single value: every class
+    assert one.class_bandwidth("nvlink") == one.class_bandwidth("net") == 100e9
+    old = make_topology("nvswitch", 4, bandwidth="default=100GB/s")
+    assert old.class_bandwidth("default") == 100e9
+    with pytest.raises(CollsynthError, match="--bandwidth names link class 'ib'.*nvlink, net"):
+        make_topology("h100-cluster", 16, bandwidth="ib=1GB/s")
+    with pytest.raises(CollsynthError, match="--alpha names link class 'nvlink'.*default"):
+        make_topology("nvswitch", 4, alpha="nvlink=1us")
+    with pytest.raises(CollsynthError, match="CLASS=VALUE"):
+        make_topology("h100-cluster", 16, bandwidth="nvlink=400GB/s,50GB/s")
+    with pytest.raises(CollsynthError, match="positive"):
+        make_topology("h100-cluster", 16, bandwidth="net=0GB/s")
+
+
+def test_spec_round_trip():
+    for t in (make_topology("h100-cluster", 16, bandwidth="net=25GB/s"),
+              cluster_topology(3, 4, fabric="fat-tree", routing="spine", oversubscription=3.0),
+              make_topology("dgx1", 8)):
+        spec = json.loads(json.dumps(t.spec))
+        u = topology_from_spec(spec)
+        assert u.name == t.name and u.classes == t.classes and u.class_ports == t.class_ports
+        for a in ("link_src", "link_dst", "link_alpha", "link_bw", "link_class", "node_of", "local_index"):
+            assert np.array_equal(getattr(u, a), getattr(t, a)), a
+        pairs = [(s, d) for s in range(t.nranks) for d in range(t.nranks)]
+        assert np.array_equal(u.pair_table(pairs)[0], t.pair_table(pairs)[0])
+
+
+def _two_node_file():
+    """2 nodes x 2 GPUs: NVSwitch per node (nvlink), NIC per GPU into one of 2 rails (net)."""
+    links = []
+    for r in range(4):
+        links.append({"src": r, "dst": f"nv{r // 2}", "class": "nvlink", "bandwidth": "400GB/s", "alpha": "1us"})
+        links.append({"src": r, "dst": f"rail{r % 2}", "class": "net"})
+    return {"name": "two-node", "gpus": 4, "switches": ["nv0", "nv1", "rail0", "rail1"],
+            "bandwidth": {"net": "50GB/s"}, "alpha": {"net": "3us"},
+            "ports": {"nvlink": 1, "net": 2}, "nodes": [[0, 1], [2, 3]], "fabric": "rail", "links": links}
+
+
+def test_json_classes_ports_nodes():
+    t = topology_from_dict(_two_node_file())
+    assert t.classes == ("nvlink", "net") and t.class_ports == {"nvlink": 1, "net": 2} and t.ports == 3
+    assert t.node_count == 2 and t.node_gpus(1) == (2, 3) and t.local_index.tolist() == [0, 1, 0, 1]
+    assert t.fabric == "rail" and t.routing == "shortest"
+    assert t.class_bandwidth("net") == 50e9 and t.class_alpha("net") == pytest.approx(6e-6)  # two 3us links
+    assert t.class_bandwidth("nvlink") == 400e9 and t.class_alpha("nvlink") == pytest.approx(2e-6)
+    assert t.transfer_class(0, 3) == ("nvlink", "net")  # NVLink first (nv0 is declared before the rails)
+    assert t.transfer_class(0, 2) == ("net", "net")
+    u = topology_from_dict(_two_node_file(), bandwidth="net=10GB/s")
+    assert u.class_bandwidth("net") == 10e9 and u.class_bandwidth("nvlink") == 400e9
+    default = topology_from_dict({"gpus": 2, "links": [{"src": 0, "dst": 1}]})
+    assert default.classes == ("default",) and default.class_ports == {"default": 1}
+    assert default.node_count == 1 and default.fabric is None
+
+
+@pytest.mark.parametrize("change,msg", [
+    (lambda d: d.update(ports=1), "\"ports\" must be an object per class"),
+    (lambda d: d.update(ports={"nvlink": 1}), "no entry for link class 'net'"),
+    (lambda d: d.update(ports={"nvlink": 1, "net": 1, "pcie": 1}), "names link class 'pcie' that no link has"),
+    (lambda d: d.update(ports={"nvlink": 0, "net": 1}), "must be an integer >= 1"),
+    (lambda d: d.update(nodes=[[0, 1], [1, 2, 3]]), "GPU 1 is in \"nodes\" twice"),
+    (lambda d: d.update(nodes=[[0, 1], [2]]), "GPU 3 is in no entry"),
+    (lambda d: d.update(nodes=[[0, 1], [2, 7]]), "names 7"),
+    (lambda d: d.update(fabric="mesh"), "\"fabric\" 'mesh' is unknown"),
+    (lambda d: d.update(routing="pxn"), "\"routing\" 'pxn'"),
+    (lambda d: d["links"][0].update({"class": 3}), "\"class\" must be a non-empty string"),
+    (lambda d: d["links"][1].update(bandwidth="-5GB/s"), "link 1"),
+    (lambda d: d.update(bandwidth={"ib": "1GB/s"}), "names link class 'ib' that no link has"),
+    (lambda d: d.update(gpus=5), "GPU 4 has no links"),
+    (lambda d: d["links"].append({"src": 0, "dst": "nv9"}), "names node 'nv9'"),
+])
+def test_json_bad_input(change, msg):
+    d = _two_node_file()
+    change(d)
+    with pytest.raises(CollsynthError, match=msg):
+        topology_from_dict(d)
+
+
+def test_json_unknown_class_override():
+    with pytest.raises(CollsynthError, match="--bandwidth names link class 'ib'"):
+        topology_from_dict(_two_node_file(), bandwidth={"ib": 1e9})
+
+
+def test_large_cluster_builds_and_routes():
+    t = make_topology("h100-cluster", 8192)
+    assert t.node_count == 1024 and len(t.switches) == 1024 + 8 + 8
+    rng = np.random.default_rng(0)
+    pairs = rng.integers(0, 8192, size=(20000, 2))
+    links, alpha = t.pair_table(pairs)
+    hops = (links >= 0).sum(axis=1)
+    s, d = pairs[:, 0], pairs[:, 1]
+    want = np.where(s == d, 0, np.where(s // 8 == d // 8, 2, np.where(s % 8 == d % 8, 2, 4)))
+    assert np.array_equal(hops, want)
+    last = links[np.arange(len(links)), np.maximum(hops - 1, 0)]
+    m = hops > 0
+    assert np.array_equal(t.link_dst[last[m]], d[m])  # every route ends at its destination
+
+
+def test_cli_per_class_flags(capsys, tmp_path):
+    path = tmp_path / "ring16.json"
+    assert main(["synth", "-a", "ring", "-n", "16", "-o", str(path)]) == 0
+    capsys.readouterr()
+    code = main(["simulate", str(path), "--size", "1GiB", "-t", "h100-cluster", "--bandwidth",
+                 "nvlink=450GB/s,net=50GB/s", "--alpha", "nvlink=1us,net=3us", "--json"])
+    out, _ = capsys.readouterr()
+    assert code == 0 and json.loads(out)["ranks"] == 16
+    slow = main(["simulate", str(path), "--size", "1GiB", "-t", "h100-cluster", "--bandwidth",
+                 "nvlink=450GB/s,net=25GB/s", "--json"])
+    out2, _ = capsys.readouterr()
+    assert slow == 0 and json.loads(out2)["completion_s"] > json.loads(out)["completion_s"]
+    code = main(["simulate", str(path), "--size", "1GiB", "-t", "h100-cluster", "--bandwidth", "ib=50GB/s"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "ib" in err and len(err.strip().splitlines()) == 1
+    code = main(["compare", "--gpus", "12", "--size", "1MiB", "-t", "h100-cluster"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "multiple of 8" in err
