@@ -35,9 +35,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # ----------------------------------------------------------------------------- the fork server (child side)
 def _serve() -> None:  # pragma: no cover - runs in the server process
-    import resource
-
     import importlib
+    import resource
 
     from collsynth.cli import main
     from collsynth.commands.catalog import COMMANDS
