@@ -25,7 +25,7 @@ from collsynth.synth.compare import compare
 from collsynth.synth.registry import algorithm_params, algorithms, build_schedule, param_flag
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import make_topology
-from collsynth.synth.verify import check
+from collsynth.synth.verify import check, record_topology
 from collsynth.units import format_time, parse_arrivals, parse_rate, parse_size, parse_time
 
 
@@ -183,14 +183,16 @@ def cmd_synth(args: argparse.Namespace) -> int:
     if n < 2:  # before any topology is built for the algorithm
         raise CollsynthError(f"--gpus must be an integer >= 2, got {n}")
     check_output(args.output, flag="-o", inputs=[args.topology], folder=args.straggler == "all")
-    if args.topology is not None:
-        make_topology(args.topology, n)
+    topo = make_topology(args.topology, n, alpha=args.alpha, bandwidth=args.bandwidth) if args.topology else None
     params = _synth_params(args)
     if args.format not in ("json", "msccl-xml", "mscclpp-plan"):
         raise CollsynthError(f"unknown --format {args.format!r}: use json, msccl-xml or mscclpp-plan")
     if args.straggler == "all":
         return _synth_family(args, params)
-    schedule = check(build_schedule(args.algorithm, n, args.collective, **params))
+    schedule = build_schedule(args.algorithm, n, args.collective, **params)
+    if topo is not None and len(topo.classes) > 1:
+        record_topology(schedule, topo)  # verify FILE enforces its per-class ports again
+    check(schedule)
     if args.format == "msccl-xml":
         text = emit(schedule, "msccl-xml", **msccl_xml_options(args))
     elif args.format == "mscclpp-plan":

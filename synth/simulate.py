@@ -18,7 +18,11 @@ A transfer starts at the latest of
 - port slots: each rank has ``schedule.ports`` send slots and as many receive slots. Its j-th send
   of a step takes the j-th earliest-free send slot (receives likewise) and holds it until it ends; a
   rank with more than ``ports`` transfers in one step queues the extra ones round-robin behind its
-  own earlier transfers of that step (the verifier rejects such schedules; this path is slower);
+  own earlier transfers of that step (the verifier rejects such schedules; this path is slower).
+  On a topology with several link classes (clusters, docs/topologies.md) every rank has
+  ``topology.class_ports[c]`` send and receive slots per class c instead: a transfer takes a send slot
+  of the class of its route's first hop and a receive slot of the class of its last hop, so a GPU
+  drives an NVLink and a NIC message at once;
 - link FIFO: every link on its route is free of transfers of earlier steps.
 
 Times are seconds from time 0; arrivals default to 0. All transfers of a step are handled together
@@ -166,7 +170,18 @@ def _size(size_bytes: Any) -> float:
 
 def _run(s: Schedule, size: float, topo: Topology, arr: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
     """The step loop: fills start and end (transfer order)."""
-    n, C, P = s.nranks, s.nchunks, s.ports
+    n, C = s.nranks, s.nchunks
+    # port entities: rank r's port of link class c is r * K + c (one entity per rank with one class)
+    K = len(topo.classes)
+    if K > 1:
+        first, last = topo.route_classes(s.src, s.dst)
+        send_port, recv_port = s.src * K + first, s.dst * K + last
+        cap = np.tile(np.array([topo.class_ports[c] for c in topo.classes], np.int64), n)
+    else:
+        send_port, recv_port = s.src, s.dst
+        cap = np.full(n, s.ports, np.int64)
+    P = int(cap.max())
+    uniform = bool(np.all(cap == P))
     links, alpha = _pair_routes(s, topo)
     L = links.shape[1]
     S = topo.nlinks  # sentinel link for padding: infinite bandwidth, always free
@@ -186,9 +201,10 @@ def _run(s: Schedule, size: float, topo: Topology, arr: np.ndarray, start: np.nd
     lastread = np.zeros(n * C, np.float64)  # end of the last read of (rank, chunk)
     link_free = np.zeros(S + 1, np.float64)
     share = np.zeros(S + 1, np.int64)  # scratch: transfers of the current step per link
-    send_slots = np.zeros((n, P), np.float64)  # each row sorted ascending
-    recv_slots = np.zeros((n, P), np.float64)
-    mark = np.zeros(n, np.int64)
+    send_slots = np.zeros((n * K, P), np.float64)  # each row sorted ascending
+    send_slots[np.arange(P)[None, :] >= cap[:, None]] = np.inf  # slots a class does not have
+    recv_slots = send_slots.copy()
+    mark = np.zeros(n * K, np.int64)
     bounds = s.step_bounds.tolist()
 
     for k in range(s.nsteps):
@@ -197,6 +213,7 @@ def _run(s: Schedule, size: float, topo: Topology, arr: np.ndarray, start: np.nd
             continue
         m = hi - lo
         src, dst = s.src[lo:hi], s.dst[lo:hi]
+        sp, rp = send_port[lo:hi], recv_port[lo:hi]
         lk = links[lo:hi]
         # duration: equal sharing of each link among this step's transfers
         np.add.at(share, lk, 1)
@@ -222,32 +239,33 @@ def _run(s: Schedule, size: float, topo: Topology, arr: np.ndarray, start: np.nd
         # port slots
         if P == 1:
             pos = np.arange(m)
-            mark[src] = pos
-            ok = bool(np.all(mark[src] == pos))
-            mark[dst] = pos
-            ok = ok and bool(np.all(mark[dst] == pos))
+            mark[sp] = pos
+            ok = bool(np.all(mark[sp] == pos))
+            mark[rp] = pos
+            ok = ok and bool(np.all(mark[rp] == pos))
             js = jr = None
         else:
-            js, jr = _occurrence(src), _occurrence(dst)
-            ok = bool(js.max() < P and jr.max() < P)
+            js, jr = _occurrence(sp), _occurrence(rp)
+            ok = (bool(js.max() < P and jr.max() < P) if uniform
+                  else bool(np.all(js < cap[sp]) and np.all(jr < cap[rp])))
         if ok:
             if P == 1:
-                t = np.maximum(t, np.maximum(send_slots[src, 0], recv_slots[dst, 0]))
+                t = np.maximum(t, np.maximum(send_slots[sp, 0], recv_slots[rp, 0]))
                 e = t + dur
-                send_slots[src, 0] = e
-                recv_slots[dst, 0] = e
+                send_slots[sp, 0] = e
+                recv_slots[rp, 0] = e
             else:
-                t = np.maximum(t, np.maximum(send_slots[src, js], recv_slots[dst, jr]))
+                t = np.maximum(t, np.maximum(send_slots[sp, js], recv_slots[rp, jr]))
                 e = t + dur
-                send_slots[src, js] = e
-                recv_slots[dst, jr] = e
-                us, ud = src[js == 0], dst[jr == 0]  # each rank once
+                send_slots[sp, js] = e
+                recv_slots[rp, jr] = e
+                us, ud = sp[js == 0], rp[jr == 0]  # each port once
                 send_slots[us] = np.sort(send_slots[us], axis=1)
                 recv_slots[ud] = np.sort(recv_slots[ud], axis=1)
         else:
             if js is None or jr is None:
-                js, jr = _occurrence(src), _occurrence(dst)
-            t, e = _queued_ports(src, dst, js, jr, t, dur, send_slots, recv_slots, P)
+                js, jr = _occurrence(sp), _occurrence(rp)
+            t, e = _queued_ports(sp, rp, js, jr, t, dur, send_slots, recv_slots, cap)
         start[lo:hi] = t
         end[lo:hi] = e
         # state for later steps
@@ -265,14 +283,16 @@ def _run(s: Schedule, size: float, topo: Topology, arr: np.ndarray, start: np.nd
 
 def _queued_ports(src: np.ndarray, dst: np.ndarray, js: np.ndarray, jr: np.ndarray, base: np.ndarray,
                   dur: np.ndarray, send_slots: np.ndarray, recv_slots: np.ndarray,
-                  P: int) -> tuple[np.ndarray, np.ndarray]:
-    """Slow path for a step where a rank has more than P sends or receives.
+                  cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Slow path for a step where a port has more than its P = cap[port] sends or receives.
 
-    The j-th send of a rank takes slot j of its sorted send slots if j < P, else queues behind its
-    (j-P)-th send of this step (receives alike); transfers are placed in schedule order.
+    ``src``/``dst`` are port entities (rank, or rank and link class). The j-th send of a port takes
+    slot j of its sorted send slots if j < P, else queues behind its (j-P)-th send of this step
+    (receives alike); transfers are placed in schedule order.
     """
     m = len(src)
     s_l, d_l, js_l, jr_l = src.tolist(), dst.tolist(), js.tolist(), jr.tolist()
+    cs_l, cr_l = cap[src].tolist(), cap[dst].tolist()
     base_l, dur_l = base.tolist(), dur.tolist()
     ss, rs = send_slots.tolist(), recv_slots.tolist()
     slot_s = {r: list(ss[r]) for r in set(s_l)}
@@ -280,7 +300,7 @@ def _queued_ports(src: np.ndarray, dst: np.ndarray, js: np.ndarray, jr: np.ndarr
     t_out = [0.0] * m
     e_out = [0.0] * m
     for i in range(m):
-        a, b, j1, j2 = s_l[i], d_l[i], js_l[i] % P, jr_l[i] % P
+        a, b, j1, j2 = s_l[i], d_l[i], js_l[i] % cs_l[i], jr_l[i] % cr_l[i]
         t = max(base_l[i], slot_s[a][j1], slot_r[b][j2])
         e = t + dur_l[i]
         slot_s[a][j1] = e

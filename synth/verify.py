@@ -8,7 +8,9 @@ copies overwrite and reduces accumulate. Checks, reported as the first violation
 
 - ranges: ranks in 0..n-1, src != dst, chunk runs inside 0..nchunks-1, count >= 1;
 - ports: per step a rank sends at most p and receives at most p messages (p = schedule.ports unless
-  given);
+  given); with a topology (given, or recorded in the schedule's meta["topology"] as a spec, see
+  synth.topology.topology_from_spec) also per link class: at most class_ports[c] sends whose first hop
+  has class c and as many receives whose last hop has class c (docs/topologies.md);
 - hazards: a copy's destination must be neither read nor written by another transfer of the same
   step; otherwise that location, and what the reader delivers, is garbage (a race);
 - the collective's postcondition: AllReduce, every location holds every contribution exactly once;
@@ -28,6 +30,7 @@ from collsynth import budget, progress
 from collsynth.errors import CollsynthError
 from collsynth.synth.composition import verify_composed
 from collsynth.synth.ir import Schedule
+from collsynth.synth.topology import Topology, topology_from_spec
 
 _UNDEF, _DOUBLE, _RACE = 0, 1, 2
 FLAT_BYTES = 256 * 2**20  # above this, a composed schedule is verified by composition (method="auto")
@@ -113,6 +116,56 @@ def _check_ports(s: Schedule, p: int) -> VerifyReport | None:
     return None
 
 
+def _check_class_ports(s: Schedule, topo: Topology) -> VerifyReport | None:
+    """First transfer (in step order) beyond its rank's port limit of the link class it uses: the class of
+    the route's first hop for the sender, of its last hop for the receiver (Topology.route_classes)."""
+    if topo.nranks != s.nranks:
+        raise CollsynthError(f"topology {topo.name!r} has {topo.nranks} GPUs but the schedule has {s.nranks} "
+                             f"ranks: use a topology with {s.nranks} GPUs")
+    if not s.ntransfers:
+        return None
+    K = len(topo.classes)
+    cap = np.array([topo.class_ports[c] for c in topo.classes], np.int64)
+    first, last = topo.route_classes(s.src, s.dst)
+    best: tuple[int, int, str, int, int] | None = None  # (transfer, rank, what, count, class)
+    for col, cls, what in ((s.src, first, "sends"), (s.dst, last, "receives")):
+        key = (s.step * s.nranks + col) * K + cls
+        counts = np.bincount(key, minlength=s.nsteps * s.nranks * K)
+        over = counts[key] > cap[cls]
+        if over.any():
+            j = int(np.argmax(over))
+            c = int(cls[j])
+            i = int(np.flatnonzero(key == key[j])[cap[c]])  # the (limit+1)-th message of that port
+            if best is None or i < best[0]:
+                best = (i, int(col[i]), what, int(counts[key[j]]), c)
+    if best is None:
+        return None
+    i, r, what, k, c = best
+    name = topo.classes[c]
+    return _fail("ports", s, i, f"rank {r} {what} {k} messages through its {name} port in one step "
+                                f"({name} port limit {int(cap[c])} on topology {topo.name})")
+
+
+def record_topology(s: Schedule, topology: Topology) -> Schedule:
+    """Record ``topology`` (its spec) in ``s.meta["topology"]`` so that verifying ``s`` later, e.g.
+    `collsynth verify FILE`, enforces the topology's per-class ports again; returns ``s``."""
+    if topology.spec is None:
+        raise CollsynthError(f"topology {topology.name!r} has no spec to record; build it with make_topology "
+                             f"or cluster_topology")
+    s.meta["topology"] = topology.spec
+    return s
+
+
+def schedule_topology(s: Schedule) -> Topology | None:
+    """The topology a schedule records in meta["topology"] (a spec), or None."""
+    spec = s.meta.get("topology")
+    if spec is None:
+        return None
+    if not isinstance(spec, dict):
+        raise CollsynthError(f"schedule {s.name or s.collective}: meta \"topology\" must be a topology spec object")
+    return topology_from_spec(spec)
+
+
 def _races(ustep: np.ndarray, rd: np.ndarray, wr: np.ndarray, red: np.ndarray, uidx: np.ndarray,
            nloc: int) -> tuple[np.ndarray, np.ndarray]:
     """Copy units whose destination another unit of the same step reads or writes, and the transfer
@@ -145,16 +198,36 @@ def _reduce_rounds(w: np.ndarray) -> list[np.ndarray]:
     return rounds
 
 
-def verify(schedule: Schedule, ports: int | None = None, *, method: str = "auto") -> VerifyReport:
+def verify(schedule: Schedule, ports: int | None = None, *, method: str = "auto",
+           topology: Topology | None = None) -> VerifyReport:
     """Prove ``schedule`` computes its collective, or return the first violation.
+
+    ``topology`` (default: the one recorded in the schedule's meta, if any) adds the per-class port
+    limits (docs/topologies.md).
 
     ``method``: "flat" (the bit-set execution above), "composed" (a composed schedule: synth.composition,
     docs/cluster-algorithms.md; flat when the schedule is not exactly its recorded composition) or
     "auto" (composed when the flat bit sets would exceed FLAT_BYTES)."""
     s = schedule
-    p = s.ports if ports is None else ports
     if method not in ("auto", "flat", "composed"):
         raise CollsynthError(f"verify method {method!r}: use auto, flat or composed")
+    topo = schedule_topology(s) if topology is None else topology
+    if topo is not None:
+        bad = _check_ranges(s) or _check_class_ports(s, topo)
+        if bad:
+            return bad
+        report = _verify(s, ports, method)
+        if not report.ok:
+            return report
+        per = ", ".join(f"{c} {k}" for c, k in topo.class_ports.items())
+        return VerifyReport(True, f"{report.message}; per link class ({per}) on topology {topo.name}", None,
+                            {**report.stats, "topology": topo.name, "class_ports": dict(topo.class_ports)})
+    return _verify(s, ports, method)
+
+
+def _verify(s: Schedule, ports: int | None, method: str) -> VerifyReport:
+    """verify without the per-class port check."""
+    p = s.ports if ports is None else ports
     if method == "composed" or (method == "auto" and flat_bytes(s) > FLAT_BYTES and "composition" in s.meta):
         done = _verify_composed(s, p)
         if done is not None:
@@ -336,7 +409,7 @@ def _verify_composed(s: Schedule, p: int) -> VerifyReport | None:
         return bad
 
     def flat(part: Schedule) -> tuple[bool, str]:
-        r = verify(part, method="flat")
+        r = _verify(part, None, "flat")
         return r.ok, r.message
 
     got = verify_composed(s, flat)
@@ -360,10 +433,11 @@ def _short(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks[:8])) + (f", ... ({len(ranks)} in all)" if len(ranks) > 8 else "")
 
 
-def check(schedule: Schedule, ports: int | None = None, *, source: str | None = None) -> Schedule:
+def check(schedule: Schedule, ports: int | None = None, *, source: str | None = None,
+          topology: Topology | None = None) -> Schedule:
     """Return ``schedule`` if it verifies, else raise VerificationError (a CollsynthError); with
-    ``source`` (a file name) the message starts "SOURCE does not verify"."""
-    report = verify(schedule, ports)
+    ``source`` (a file name) the message starts "SOURCE does not verify". ``topology`` as in verify."""
+    report = verify(schedule, ports, topology=topology)
     if not report.ok:
         raise VerificationError(report, source)
     return schedule

@@ -255,3 +255,94 @@ def test_cli_per_class_flags(capsys, tmp_path):
     code = main(["compare", "--gpus", "12", "--size", "1MiB", "-t", "h100-cluster"])
     _, err = capsys.readouterr()
     assert code == 2 and "multiple of 8" in err
+
+
+# ---------------------------------------------------------------------------------- per-class ports
+def _sched(n, steps, ports=2, collective="allreduce", nchunks=1):
+    """A schedule from (step, src, dst, reduce) tuples, one chunk."""
+    from collsynth.synth.ir import Schedule
+    st, sr, ds, rd = zip(*steps)
+    return Schedule.from_arrays(collective, n, nchunks, step=st, src=sr, dst=ds, chunk=[0] * len(st),
+                                reduce=rd, ports=ports)
+
+
+def test_verify_rejects_a_transfer_over_only_the_net_port():
+    from collsynth.synth.verify import verify
+    t = make_topology("h100-cluster", 24)
+    # rank 0 sends to 8 and 16 (same rail, other nodes: both leave through its NIC) and nothing else:
+    # 2 messages <= the declared 2 ports, 0 NVLink messages, but 2 > 1 through the net port
+    s = _sched(24, [(0, 0, 8, True), (0, 0, 16, True)])
+    rep = verify(s, topology=t)
+    assert not rep.ok and rep.violation.kind == "ports" and rep.violation.index == 1
+    assert "rank 0 sends 2 messages through its net port" in rep.message and "net port limit 1" in rep.message
+    assert verify(s).violation.kind != "ports"  # without the topology the ports are fine
+    # receiving: 8 and 16 both send to 0 over the rails in one step
+    rep = verify(_sched(24, [(0, 8, 0, True), (0, 16, 0, True)]), topology=t)
+    assert not rep.ok and "rank 0 receives 2 messages through its net port" in rep.message
+    # one NVLink and one NIC message of a rank in one step fit
+    rep = verify(_sched(24, [(0, 0, 1, True), (0, 0, 8, True)]), topology=t)
+    assert rep.violation is None or rep.violation.kind != "ports"
+    # two NVLink messages do not, whatever the declared ports
+    rep = verify(_sched(24, [(0, 0, 1, True), (0, 0, 2, True)], ports=4), topology=t)
+    assert not rep.ok and "through its nvlink port" in rep.message
+
+
+def _fit_allreduce():
+    """AllReduce on the 2 x 2 file topology; in step 2 rank 2 sends over its NIC and its NVLink at once."""
+    return _sched(4, [(0, 1, 0, True), (0, 3, 2, True), (1, 0, 2, True), (2, 2, 0, False), (2, 2, 3, False),
+                      (3, 0, 1, False)])
+
+
+def test_verify_valid_schedule_with_both_classes_and_recorded_topology(tmp_path, capsys):
+    from collsynth.synth.ir import Schedule
+    from collsynth.synth.verify import record_topology, verify
+    d = _two_node_file()
+    d["ports"] = {"nvlink": 1, "net": 1}
+    t = topology_from_dict(d)
+    s = _fit_allreduce()
+    rep = verify(s, topology=t)
+    assert rep.ok and "per link class (nvlink 1, net 1)" in rep.message and rep.stats["class_ports"]["net"] == 1
+    assert not verify(s, ports=1).ok  # rank 2 sends 2 messages in step 2: needs the two classes
+    # recorded in meta: verifying the file enforces the classes again
+    bad = _sched(4, [(0, 1, 0, True), (0, 3, 2, True), (1, 0, 2, True), (2, 2, 0, False), (2, 2, 1, False),
+                     (2, 2, 3, False)], ports=3)  # rank 2: 2->1 (via nv1, 3, rail1) and 2->3 both on NVLink
+    assert verify(bad).ok
+    record_topology(bad, t)
+    path = tmp_path / "bad.json"
+    path.write_text(bad.to_json())
+    again = Schedule.from_json(path.read_text()) if hasattr(Schedule, "from_json") else None
+    code = main(["verify", str(path)])
+    out, _ = capsys.readouterr()
+    assert code == 1 and "rank 2 sends 2 messages through its nvlink port" in out, out
+    if again is not None:
+        assert again.meta["topology"] == json.loads(json.dumps(t.spec))
+
+
+def test_synth_records_cluster_topology(tmp_path, capsys):
+    path = tmp_path / "ring16.json"
+    assert main(["synth", "-a", "ring", "-n", "16", "-t", "h100-cluster", "-o", str(path)]) == 0
+    meta = json.loads(path.read_text())["meta"]
+    assert meta["topology"]["preset"] == "h100-cluster" and meta["topology"]["gpus"] == 16
+    capsys.readouterr()
+    assert main(["verify", str(path)]) == 0
+    out, _ = capsys.readouterr()
+    assert "per link class (nvlink 1, net 1) on topology h100-cluster" in out
+    code = main(["synth", "-a", "twoshot", "-n", "16", "-t", "h100-cluster", "-o", str(tmp_path / "t.json")])
+    _, err = capsys.readouterr()
+    assert code != 0 and "nvlink port" in err and not (tmp_path / "t.json").exists()
+
+
+def test_simulate_port_slots_per_class():
+    from collsynth.synth.simulate import simulate
+    t = make_topology("h100-cluster", 16)
+    both = simulate(_sched(16, [(0, 0, 1, True), (0, 0, 8, True)]), 1e9, t, timeline=True)
+    assert [row["start_s"] for row in both.timeline] == [0.0, 0.0]  # NVLink and NIC at once
+    same = simulate(_sched(16, [(0, 0, 1, True), (0, 0, 2, True)]), 1e9, t, timeline=True)
+    first, second = same.timeline
+    assert first["start_s"] == 0.0 and second["start_s"] == pytest.approx(first["end_s"])  # one NVLink port
+    # the NVLink transfer of a later step need not wait for the NIC transfer of an earlier one
+    pipe = simulate(_sched(16, [(0, 0, 8, True), (1, 0, 1, True)]), 1e9, t, timeline=True)
+    assert pipe.timeline[1]["start_s"] == 0.0
+    flat = simulate(_sched(16, [(0, 0, 8, True), (1, 0, 1, True)], ports=1), 1e9, make_topology("nvswitch", 16),
+                    timeline=True)
+    assert flat.timeline[1]["start_s"] == pytest.approx(flat.timeline[0]["end_s"])  # one port: queued
