@@ -4,16 +4,16 @@ the library's: synth.topology and synth.topology_import)."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
-from typing import Any
 
 from collsynth.commands.catalog import add_command_parser, show_help
 from collsynth.commands.common import int_arg, print_json
 from collsynth.errors import CollsynthError
 from collsynth.fileio import check_output, write_text_atomic
-from collsynth.synth.topology import make_topology, topology_presets
+from collsynth.synth.topology import Topology, load_topology, make_topology, topology_from_dict, topology_presets
 from collsynth.synth.topology_import import FABRICS, dumps_topology, import_topology, parse_nic_speed
+from collsynth.synth.topology_view import describe, plot_topology
+from collsynth.units import format_time
 
 IMPORT_EPILOG = """examples:
   collsynth topology import nccl_topo.xml -o node.json
@@ -41,18 +41,24 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     q.set_defaults(func=cmd_list)
 
-    q = tsub.add_parser("show", help="GPUs, switches, links, ports of a preset or topology file",
-                        description="Describe a preset or a topology JSON file: GPUs, switches, links, ports and "
-                                    "the links' alpha and bandwidth.",
+    q = tsub.add_parser("show", help="GPUs, nodes, link classes and bisection bandwidth of a topology; --plot draws it",
+                        description="Describe a preset, a topology JSON file, or a machine's NCCL topology XML or "
+                                    "nvidia-smi topo -m output (imported on the fly): GPUs, server nodes, link "
+                                    "classes (ports, alpha and bandwidth of one GPU port), switches, links and the "
+                                    "bisection bandwidth (maximum flow between the two halves of the nodes or GPUs).",
                         epilog="examples:\n  collsynth topology show dgx1\n"
-                               "  collsynth topology show nvswitch --gpus 16\n"
-                               "  collsynth topology show node.json --json",
+                               "  collsynth topology show h100-cluster --gpus 128 --plot cluster.png\n"
+                               "  collsynth topology show node.json --json\n"
+                               "  collsynth topology show nccl_topo.xml",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    q.add_argument("topology", metavar="NAME|FILE", help="a preset (see `collsynth topology list`) or a JSON file")
+    q.add_argument("topology", metavar="NAME|FILE", help="a preset (see `collsynth topology list`), a topology JSON "
+                   "file, or NCCL XML / nvidia-smi topo -m text")
     q.add_argument("--gpus", "-n", type=int_arg("--gpus"), default=None,
                    help="GPUs for a preset (default 8; a file gives its own)")
-    q.add_argument("--alpha", default=None, help="override every link's alpha, e.g. 3us")
-    q.add_argument("--bandwidth", default=None, help="override every link's bandwidth, e.g. 450GiB/s")
+    q.add_argument("--alpha", default=None, help="alpha, e.g. 3us, or per link class nvlink=1us,net=3us")
+    q.add_argument("--bandwidth", default=None,
+                   help="bandwidth, e.g. 450GiB/s, or per link class nvlink=450GB/s,net=50GB/s")
+    q.add_argument("--plot", metavar="FILE.png", default=None, help="also draw the topology (PNG)")
     q.add_argument("--json", action="store_true", help="machine-readable output")
     q.set_defaults(func=cmd_show)
 
@@ -72,7 +78,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--sm", type=int_arg("--sm"), default=None,
                    help="nvidia-smi input: compute capability x10 (80 A100, 90 H100/H200, 100 B200); sets NVLink speed")
     q.add_argument("--nic-speed", default=None,
-                   help="nvidia-smi input: every NIC's speed, e.g. 400Gb/s (default 100Gb/s, assumed)")
+                   help="every NIC's speed, e.g. 400Gb/s (nvidia-smi input: default 100Gb/s, assumed; NCCL XML: "
+                        "replaces the file's speeds)")
     q.add_argument("--name", default=None, help="the topology's name (default: from the file name)")
     q.add_argument("--json", action="store_true", help="print what was read and assumed as JSON")
     q.set_defaults(func=cmd_import)
@@ -85,34 +92,47 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load(spec: str, gpus: int | None, alpha: str | None, bandwidth: str | None) -> Any:
+def _load(spec: str, gpus: int | None, alpha: str | None, bandwidth: str | None) -> tuple[Topology, str | None]:
+    """(topology, the file it was imported from or None) for `topology show`."""
     if spec in topology_presets():
-        return make_topology(spec, 8 if gpus is None else gpus, alpha=alpha, bandwidth=bandwidth)
+        return make_topology(spec, 8 if gpus is None else gpus, alpha=alpha, bandwidth=bandwidth), None
     if not os.path.exists(spec):
         raise CollsynthError(f"unknown topology {spec!r}: give a preset ({', '.join(topology_presets())}) or an "
-                             "existing JSON file")
-    if gpus is None:
-        with open(spec, "rb") as f:
-            head = f.read(1 << 16)
-        try:
-            gpus = int(json.loads(head).get("gpus"))
-        except (ValueError, TypeError, AttributeError):
-            gpus = None
-    return make_topology(spec, gpus if gpus is not None else 2, alpha=alpha, bandwidth=bandwidth)
+                             "existing file")
+    with open(spec, "rb") as f:
+        head = f.read(4096).lstrip()
+    if not head.startswith(b"{"):  # NCCL XML or nvidia-smi text: import it
+        res = import_topology(spec)
+        topo = topology_from_dict(res.topology, gpus, alpha=alpha, bandwidth=bandwidth, source=spec)
+        return topo, spec
+    return load_topology(spec, gpus, alpha=alpha, bandwidth=bandwidth), None
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    topo = _load(args.topology, args.gpus, args.alpha, args.bandwidth)
-    s = topo.summary()
+    if args.plot is not None and not args.plot.lower().endswith(".png"):
+        raise CollsynthError(f"--plot writes PNG: give a file name ending in .png, got {args.plot!r}")
+    check_output(args.plot, flag="--plot")
+    topo, imported = _load(args.topology, args.gpus, args.alpha, args.bandwidth)
+    d = describe(topo)
+    note = plot_topology(topo, args.plot) if args.plot is not None else None
     if args.json:
-        print_json(s)
+        print_json({**d, "imported_from": imported, "plot": args.plot})
         return 0
-    print(f"topology {s['name']}: {s['gpus']} GPUs, {len(s['switches'])} switches, {s['links']} links, "
-          f"{s['ports']} port(s) per GPU")
-    if s["switches"]:
-        print(f"switches: {', '.join(s['switches'][:16])}{' ...' if len(s['switches']) > 16 else ''}")
-    print("alpha: " + ", ".join(f"{a * 1e6:g}us" for a in s["alpha_s"]))
-    print("bandwidth: " + ", ".join(f"{b / 1e9:g} GB/s" for b in s["bandwidth_Bps"]))
+    if imported:
+        print(f"imported {imported} (see `collsynth topology import` for what was assumed)")
+    per = "/".join(map(str, d["gpus_per_node"]))
+    where = (f"{d['nodes']} nodes of {per}" + (f", {d['fabric']} fabric" if d["fabric"] else "")
+             if d["nodes"] > 1 else "one node")
+    print(f"topology {d['name']}: {d['gpus']} GPUs in {where}, {d['switches']} switches, {d['links']} links, "
+          f"routing {d['routing']}")
+    print("link classes (per GPU port):")
+    width = max(len(c) for c in d["classes"])
+    for c, v in d["classes"].items():
+        print(f"  {c:<{width}}  {v['ports']} port{'s' if v['ports'] != 1 else ''}, alpha {format_time(v['alpha_s'])}, "
+              f"{v['bandwidth_Bps'] / 1e9:g} GB/s")
+    print(f"bisection bandwidth ({d['bisection_halves']}): {d['bisection_Bps'] / 1e9:g} GB/s")
+    if note:
+        print(note)
     return 0
 
 

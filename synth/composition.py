@@ -2,7 +2,8 @@
 its verification by composition (docs/cluster-algorithms.md, "Verification by composition").
 
 The hierarchical AllReduce (synth/algorithms/hierarchical.py) is generated here: ``compose`` emits, for
-an N x G grid of ranks (row: a node, column: a local index / rail), K slices of (1) a ring
+an N x G grid of ranks (row: a node, column: a local index / rail), K slices (slice k holds w_k/sum(w)
+of the buffer: small first and last slices shorten the pipeline's fill and drain) of (1) a ring
 ReduceScatter of G blocks inside every node, (2) an AllReduce of each block among the N GPUs of its rail
 (ring or recursive halving-doubling), (3) a ring AllGather inside every node, in the order a
 list-scheduling model starts them. The schedule records the composition in ``meta["composition"]``.
@@ -63,23 +64,29 @@ class _Sub:
     dur: float
 
 
-def chains(N: int, G: int, K: int, kind: str, size: float, lm: LinkModel) -> list[list[_Sub]]:
-    """Per slice, its steps in dependency order (the model's view)."""
+def chains(N: int, G: int, weights: list[int], kind: str, size: float, lm: LinkModel) -> list[list[_Sub]]:
+    """Per slice, its steps in dependency order (the model's view); slice k holds weights[k]/sum of the
+    buffer."""
     fracs = inter_steps(kind, N)[1] if N > 1 else []
-    block = size / (K * G)
-    nv = lm.alpha_nv + block / lm.bw_nv
-    net = [lm.alpha_net + f * block / lm.bw_net for f in fracs]
-    return [[_Sub(k, 0, t, 0, nv) for t in range(G - 1)]
-            + [_Sub(k, 1, t, 1, d) for t, d in enumerate(net)]
-            + [_Sub(k, 2, t, 0, nv) for t in range(G - 1)] for k in range(K)]
+    W = sum(weights)
+    out = []
+    for k, w in enumerate(weights):
+        block = size * w / (W * G)
+        nv = lm.alpha_nv + block / lm.bw_nv
+        out.append([_Sub(k, 0, t, 0, nv) for t in range(G - 1)]
+                   + [_Sub(k, 1, t, 1, lm.alpha_net + f * block / lm.bw_net) for t, f in enumerate(fracs)]
+                   + [_Sub(k, 2, t, 0, nv) for t in range(G - 1)])
+    return out
 
 
 class _Emitter:
     """Adds the transfers of one _Sub to a builder (vectorised over every node or rail)."""
 
-    def __init__(self, grid: np.ndarray, local: list[int], kind: str, M: int) -> None:
+    def __init__(self, grid: np.ndarray, local: list[int], kind: str, M: int, weights: list[int]) -> None:
         N, G = grid.shape
         self.grid, self.kind, self.M, self.N, self.G = grid, kind, M, N, G
+        self.w = [int(x) for x in weights]  # slice k: blocks of w[k] M chunks from chunk start[k]
+        self.start = np.concatenate([[0], np.cumsum(self.w)]) * G * M
         self.loc = np.asarray(local, np.int64)
         self.ring_src = grid[:, self.loc].ravel()
         self.ring_dst = grid[:, np.roll(self.loc, -1)].ravel()
@@ -103,27 +110,29 @@ class _Emitter:
 
     def __call__(self, b: ScheduleBuilder, sub: _Sub) -> None:
         k, t, G, M = sub.slice, sub.index, self.G, self.M
+        w, s0 = self.w[k], int(self.start[k])
+        bm = w * M  # chunks per block of this slice; a rail "chunk" m is the run of w chunks s0 + g bm + m w
         if sub.phase != 1:  # intra-node ring: member i sends the block of member i-t-1 (RS) or i-t (AG)
             shift = t + 1 if sub.phase == 0 else t
             owner = self.loc[(np.arange(G) - shift) % G]
-            b.add_many(self.ring_src, self.ring_dst, np.tile((k * G + owner) * M, self.N), M, sub.phase == 0)
+            b.add_many(self.ring_src, self.ring_dst, np.tile(s0 + owner * bm, self.N), bm, sub.phase == 0)
             return
-        base = (k * G + self.g) * M  # first chunk of block (k, g) per row
+        base = s0 + self.g * bm  # first chunk of block (k, g) per row
         N = self.N
         if self.kind == "ring":
             if t < N - 1:  # ReduceScatter: node a sends chunk a-t-1 of its block
-                b.add_many(self.src, self.dst, base + (self.a - t - 1) % N, 1, True)
+                b.add_many(self.src, self.dst, base + ((self.a - t - 1) % N) * w, w, True)
             else:  # AllGather: node a sends chunk a-t'
-                b.add_many(self.src, self.dst, base + (self.a - (t - N + 1)) % N, 1, False)
+                b.add_many(self.src, self.dst, base + ((self.a - (t - N + 1)) % N) * w, w, False)
             return
         p, e = self.p, self.e
         levels = p.bit_length() - 1
         if e and t == 0:
-            b.add_many(self.fold_src, self.fold_dst, self.fold_g * M + k * G * M, p, True)
+            b.add_many(self.fold_src, self.fold_dst, s0 + self.fold_g * bm, bm, True)
             return
         j = t - (1 if e else 0)
         if j >= 2 * levels:  # unfold
-            b.add_many(self.fold_dst, self.fold_src, self.fold_g * M + k * G * M, p, False)
+            b.add_many(self.fold_dst, self.fold_src, s0 + self.fold_g * bm, bm, False)
             return
         halving = j < levels
         lev = j if halving else 2 * levels - 1 - j
@@ -131,9 +140,9 @@ class _Emitter:
         partner = self.v ^ d
         dst = self.grid[self.active[partner], self.g]
         if halving:
-            b.add_many(self.vsrc, dst, base + (partner & ~(d - 1)), d, True)
+            b.add_many(self.vsrc, dst, base + (partner & ~(d - 1)) * w, d * w, True)
         else:
-            b.add_many(self.vsrc, dst, base + (self.v & ~(d - 1)), d, False)
+            b.add_many(self.vsrc, dst, base + (self.v & ~(d - 1)) * w, d * w, False)
 
 
 def list_schedule(chains: list[list[_Sub]]) -> tuple[list[_Sub], float]:
@@ -164,20 +173,20 @@ def list_schedule(chains: list[list[_Sub]]) -> tuple[list[_Sub], float]:
     return order, end
 
 
-def compose(grid: np.ndarray, local: list[int], K: int, kind: str, lm: LinkModel, size: float,
+def compose(grid: np.ndarray, local: list[int], weights: list[int], kind: str, lm: LinkModel, size: float,
             meta: Mapping[str, object] | None = None) -> Schedule:
     """The hierarchical AllReduce of ``grid`` (see the module docstring), ``meta`` added to its own."""
     N, G = grid.shape
     n = N * G
     M = inter_steps(kind, N)[0] if N > 1 else 1
-    order, _ = list_schedule(chains(N, G, K, kind, size, lm))
-    emit = _Emitter(grid, local, kind, M)
+    order, _ = list_schedule(chains(N, G, weights, kind, size, lm))
+    emit = _Emitter(grid, local, kind, M, weights)
     standard = bool(np.array_equal(grid, np.arange(n).reshape(N, G)))
-    desc = {"grid": None if standard else grid.tolist(), "local": [int(x) for x in local], "slices": K,
-            "inter": kind if N > 1 else "none",
+    desc = {"grid": None if standard else grid.tolist(), "local": [int(x) for x in local],
+            "slices": [int(w) for w in weights], "inter": kind if N > 1 else "none",
             "model": {"size": size, "alpha_nv": lm.alpha_nv, "bw_nv": _finite(lm.bw_nv),
                       "alpha_net": lm.alpha_net, "bw_net": _finite(lm.bw_net)}}
-    b = ScheduleBuilder("allreduce", n, K * G * M, name=f"hierarchical_allreduce_n{n}",
+    b = ScheduleBuilder("allreduce", n, sum(weights) * G * M, name=f"hierarchical_allreduce_n{n}",
                         ports=2 if N > 1 and G > 1 else 1, meta={**(meta or {}), "composition": desc})
     for sub in order:
         b.new_step()
@@ -189,7 +198,7 @@ def _finite(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
-def _from_meta(s: Schedule) -> tuple[np.ndarray, list[int], int, str, LinkModel, float] | None:
+def _from_meta(s: Schedule) -> tuple[np.ndarray, list[int], list[int], str, LinkModel, float] | None:
     """The composition a schedule records, or None when it records none (or a malformed one)."""
     d = s.meta.get("composition")
     if not isinstance(d, dict):
@@ -207,7 +216,10 @@ def _from_meta(s: Schedule) -> tuple[np.ndarray, list[int], int, str, LinkModel,
         if (grid.shape != (N, G) or sorted(grid.ravel().tolist()) != list(range(s.nranks))
                 or sorted(local) != list(range(G)) or kind not in ("ring", "rhd")):
             return None
-        return grid, local, int(d["slices"]), kind, lm, float(m["size"])
+        weights = [int(w) for w in d["slices"]]
+        if not weights or min(weights) < 1:
+            return None
+        return grid, local, weights, kind, lm, float(m["size"])
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -218,7 +230,7 @@ def patterns(N: int, G: int, local: list[int], kind: str) -> list[tuple[str, Sch
     out: list[tuple[str, Schedule]] = []
     if G > 1:
         grid = np.arange(G).reshape(1, G)
-        emit = _Emitter(grid, local, kind, 1)
+        emit = _Emitter(grid, local, kind, 1, [1])
         for phase, coll in ((0, "reducescatter"), (2, "allgather")):
             b = ScheduleBuilder(coll, G, G, name=f"node-{coll}", owner=list(range(G)))
             for t in range(G - 1):
@@ -227,7 +239,7 @@ def patterns(N: int, G: int, local: list[int], kind: str) -> list[tuple[str, Sch
             out.append((f"intra-node {coll} on {G} ranks", b.build()))
     if N > 1:
         M, fracs = inter_steps(kind, N)
-        emit = _Emitter(np.arange(N).reshape(N, 1), [0], kind, M)
+        emit = _Emitter(np.arange(N).reshape(N, 1), [0], kind, M, [1])
         b = ScheduleBuilder("allreduce", N, M, name=f"rail-{kind}")
         for t in range(len(fracs)):
             b.new_step()
@@ -242,15 +254,15 @@ def verify_composed(s: Schedule, flat: Callable[[Schedule], tuple[bool, str]]) -
     got = _from_meta(s)
     if got is None or s.collective != "allreduce":
         return None
-    grid, local, K, kind, lm, size = got
+    grid, local, weights, kind, lm, size = got
     N, G = grid.shape
-    want = compose(grid, local, K, kind, lm, size)
+    want = compose(grid, local, weights, kind, lm, size)
     same = (want.nranks == s.nranks and want.nchunks == s.nchunks and want.nsteps == s.nsteps
             and not s.phases and all(np.array_equal(getattr(want, c), getattr(s, c))
                                      for c in ("step", "src", "dst", "chunk", "count", "reduce")))
     if not same:
         return None
-    order, _ = list_schedule(chains(N, G, K, kind, size, lm))
+    order, _ = list_schedule(chains(N, G, weights, kind, size, lm))
     last: dict[int, tuple[int, int]] = {}
     for sub in order:  # (c): every slice in phase order
         key = (sub.phase, sub.index)
@@ -261,5 +273,5 @@ def verify_composed(s: Schedule, flat: Callable[[Schedule], tuple[bool, str]]) -
         ok, msg = flat(p)
         if not ok:
             return False, f"FAIL {what}: {msg}"
-    return True, (f"by composition: {N} nodes x {G} GPUs, {K} slices; intra-node ReduceScatter/AllGather and "
-                  f"rail {kind} AllReduce each proved exactly, transfers identical to their composition")
+    return True, (f"by composition: {N} nodes x {G} GPUs, {len(weights)} slices; intra-node ReduceScatter/AllGather "
+                  f"and rail {kind} AllReduce each proved exactly, transfers identical to their composition")

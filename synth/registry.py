@@ -12,7 +12,7 @@ from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import CONSTRUCTIVE, Algorithm
 from collsynth.synth.ir import Schedule
 from collsynth.synth.solver import solve as solver
-from collsynth.synth.topology import Topology
+from collsynth.synth.topology import Topology, make_topology
 
 BuildParam: TypeAlias = int | float | str | Topology | Mapping[int, Seconds] | Sequence[Seconds] | None
 """One keyword parameter of an algorithm's ``build`` (``build_schedule(name, n, **params)``): a rank, a
@@ -64,6 +64,8 @@ def build_schedule(name: str, n: int, collective: str = "allreduce", **params: B
             raise CollsynthError(f"algorithm {name!r} takes no {param_flag(key)} option"
                                  + (f" (it takes {', '.join(param_flag(a) for a in accepted)})"
                                     if accepted else ""))
+    if isinstance(params.get("topology"), str):  # a preset name or JSON path: every algorithm gets a Topology
+        params["topology"] = make_topology(str(params["topology"]), n)
     if n >= LARGE_N:
         progress.note(f"building {name} for {n} ranks")
     return info.build(n, collective=collective, **params)

@@ -16,6 +16,7 @@ from collsynth.synth import topology_import as ti
 from collsynth.synth.topology import DGX1_LINKS
 from collsynth.synth.topology_import import dumps_topology, import_topology, parse_nic_speed
 
+H200_XML = vectors("topologies", "nccl-xml", "vastai-hgx-h200-8x-container.xml")
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "fixtures", "topologies")
 VEC = vectors("topologies")
@@ -137,6 +138,11 @@ def test_smi_switch_detection_and_quirks():
                         nic_speed=parse_nic_speed("400Gb/s"))
     assert [ln["bandwidth"] for ln in h.topology["links"]] == pytest.approx([18 * 40.1e9] * 8)
     assert {n.bandwidth for n in h.model.nics} == {50e9}
+
+
+def test_nic_speed_overrides_the_xml():
+    res = import_topology(H200_XML, nic_speed=50e9)
+    assert [n.bandwidth for n in res.model.nics] == [50e9] and any("replaces" in a for a in res.assumptions)
 
 
 def test_dgx_h100_fixture():

@@ -20,11 +20,12 @@ and one NIC per GPU starts them, so that slice k+1's ReduceScatter and slice k-1
 NVLink while slice k crosses the network. With s bytes per rank, B_nv/alpha_nv the intra-node route and
 B_net/alpha_net the rail route, the network phase alone takes 2(N-1)/N s/(G B_net) plus latency, the
 node-cut lower bound; the intra-node phases add about 2(G-1)/G s/(K B_nv) of pipeline fill and drain.
-K (``pipeline="auto"``) and the inter-node algorithm are the model's best for ``size`` (default 1 GiB),
-K limited to 2 million transfers and 2 GiB of simulator state (16 bytes per rank and chunk). The
-schedule records its composition (synth.composition), so large ones are verified by composition. It
-declares ports 2 (one NVLink and one NIC message per GPU at a time; every step has at most one message
-per GPU).
+Slices may differ in size (weights w_k; a ramp 1, 2, 4, ..., 4, 2, 1 keeps the unoverlapped first
+ReduceScatter and last AllGather small). K (``pipeline="auto"``), the weights and the inter-node
+algorithm are the model's best for ``size`` (default 1 GiB), within 2 million transfers and 2 GiB of
+simulator state (16 bytes per rank and chunk). The schedule records its composition
+(synth.composition), so large ones are verified by composition. It declares ports 2 (one NVLink and
+one NIC message per GPU at a time; every step has at most one message per GPU).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from collsynth.synth.ir import Schedule
 
 DEFAULT_SIZE = float(2**30)
 NVSWITCH_ALPHA, NVSWITCH_BW = 3e-6, 450.0 * 2**30  # the nvswitch preset's defaults (no topology given)
-PIPELINES = (1, 2, 4, 8, 16, 32)
+PIPELINES = (1, 2, 3, 4, 5, 6, 8, 12, 16)
+RING_MAX_NODES = 64  # beyond, the rail ring's 2(N-1) latencies lose to halving-doubling: not modelled
 MAX_TRANSFERS = 2_000_000  # pipeline="auto" keeps K(2(G-1) + rail steps) n under this
 SIM_BYTES = 2 * 2**30  # ... and the simulator's per-(rank, chunk) state, 16 n chunks bytes, under this
 ELEMENT_BYTES = 4
@@ -56,26 +58,42 @@ def link_model(topology: Any, grid: np.ndarray) -> LinkModel:
     return LinkModel(a_nv, b_nv, a_net, b_net)
 
 
+def profiles(K: int) -> list[list[int]]:
+    """Slice weight profiles with K slices: equal, and ramps 1, 2, 4, ... up to 2^L in the middle and
+    back down (small first and last slices shorten the pipeline fill and drain)."""
+    out = [[1] * K]
+    for L in range(1, 5):
+        w = [1 << min(k, K - 1 - k, L) for k in range(K)]
+        if w not in out:
+            out.append(w)
+    return out
+
+
 def plan(n: int, grid: np.ndarray, size: float, lm: LinkModel, pipeline: int | str,
-         kinds: tuple[str, ...] = ("ring", "rhd")) -> tuple[int, str, float]:
-    """(K, inter-node algorithm, modelled seconds): the model's best among ``kinds``, or the given K."""
+         kinds: tuple[str, ...] = ("ring", "rhd")) -> tuple[list[int], str, float]:
+    """(slice weights, inter-node algorithm, modelled seconds): the model's best among ``kinds`` for
+    K in PIPELINES (or the given K) and the weight profiles of K."""
     N, G = grid.shape
-    kinds = kinds[:1] if N <= 2 else kinds
-    best: tuple[float, int, str] | None = None
+    kinds = kinds[:1] if N <= 2 else tuple(k for k in kinds if k != "ring" or N <= RING_MAX_NODES) or kinds[:1]
+    best: tuple[float, int, int, str, list[int]] | None = None
     ks = PIPELINES if pipeline == "auto" else (int(pipeline),)
     for kind in kinds:
         M = inter_steps(kind, N)[0] if N > 1 else 1
+        steps = 2 * (G - 1) + (len(inter_steps(kind, N)[1]) if N > 1 else 0)
         for K in ks:
-            C = K * G * M
-            steps = 2 * (G - 1) + (len(inter_steps(kind, N)[1]) if N > 1 else 0)
-            if pipeline == "auto" and K > 1 and (K * steps * n > MAX_TRANSFERS or 16 * n * C > SIM_BYTES
-                                                    or size / C < ELEMENT_BYTES):
-                continue
-            _, t = list_schedule(chains(N, G, K, kind, size, lm))
-            if best is None or (t, K, kind) < best:
-                best = (t, K, kind)
+            for w in profiles(K):
+                C = sum(w) * G * M
+                if pipeline == "auto" and K > 1 and (K * steps * n > MAX_TRANSFERS or 16 * n * C > SIM_BYTES
+                                                        or size / C < ELEMENT_BYTES):
+                    continue
+                if pipeline != "auto" and sum(w) > K and (16 * n * C > SIM_BYTES or size / C < ELEMENT_BYTES):
+                    continue
+                _, t = list_schedule(chains(N, G, w, kind, size, lm))
+                key = (t, K, sum(w), kind, w)
+                if best is None or key < best:
+                    best = key
     assert best is not None
-    return best[1], best[2], best[0]
+    return best[4], best[3], best[0]
 
 
 def build(n: int, collective: str = "allreduce", topology: Any = None, size: float | None = None,
@@ -100,10 +118,11 @@ def assemble(n: int, topology: Any, size: float, pipeline: int | str = "auto",
     grid = node_grid(topology, n)
     N, G = grid.shape
     lm = link_model(topology, grid)
-    K, kind, model_s = plan(n, grid, s, lm, pipeline, kinds)
+    weights, kind, model_s = plan(n, grid, s, lm, pipeline, kinds)
+    K = len(weights)
     meta: dict[str, object] = {"algorithm": "hierarchical", "nodes": N, "gpus_per_node": G, "pipeline": K,
-                               "inter": kind if N > 1 else "none", "model_s": model_s}
+                               "inter": kind if N > 1 else "none", "model_s": model_s, "slice_weights": weights}
     spec = getattr(topology, "spec", None)
     if N > 1 and spec is not None:
         meta["topology"] = spec
-    return compose(grid, intra_order(topology, grid), K, kind, lm, s, meta)
+    return compose(grid, intra_order(topology, grid), weights, kind, lm, s, meta)

@@ -108,7 +108,9 @@ def read_node(path: str, *, sm: int | None = None, nic_speed: float | None = Non
         if sm is not None:
             model.assume("--sm is ignored for NCCL XML: the file gives each GPU's sm")
         if nic_speed is not None:
-            model.assume("--nic-speed is ignored for NCCL XML: the file gives each NIC's speed")
+            for nic in model.nics:
+                nic.bandwidth = nic_speed
+            model.assume(f"--nic-speed {nic_speed * 8 / GB:g} Gb/s replaces the speeds the file gives")
         return model
     if looks_like_smi(text):
         return read_smi_matrix(text, name, where, sm=sm, nic_speed=nic_speed)
