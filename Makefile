@@ -37,6 +37,15 @@ test: lint
 bench: $(TEST_STAMP)
 	$(BIN)/python bench/run_all.py
 
+# opt-in, long (hours for every target on 2 cores): MUTATION_ARGS="--targets verify,ir,msccl-check" for the subset
+MUTATION_STAMP := $(VENV)/.installed-mutation
+$(MUTATION_STAMP): $(TEST_STAMP) requirements-mutation.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-mutation.txt
+	touch $@
+
+mutation: $(MUTATION_STAMP)
+	$(BIN)/python bench/mutation.py $(MUTATION_ARGS)
+
 schedules: $(RUN_STAMP)
 	$(BIN)/collsynth schedules regenerate
 

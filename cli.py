@@ -96,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(args_in)
         if not getattr(args, "func", None):
             parser.print_help()
+            sys.stdout.flush()
+            sys.stderr.write("collsynth: error: give a COMMAND (listed above)\n")
             return 2
         if getattr(args, "max_file_size", None):
             fileio.set_max_read_bytes(parse_size(args.max_file_size, flag="--max-file-size"))

@@ -7,6 +7,7 @@ The CLI lists every command from this table without importing any command module
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -47,10 +48,13 @@ def add_command_parser(sub: argparse._SubParsersAction[Any], name: str, **kwargs
 
 
 def show_help(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
-    """The command function of a command group run without an action: print the group's help, exit 2."""
+    """The command function of a command group run without an action: print the group's help on stdout,
+    one line on stderr saying what is missing, exit 2 (bad input)."""
 
     def run(args: argparse.Namespace) -> int:
         parser.print_help()
+        sys.stdout.flush()
+        sys.stderr.write(f"collsynth: error: {parser.prog} needs an action (listed above)\n")
         return 2
 
     return run

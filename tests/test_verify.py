@@ -174,3 +174,139 @@ def test_port_overflow_blames_the_first_message_past_the_limit():
     s = _sched("allreduce", 4, 1, [[(1, 2, 0, 1, True)], [(0, 1, 0, 1, True), (0, 3, 0, 1, True)]])
     r = verify(s)
     assert r.violation.kind == "ports" and r.violation.index == 2 and "rank 0 sends 2 messages" in r.message
+
+
+# exact reports: the message is the product's interface (mutation testing showed message, boundary and
+# many-rank code paths that no test read)
+def _msg(steps, n=2, C=1, collective="allreduce", ports=1, owner=None):
+    return verify(_sched(collective, n, C, steps, ports=ports, owner=owner)).message
+
+
+@pytest.mark.parametrize("t, what", [
+    ((0, 2, 0, 1, True), "(0->2 chunk 0 reduce): rank out of range (ranks are 0..1)"),
+    ((2, 0, 0, 1, False), "(2->0 chunk 0 copy): rank out of range (ranks are 0..1)"),
+    ((-1, 0, 0, 1, True), "(-1->0 chunk 0 reduce): rank out of range (ranks are 0..1)"),
+    ((0, -1, 0, 1, True), "(0->-1 chunk 0 reduce): rank out of range (ranks are 0..1)"),
+    ((1, 1, 0, 1, True), "(1->1 chunk 0 reduce): a rank sends to itself"),
+    ((0, 1, 2, 1, True), "(0->1 chunk 2 reduce): chunk run 2..2 outside 0..1"),
+    ((0, 1, -1, 1, True), "(0->1 chunk -1 reduce): chunk run -1..-1 outside 0..1"),
+    ((0, 1, 1, 2, True), "(0->1 chunks 1..2 reduce): chunk run 1..2 outside 0..1"),
+    ((0, 1, 0, 0, True), "(0->1 chunks 0..-1 reduce): count 0 (must be >= 1)"),
+])
+def test_range_messages_are_exact(t, what):
+    assert _msg([[t]], C=2) == f"FAIL step 0, transfer #0 {what}"
+
+
+def test_phase_waiting_for_a_rank_outside_is_refused():
+    def phased(waits):
+        b = ScheduleBuilder("allreduce", 2, 1)
+        b.begin_phase("p", waits)
+        b.new_step()
+        b.add(0, 1, 0, 1, True)
+        b.add(1, 0, 0, 1, True)
+        b.end_phase()
+        return b.build()
+
+    assert verify(phased([0, 1])).ok and verify(phased([0])).ok and verify(phased([1])).ok
+    for bad in ([2], [-1], [0, 2]):
+        r = verify(phased(bad))
+        assert not r.ok and r.violation.kind == "phase"
+        assert r.message == "FAIL phase 'p' waits for a rank outside 0..1"
+
+
+def test_postcondition_messages_name_rank_and_chunk():
+    # 3 ranks, 2 chunks: chunk 1 is never reduced anywhere
+    steps = [[(1, 0, 0, 1, True)], [(2, 0, 0, 1, True)], [(0, 1, 0, 1, False)], [(0, 2, 0, 1, False)]]
+    assert _msg(steps, n=3, C=2, ports=1) == "FAIL rank 0 chunk 1: missing contributions of ranks 1, 2 at the end"
+    # rank 2 chunk 0 misses only rank 0 once rank 0's copy to it is dropped
+    assert _msg(steps[:3], n=3, C=1) == "FAIL rank 2 chunk 0: missing contributions of ranks 0, 1 at the end"
+    # allgather: a location nobody writes holds undefined data
+    assert _msg([[(0, 1, 0, 1, False)]], n=2, C=2, collective="allgather", owner=(0, 1)) == \
+        "FAIL rank 0 chunk 1: holds undefined data (never written)"
+
+
+@pytest.mark.parametrize("n, shown", [(9, "1, 2, 3, 4, 5, 6, 7, 8"), (10, "1, 2, 3, 4, 5, 6, 7, 8, ... (9 in all)")])
+def test_long_rank_lists_are_shortened(n, shown):
+    s = Schedule.from_arrays("allreduce", n, 1, step=[0], src=[0], dst=[1], chunk=[0], reduce=[True])
+    assert verify(s).message == f"FAIL rank 0 chunk 0: missing contributions of ranks {shown} at the end"
+
+
+@pytest.mark.parametrize("n", [63, 64, 65, 70, 129])
+def test_more_ranks_than_one_bit_word(n):
+    """Contribution sets span several 64-bit words past 64 ranks."""
+    s = build_schedule("ring", n)
+    assert verify(s).ok
+    # drop the last transfer: exactly one location misses exactly one contribution
+    cols = {k: getattr(s, k)[:-1] for k in ("step", "src", "dst", "chunk", "count", "reduce")}
+    bad = Schedule.from_arrays("allreduce", n, s.nchunks, nsteps=s.nsteps, **cols)
+    r = verify(bad)
+    assert not r.ok and r.violation.kind == "missing"
+    t = s.ntransfers - 1
+    assert r.message.startswith(f"FAIL rank {int(s.dst[t])} chunk {int(s.chunk[t])}: missing contributions of ranks ")
+    # a double count by a rank above 64 is found and blamed on its transfer
+    dup = Schedule.from_arrays("allreduce", n, s.nchunks, nsteps=s.nsteps + 1,
+                               **{k: np.append(getattr(s, k), getattr(s, k)[0]) for k in cols})
+    dup = dup.replace(step=np.append(s.step, s.nsteps))
+    assert not verify(dup).ok
+
+
+def test_two_reduces_into_one_location_in_a_later_step_are_both_added():
+    # step 1 (not 0) has two reduces into rank 0 chunk 0: both contributions must be accumulated
+    steps = [[(1, 0, 1, 1, True), (2, 0, 1, 1, True)], [(1, 0, 0, 1, True), (2, 0, 0, 1, True)],
+             [(0, 1, 0, 2, False), (0, 2, 0, 2, False)]]
+    s = _sched("allreduce", 3, 2, steps, ports=2)
+    assert verify(s).ok, verify(s).message
+
+
+def test_race_with_the_last_read_of_the_step():
+    # the copy 0->1 writes rank 1 chunk 0, which the copy 1->2 reads in the same step (the largest read)
+    r = verify(_allreduce3_then([(0, 1, 0, 1, False), (1, 2, 0, 1, False)]))
+    assert not r.ok and r.violation.kind == "hazard" and r.violation.index == 4, r.message
+
+
+def test_garbage_from_a_race_spreads_to_later_copies():
+    # step 2 races on rank 0 chunk 0; step 3 copies that garbage to rank 1; step 4 repairs rank 0 only
+    s = _sched("allreduce", 3, 1, [[(1, 0, 0, 1, True), (2, 0, 0, 1, True)],
+                                   [(0, 1, 0, 1, False), (0, 2, 0, 1, False)],
+                                   [(1, 0, 0, 1, False), (2, 0, 0, 1, False)],
+                                   [(0, 1, 0, 1, False)], [(2, 0, 0, 1, False)]], ports=2)
+    r = verify(s)
+    assert not r.ok and r.violation.kind == "hazard" and r.violation.step == 2, r.message
+    assert "reaches rank 1 chunk 0" in r.message
+
+
+def test_empty_steps_in_the_middle_are_skipped_not_the_end():
+    s = Schedule.from_arrays("allreduce", 2, 1, step=[0, 2, 3], src=[0, 1, 0], dst=[1, 0, 1], chunk=[0, 0, 0],
+                             reduce=[True, False, False], nsteps=4)
+    assert verify(s).ok
+    s = Schedule.from_arrays("allreduce", 2, 1, step=[0, 2], src=[0, 1], dst=[1, 0], chunk=[0, 0],
+                             reduce=[True, False], nsteps=3)
+    assert verify(s).ok
+
+
+def test_reports_are_frozen_and_check_names_the_source():
+    import dataclasses
+
+    s = _sched("allreduce", 2, 1, [[(0, 1, 0, 1, True)]])
+    r = verify(s)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.ok = True
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.violation.step = 3
+    with pytest.raises(VerificationError) as e:
+        check(s, source="x.json")
+    assert str(e.value) == f"x.json does not verify ({r.message}); fix the schedule first"
+    with pytest.raises(VerificationError) as e:
+        check(s)
+    assert str(e.value) == r.message and e.value.report == r
+
+
+def test_no_progress_line_for_a_small_schedule(capsys):
+    from collsynth import progress
+
+    progress.enable()
+    try:
+        assert verify(build_schedule("ring", 4)).ok
+    finally:
+        progress.disable()
+    assert capsys.readouterr().err == ""
