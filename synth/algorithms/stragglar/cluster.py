@@ -1,7 +1,7 @@
 """Straggler-aware AllReduce on clusters (issue 15, points 1 and 2): a late GPU or a late node.
 
-Our construction, following the bounds of the brief's clusters.md section 4 (docs/cluster-algorithms.md) (N nodes of G GPUs,
-s bytes per rank, B_nv the NVLink port and B_net the NIC of a GPU). The nodes come from the topology
+Our construction, following the bounds of the brief's clusters.md section 4 (docs/cluster-algorithms.md;
+N nodes of G GPUs, s bytes per rank, B_nv the NVLink port and B_net the NIC of a GPU). The nodes come from the topology
 (``node_of``/``local_index``, synth/algorithms/layout.py ``node_grid``); GPU r of node b with local
 index g is grid[b, g], and the GPUs with local index g form rail g. The buffer is G parts (part g is
 chunks [g M, (g+1) M), M pipeline chunks per part).
