@@ -144,11 +144,14 @@ def summarize(name: str, db: str, pkg: str, env: dict[str, str], bindir: str, se
         with open(EQUIVALENT) as f:
             equivalent = json.load(f)
     counts = {"mutants": 0, "killed": 0, "survived": 0, "incompetent": 0, "timeouts": 0, "equivalent": 0,
-              "skipped": 0}
+              "skipped": 0, "pending": 0}
     survivors = []
     for line in _run([os.path.join(bindir, "cosmic-ray"), "dump", db], pkg, env).splitlines():
         item, result = json.loads(line)
-        if result is None or result.get("worker_outcome") == "skipped":
+        if result is None:  # not run yet (an interrupted or unfinished run: see --report-only)
+            counts["pending"] += 1
+            continue
+        if result.get("worker_outcome") == "skipped":  # an operator outside KEEP
             counts["skipped"] += 1
             continue
         counts["mutants"] += 1
