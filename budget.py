@@ -72,6 +72,17 @@ def check(nbytes: float, what: str, *, largest: str = "", hint: str = "") -> Non
                              f"{more}{': ' + hint if hint else ''} (raise it with `collsynth --max-memory SIZE ...`)")
 
 
+MAX_SECONDS = 600.0  # estimated run time above which a simulation is refused (10 minutes)
+
+
+def check_seconds(seconds: float, what: str, *, largest: str = "") -> None:
+    """Refuse ``what`` when its estimated run time exceeds MAX_SECONDS."""
+    if seconds > MAX_SECONDS:
+        more = f"; the largest that fits is {largest}" if largest else ""
+        raise CollsynthError(f"{what} would run for about {seconds:.3g} s, more than the {MAX_SECONDS:g} s "
+                             f"limit{more}")
+
+
 def largest_fitting(cost: Callable[[int], float], lo: int = 1, hi: int = 2**62) -> int:
     """The largest integer x in [lo, hi] with cost(x) within the budget (cost non-decreasing), lo - 1 if none."""
     budget = max_memory()
@@ -96,5 +107,5 @@ def check_ranks(n: int, what: str, *, per_rank_schedules: int = 1) -> None:
         check(cost(n), what, largest=f"{fit} ranks" if fit >= 2 else "")
 
 
-__all__ = ["available_bytes", "check", "check_ranks", "largest_fitting", "max_memory", "schedule_bytes",
-           "set_max_memory", "verify_bytes"]
+__all__ = ["MAX_SECONDS", "available_bytes", "check", "check_ranks", "check_seconds", "largest_fitting",
+           "max_memory", "schedule_bytes", "set_max_memory", "verify_bytes"]

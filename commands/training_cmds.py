@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from collsynth import budget
 from collsynth.backends.torch.launch import LaunchError
 from collsynth.commands.catalog import add_command_parser
 from collsynth.commands.common import int_arg, print_json, print_table
@@ -162,6 +163,7 @@ def setup_from_args(args: argparse.Namespace) -> Any:
     n = args.gpus
     if isinstance(n, bool) or n < 2:
         raise CollsynthError(f"--gpus must be an integer >= 2, got {n}")
+    budget.check_ranks(n, f"train-sim on {n} ranks")
     compute = compute_model_from_args(args, n)
     alpha = None if args.alpha is None else _time("--alpha", args.alpha)
     bandwidth = None if args.bandwidth is None else parse_rate(args.bandwidth, flag="--bandwidth")

@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
-from collsynth import progress
+from collsynth import budget, progress
 from collsynth.apitypes import Seconds
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import CONSTRUCTIVE, Algorithm
 from collsynth.synth.ir import Schedule
 from collsynth.synth.solver import solve as solver
 from collsynth.synth.topology import Topology, make_topology
+from collsynth.synth.verify import record_topology
 
 BuildParam: TypeAlias = int | float | str | Topology | Mapping[int, Seconds] | Sequence[Seconds] | None
 """One keyword parameter of an algorithm's ``build`` (``build_schedule(name, n, **params)``): a rank, a
@@ -64,8 +65,14 @@ def build_schedule(name: str, n: int, collective: str = "allreduce", **params: B
             raise CollsynthError(f"algorithm {name!r} takes no {param_flag(key)} option"
                                  + (f" (it takes {', '.join(param_flag(a) for a in accepted)})"
                                     if accepted else ""))
+    budget.check_ranks(n, f"{name} on {n} ranks")
     if isinstance(params.get("topology"), str):  # a preset name or JSON path: every algorithm gets a Topology
         params["topology"] = make_topology(str(params["topology"]), n)
     if n >= LARGE_N:
         progress.note(f"building {name} for {n} ranks")
-    return info.build(n, collective=collective, **params)
+    schedule = info.build(n, collective=collective, **params)
+    topology = params.get("topology")
+    if isinstance(topology, Topology) and topology.spec is not None and "topology" not in schedule.meta and (
+            topology.node_count > 1 or len(topology.classes) > 1):
+        record_topology(schedule, topology)  # its nodes and per-class ports travel with the schedule
+    return schedule

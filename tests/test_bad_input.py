@@ -279,3 +279,49 @@ def test_malformed_library_manifest_is_one_line(capsys, tmp_path, manifest):
     (tmp_path / "MANIFEST.json").write_text(manifest)
     code, _, err = run(capsys, "schedules", "list", "--dir", tmp_path)
     one_line_exit_2(code, err, "MANIFEST.json")
+
+
+# ------------------------------------------------------------------------------------------ scale
+@pytest.mark.parametrize("argv,needle", [
+    (["synth", "-a", "ring", "-n", "1000000"], "largest that fits is"),
+    (["synth", "-a", "stragglar", "-n", "1000000000"], "largest that fits is"),
+    (["compare", "--gpus", "100000", "--size", "1MiB"], "largest that fits is"),
+    (["reproduce", "stragglar", "-n", "1000000000"], "largest that fits is"),
+    (["train-sim", "--gpus", "1000000000", "--grad-bytes", "1MB", "--compute", "1ms"], "largest that fits is"),
+    (["train-sim", "--gpus", "8", "--grad-bytes", "1MB", "--compute", "1ms", "--steps", "1000000000"], "--steps"),
+    (["train-sim", "--gpus", "8", "--grad-bytes", "1MB", "--compute", "1ms", "--buckets", "1000000000"], "limit"),
+    (["--max-memory", "1MiB", "synth", "-a", "ring", "-n", "64"], "--max-memory"),
+])
+def test_work_is_estimated_before_allocating(capsys, argv, needle):
+    code, out, err = run(capsys, *argv)
+    one_line_exit_2(code, err, needle)
+
+
+def test_largest_fitting_size_is_within_the_budget():
+    from collsynth import budget
+    budget.set_max_memory(2**30)
+    try:
+        n = budget.largest_fitting(budget.schedule_bytes, 2, 10**6)
+        assert budget.schedule_bytes(n) <= 2**30 < budget.schedule_bytes(n + 1)
+    finally:
+        budget.set_max_memory(None)
+
+
+# ------------------------------------------------------------------------------------------ MSCCL XML setup limits
+@pytest.mark.parametrize("change,code_expected,needle", [
+    (('nchannels="1"', 'nchannels="33"'), 1, "MAXCHANNELS"),
+    (('nchannels="1"', 'nchannels="1000000000000"'), 1, "MAXCHANNELS"),
+    (('ngpus="4"', 'ngpus="1000000000"'), 2, "no <gpu> element"),
+    (('nchunksperloop="4"', 'nchunksperloop="1000000000000"'), 2, "memory"),
+    (('s_chunks="0"', 's_chunks="1000000000000"'), 2, "memory"),
+])
+def test_xml_setup_limits_and_sizes(capsys, tmp_path, change, code_expected, needle):
+    xml = tmp_path / "r4.xml"
+    assert run(capsys, "synth", "-a", "ring", "-n", "4", "--format", "msccl-xml", "-o", xml)[0] == 0
+    bad = tmp_path / "bad.xml"
+    bad.write_text(xml.read_text().replace(*change, 1))
+    code, out, err = run(capsys, "verify", bad)
+    if code_expected == 2:
+        one_line_exit_2(code, err, needle)
+    else:
+        assert code == 1 and out.startswith("FAIL") and needle in out

@@ -24,6 +24,7 @@ from typing import Any
 from collsynth.backends.msccl.execute import ExecFailure, ExecResult, execute, logical_sizes
 from collsynth.backends.msccl.load import resolve
 from collsynth.backends.msccl.model import (
+    MAX_CHANNELS,
     MAX_DEPID,
     MAX_INT16,
     MAX_TBS,
@@ -61,6 +62,9 @@ def _static(prog: Program) -> None:
     n, N = a.ngpus, a.nchunksperloop
     if not a.modes():
         raise _Problem("limit", "inplace=0 and outofplace=0: the runtime never selects this algorithm")
+    if not 1 <= a.nchannels <= MAX_CHANNELS:  # checked by the runtime at setup (docs/msccl-xml.md 2.1), not at parse
+        raise _Problem("limit", f"nchannels={a.nchannels} outside 1..{MAX_CHANNELS}: the runtime sets up at most "
+                                f"MAXCHANNELS={MAX_CHANNELS} channels and refuses the algorithm")
     if N % size_multiplier(a.coll, n):
         raise _Problem("limit", f"nchunksperloop={N} is not a multiple of ngpus={n}, which {a.collective} needs")
     maxtb = MAX_TBS[a.dialect]

@@ -15,6 +15,7 @@ after it (``step += deps-1`` before, ``+= reductions-1`` inside, ``+1`` after).
 
 from __future__ import annotations
 
+from collsynth import budget
 from collsynth.backends.msccl.model import (
     MAX_CHANNELS,
     MAX_COUNT,
@@ -47,9 +48,13 @@ def validate_load(algo: XAlgo, source: str = "") -> None:
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise XmlFormatError(f"{pre}gpu {dup} appears twice")
-    missing = sorted(set(range(n)) - set(ids))
-    if missing:
-        raise XmlFormatError(f"{pre}no <gpu> element for rank {missing[0]} (ngpus={n}): every rank needs one")
+    if len(ids) != n:  # ids are distinct and in 0..n-1: the first gap, without building range(ngpus)
+        have = sorted(ids)
+        first = next((i for i, g in enumerate(have) if g != i), len(have))
+        raise XmlFormatError(f"{pre}no <gpu> element for rank {first} (ngpus={n}): every rank needs one")
+    chunks = sum(max(g.i_chunks, 0) + max(g.o_chunks, 0) + max(g.s_chunks, 0) for g in algo.gpus)
+    budget.check(160 * (chunks + max(algo.nchunksperloop, 0)),
+                 f"{pre}checking {n} GPUs with {chunks} buffer chunks (nchunksperloop={algo.nchunksperloop})")
     max_steps = MAX_STEPS[algo.dialect]
     for g in algo.gpus:
         if g.s_chunks < 0:
