@@ -233,6 +233,15 @@ def test_malformed_xml_one_line_naming_the_element(tmp_path, edit, msg):
     assert "\n" not in str(e.value)
 
 
+def test_grace_c2c_is_reported_not_modelled(tmp_path):
+    p = tmp_path / "c2c.xml"
+    p.write_text(_h200_text().replace('<gpu dev="0" sm="90" rank="0" gdr="1">',
+                                      '<gpu dev="0" sm="90" rank="0" gdr="1">\n<c2c bw="40.0" count="10"/>'))
+    res = import_topology(str(p))
+    assert any("C2C" in a for a in res.assumptions)
+    assert res.topology["links"] == import_topology(H200).topology["links"]
+
+
 def test_oversized_file_refused_without_parsing(tmp_path, monkeypatch):
     p = tmp_path / "big.xml"
     p.write_text(_h200_text())
