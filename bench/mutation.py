@@ -52,7 +52,8 @@ KEEP = {
 
 # target -> (modules, tests that cover them); the first three are the representative subset
 TARGETS: dict[str, tuple[list[str], list[str]]] = {
-    "verify": (["synth/verify.py"], ["tests/test_verify.py"]),
+    "verify": (["synth/verify.py"], ["tests/test_verify.py", "tests/test_cluster_topology.py",
+                                     "tests/test_cluster_algorithms.py"]),
     "ir": (["synth/ir.py"], ["tests/test_ir.py", "tests/test_verify.py"]),
     "msccl-check": (["backends/msccl/check.py"], ["tests/test_msccl_check.py"]),
     "msccl-execute": (["backends/msccl/execute.py"], ["tests/test_msccl_check.py"]),
@@ -138,6 +139,43 @@ def run_target(name: str, timeout: float, python: str) -> dict[str, object]:
     return summarize(name, db, pkg, env, bindir, time.perf_counter() - t0)
 
 
+def rerun_survivors(name: str, timeout: float, python: str) -> dict[str, object]:
+    """Run the last session's survivors again against the tests as they are now (killed mutants stay
+    killed: tests were only added). Allowed only while the target's modules are byte-identical to the
+    mutated copy, so every mutant is the same edit of the same code; the copy gets the current files and
+    must pass its tests unmutated first."""
+    modules, tests = TARGETS[name]
+    work = os.path.join(ROOT, "build", "mutation", name)
+    pkg = os.path.join(work, "collsynth")
+    db = os.path.join(work, "session.sqlite")
+    for m in modules:
+        with open(os.path.join(ROOT, m), "rb") as a, open(os.path.join(pkg, m), "rb") as b:
+            if a.read() != b.read():
+                raise SystemExit(f"mutation: {m} changed since the last {name} run: run it in full")
+    _copy_tree(pkg)
+    env = dict(os.environ, PYTHONPATH=work, PYTHONDONTWRITEBYTECODE="1")
+    test_cmd = f"{python} -m pytest -x -q -p no:cacheprovider {' '.join(tests)}"
+    base = subprocess.run(test_cmd.split(), cwd=pkg, env=env, capture_output=True, text=True)
+    if base.returncode != 0:
+        raise SystemExit(f"mutation: the tests of target {name} fail before mutating: {base.stdout[-1500:]}")
+    cfg = os.path.join(work, "config.toml")
+    with open(cfg) as f:
+        text = f.read()
+    with open(cfg, "w") as f:
+        f.write(re.sub(r"^test-command = .*$", lambda _: f"test-command = {json.dumps(test_cmd)}", text, flags=re.M))
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    n = con.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'").rowcount
+    con.commit()
+    con.close()
+    print(f"mutation: {name}: {n} survivors again, against {' '.join(tests)}", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    bindir = os.path.dirname(python)
+    _run([os.path.join(bindir, "cosmic-ray"), "exec", cfg, db], pkg, env)
+    return summarize(name, db, pkg, env, bindir, time.perf_counter() - t0)
+
+
 def summarize(name: str, db: str, pkg: str, env: dict[str, str], bindir: str, seconds: float) -> dict[str, object]:
     equivalent: dict[str, str] = {}
     if os.path.exists(EQUIVALENT):
@@ -188,6 +226,8 @@ def main() -> int:
     ap.add_argument("--list", action="store_true", help="print the targets and exit")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per mutant's test run (default 120)")
     ap.add_argument("--report-only", action="store_true", help="summarize the last run's sessions without running")
+    ap.add_argument("--rerun-survivors", action="store_true",
+                    help="run the last session's survivors again with the current tests (modules unchanged)")
     args = ap.parse_args()
     if args.list:
         print(json.dumps({k: {"modules": m, "tests": t} for k, (m, t) in TARGETS.items()}, indent=1))
@@ -205,6 +245,8 @@ def main() -> int:
             env = dict(os.environ, PYTHONPATH=work)
             out[name] = summarize(name, os.path.join(work, "session.sqlite"), os.path.join(work, "collsynth"), env,
                                   os.path.dirname(python), 0.0)
+        elif args.rerun_survivors:
+            out[name] = rerun_survivors(name, args.timeout, python)
         else:
             out[name] = run_target(name, args.timeout, python)
     tot = {k: sum(int(v[k]) for v in out.values()) for k in ("mutants", "killed", "survived", "incompetent",  # type: ignore[index]
