@@ -362,6 +362,23 @@ def _alltoall2(gpu0_recv_type):
     return xml([[(1, 1, 0, g0)], [(0, 0, 0, g1)]], head=_head(2, 2, "alltoall", inplace=0))
 
 
+def test_extra_contribution_of_a_higher_rank():
+    # the mirror image: gpu 1 adds its own block 1 into rank 0's block 1, which it received
+    g0 = [step(0, "s", ("i", 1)), step(1, "r", ("i", 0), ("o", 1)), step(2, "cpy", ("i", 0), ("o", 0))]
+    g1 = [step(0, "s", ("i", 0)), step(1, "rrc", ("i", 1), ("o", 0)), step(2, "cpy", ("i", 1), ("o", 1))]
+    r = _kind(xml([[(1, 1, 0, g0)], [(0, 0, 0, g1)]], head=_head(2, 2, "alltoall", inplace=0)), "postcondition")
+    assert r.message == ("FAIL gpu 1 output chunk 0 (out-of-place call): holds the contribution of rank(s) 1 "
+                         "it should not")
+
+
+def test_shared_fifo_message_names_both_thread_blocks():
+    text = xml([[(-1, -1, 0, [step(0, "cpy", ("i", 0), ("o", 0))]), (1, -1, 0, [step(0, "s", ("i", 0))]),
+                 (1, -1, 0, [step(0, "s", ("i", 1))])],
+                [(-1, 0, 0, [step(0, "r", ("i", 0), ("o", 0)), step(1, "r", ("i", 1), ("o", 1))])]])
+    r = _kind(text, "fifo")
+    assert "thread blocks 1 and 2 both have send=1 on channel 0" in r.message, r.message
+
+
 def test_alltoall_postcondition_and_extra_contributions():
     assert check(_alltoall2("r")).ok
     # gpu 0 adds its own block 0 into what it received (rank 1's block 0): an extra contribution
@@ -377,8 +394,10 @@ def test_emitted_reducescatter_and_allgather_pass_the_postcondition(alg, coll, n
     from collsynth.backends.msccl import emit_xml
     from collsynth.synth.registry import build_schedule
 
-    r = check(emit_xml(build_schedule(alg, n, coll), check=False))
-    assert r.ok, r.message
+    s = build_schedule(alg, n, coll)
+    for per_loop in (None, 2 * s.nchunks):  # one and two chunks per rank block
+        r = check(emit_xml(s, check=False, nchunksperloop=per_loop))
+        assert r.ok, r.message
 
 
 def test_shared_fifo_on_the_receiving_side_of_gpu_1():
