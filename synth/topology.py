@@ -673,7 +673,7 @@ def cluster_topology(nodes: int, gpus_per_node: int = 8, *, fabric: str = "rail"
 
 def _class_values(x: Any, what: str) -> float | dict[str, float] | None:
     """A single alpha/bandwidth (every class) or a per-class mapping / "cls=value,..." string."""
-    parse = (lambda v: _as_time(v, "topology")) if what == "alpha" else (lambda v: _as_rate(v, "topology"))
+    parse = (lambda v: _as_time(v, f"--{what}")) if what == "alpha" else (lambda v: _as_rate(v, f"--{what}"))
     if isinstance(x, Mapping):
         x = dict(x)
     return parse_class_values(x, parse, flag=f"--{what}",
