@@ -54,7 +54,10 @@ KEEP = {
 TARGETS: dict[str, tuple[list[str], list[str]]] = {
     "verify": (["synth/verify.py"], ["tests/test_verify.py", "tests/test_cluster_topology.py",
                                      "tests/test_cluster_algorithms.py"]),
-    "ir": (["synth/ir.py"], ["tests/test_ir.py", "tests/test_verify.py"]),
+    "ir": (["synth/ir.py"], ["tests/test_ir.py", "tests/test_verify.py",
+                             "tests/test_bad_input.py::test_schedule_fields_are_range_checked_before_use",
+                             "tests/test_bad_input.py::test_info_on_an_out_of_range_rank_is_bad_input_and_verify_a_verdict",
+                             "tests/test_bad_input.py::test_verify_estimates_its_memory_before_allocating"]),
     "msccl-check": (["backends/msccl/check.py"], ["tests/test_msccl_check.py"]),
     "msccl-execute": (["backends/msccl/execute.py"], ["tests/test_msccl_check.py"]),
     "simulate": (["synth/simulate.py", "synth/arrivals.py"], ["tests/test_simulate.py"]),
