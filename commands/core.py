@@ -24,6 +24,7 @@ from collsynth.synth.algorithms.stragglar.family import write_family
 from collsynth.synth.compare import compare
 from collsynth.synth.registry import algorithm_params, algorithms, build_schedule, param_flag
 from collsynth.synth.simulate import simulate
+from collsynth.synth.solver.solve import status_line
 from collsynth.synth.topology import make_topology
 from collsynth.synth.verify import check, record_topology
 from collsynth.units import format_time, parse_arrivals, parse_rate, parse_size, parse_time
@@ -205,6 +206,8 @@ def cmd_synth(args: argparse.Namespace) -> int:
         write_text_atomic(args.output, text)
         print(f"wrote {args.output}: {schedule.name}, {schedule.nsteps} steps, {schedule.ntransfers} transfers "
               f"(verified)", file=sys.stderr)
+    if isinstance(schedule.meta.get("solver"), dict):  # optimal, time limit or warm start, and the gap
+        print(status_line(schedule.meta["solver"]), file=sys.stderr)  # type: ignore[arg-type]
     return 0
 
 
