@@ -350,5 +350,6 @@ def test_status_line_says_why_a_warm_start_was_returned():
             "objective_s": 7.783e-3, "gap": 0.072}
     assert status_line(info) == ("solver: warm start (the model (267307 binaries) is too large for a 30 s time "
                                  "limit), objective 7.783 ms, gap 7.2% to the lower bound")
-    assert status_line(info, short=True) == "warm start (MILP too large for the time limit), gap 7.2% to the lower bound"
+    assert status_line(info, short=True) == ("warm start (MILP too large for the time limit), gap 7.2% to the "
+                                             "lower bound")
     assert status_line({"status": "optimal", "gap": 0.0}, short=True) == "optimal, gap 0.0% to the lower bound"
