@@ -13,6 +13,7 @@ from collsynth.synth.algorithms import CONSTRUCTIVE, Algorithm
 from collsynth.synth.ir import Schedule
 from collsynth.synth.solver import solve as solver
 from collsynth.synth.topology import Topology, make_topology
+from collsynth.synth.verify import record_topology
 
 BuildParam: TypeAlias = int | float | str | Topology | Mapping[int, Seconds] | Sequence[Seconds] | None
 """One keyword parameter of an algorithm's ``build`` (``build_schedule(name, n, **params)``): a rank, a
@@ -69,4 +70,9 @@ def build_schedule(name: str, n: int, collective: str = "allreduce", **params: B
         params["topology"] = make_topology(str(params["topology"]), n)
     if n >= LARGE_N:
         progress.note(f"building {name} for {n} ranks")
-    return info.build(n, collective=collective, **params)
+    schedule = info.build(n, collective=collective, **params)
+    topology = params.get("topology")
+    if isinstance(topology, Topology) and topology.spec is not None and "topology" not in schedule.meta and (
+            topology.node_count > 1 or len(topology.classes) > 1):
+        record_topology(schedule, topology)  # its nodes and per-class ports travel with the schedule
+    return schedule

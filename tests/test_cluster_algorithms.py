@@ -15,26 +15,17 @@ from collsynth.synth.algorithms.layout import ring_order, route_stats
 from collsynth.synth.compare import compare
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
-from collsynth.synth.topology import Topology, make_topology
+from collsynth.synth.topology import Topology, cluster_topology, make_topology
 from collsynth.synth.verify import verify
 
 GiB = 2**30
 
 
-def cluster(N: int, G: int, bw_nv: float = 450e9, bw_net: float = 50e9, a_nv: float = 0.5e-6,
-            a_net: float = 1.5e-6) -> Topology:
-    """N nodes x G GPUs: an NVSwitch per node, one NIC per GPU into rail switch `rail<local>`."""
-    n = N * G
-    r = np.arange(n)
-    node, loc = r // G, r % G
-    u = np.concatenate([r, n + node, r, n + N + loc])
-    v = np.concatenate([n + node, r, n + N + loc, r])
-    bw = np.concatenate([np.full(2 * n, bw_nv), np.full(2 * n, bw_net)])
-    al = np.concatenate([np.full(2 * n, a_nv), np.full(2 * n, a_net)])
-    t = Topology(f"cluster{N}x{G}", n, u, v, al, bw, ports=2,
-                 switches=[f"nvs{a}" for a in range(N)] + [f"rail{g}" for g in range(G)])
-    t.node_of, t.local_index, t.node_count = node, loc, N  # type: ignore[attr-defined]
-    return t
+def cluster(N: int, G: int, bw_nv: float = 450e9, bw_net: float = 50e9, a_nv: float = 1e-6,
+            a_net: float = 3e-6, fabric: str = "rail") -> Topology:
+    """N nodes x G GPUs: an NVSwitch per node, one NIC per GPU into rail switch `rail<local>` (PXN)."""
+    return cluster_topology(N, G, fabric=fabric, nvlink_bandwidth=bw_nv, nvlink_alpha=a_nv, net_bandwidth=bw_net,
+                            net_alpha=a_net, routing="pxn" if fabric == "rail" else "spine")
 
 
 def node_cut_bound(N: int, G: int, size: float, bw_net: float = 50e9) -> float:
@@ -260,3 +251,32 @@ def test_auto_uses_composition_for_large_schedules(monkeypatch):
     monkeypatch.setattr(verify_module, "FLAT_BYTES", verify_module.flat_bytes(s) - 1)
     r = verify(s)
     assert r.ok and r.stats["method"] == "composed"
+
+
+# ---------------------------------------------------------------------- the cluster presets and per-class ports
+@pytest.mark.parametrize("alg", ["ring", "multiring", "hierarchical", "tree"])
+def test_cluster_schedules_record_their_topology_and_verify_per_class(alg):
+    t = make_topology("h100-cluster", 32)
+    s = build_schedule(alg, 32, topology=t)
+    r = verify(s)  # the recorded topology's per-class ports (one NVLink and one NIC message) are enforced
+    assert r.ok, r.message
+    if alg != "ring":
+        assert s.meta["gpus_per_node"] == 8 and s.meta["topology"] == t.spec
+        assert "per link class" in r.message
+
+
+def test_h100_cluster_preset_16_nodes_within_1_25x():
+    """The issue's number on the h100-cluster preset (its NCCL-derived alphas): hierarchical is the best
+    synchronous schedule and within 1.25x of the node-cut bound."""
+    t = make_topology("h100-cluster", 128)
+    rows = compare(128, GiB, t)
+    assert rows[0]["algorithm"] == "hierarchical"
+    assert rows[0]["completion_s"] <= 1.25 * node_cut_bound(16, 8, GiB, t.class_bandwidth("net"))
+
+
+@pytest.mark.parametrize("alg", ["ring", "multiring", "hierarchical", "tree"])
+def test_fat_tree_and_spine_routing(alg):
+    t = cluster(3, 4, fabric="fat-tree")
+    s = build_schedule(alg, 12, topology=t)
+    assert verify(s).ok
+    assert simulate(s, 64 * 2**20, t).completion_s > 0

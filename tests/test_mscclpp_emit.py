@@ -19,6 +19,8 @@ from collsynth.cli import main
 from collsynth.errors import CollsynthError
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate_model
+from collsynth.synth.topology import make_topology
+from collsynth.synth.verify import record_topology
 
 
 def rows(s):
@@ -183,3 +185,45 @@ def test_wide_fan_out_keeps_each_put_with_its_signal_and_handshake(n, gpus_per_n
             rbufs = {rb["access_channel_type"]: rb["remote_buffer_ids"] for rb in tb["remote_buffer_refs"]}
             for t, ids in rbufs.items():
                 assert {g["remote_buffers"][i]["rank"] for i in ids} <= peers.get(t, set())
+
+
+def _channel_sides(plan):
+    """(memory channels that cross nodes, port channels inside a node) of a plan with 8 GPUs a node."""
+    wrong_memory = wrong_port = 0
+    for g in plan["gpus"]:
+        for ch in g["channels"]:
+            for p in ch.get("connected_to", []):
+                same = p // 8 == g["id"] // 8
+                wrong_memory += ch["channel_type"] == "memory" and not same
+                wrong_port += ch["channel_type"] == "port" and same
+    return wrong_memory, wrong_port
+
+
+@pytest.mark.parametrize("alg, kw", [("ring", {}), ("multiring", {}), ("tree", {}), ("hierarchical", {}),
+                                     ("stragglar", {"straggler": 5})])
+@pytest.mark.parametrize("proto", ["Simple", "LL"])
+def test_cluster_schedules_use_port_channels_across_nodes(alg, kw, proto):
+    # 2 nodes x 8 GPUs: the schedule records its topology, so the plan knows which peers share a node
+    params = dict(kw, topology="h100-cluster") if alg != "stragglar" else kw
+    s = build_schedule(alg, 16, **params)
+    if alg == "stragglar":  # it takes no topology: record the one it runs on, as `collsynth synth -t` does
+        record_topology(s, make_topology("h100-cluster", 16))
+    text, _ = round_trip(s, proto=proto)
+    plan = json.loads(text)
+    assert plan["collsynth"]["gpus_per_node"] == 8
+    assert _channel_sides(plan) == (0, 0)
+    kinds = {ch["channel_type"] for g in plan["gpus"] for ch in g["channels"]}
+    assert {"memory", "port"} <= kinds
+    assert check_plan_text(text, "plan.json").ok
+
+
+def test_synth_on_a_cluster_topology_emits_port_channels(tmp_path):
+    out = tmp_path / "ring.plan.json"
+    assert main(["synth", "-a", "ring", "-n", "16", "--topology", "h100-cluster", "--format", "mscclpp-plan",
+                 "-o", str(out)]) == 0
+    assert _channel_sides(json.loads(out.read_text())) == (0, 0)
+    sched = tmp_path / "ring.json"  # a saved schedule keeps its topology: `emit` finds the nodes again
+    assert main(["synth", "-a", "ring", "-n", "16", "--topology", "h100-cluster", "-o", str(sched)]) == 0
+    plan = tmp_path / "again.plan.json"
+    assert main(["emit", str(sched), "--format", "mscclpp-plan", "-o", str(plan)]) == 0
+    assert plan.read_bytes() == out.read_bytes()

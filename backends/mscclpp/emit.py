@@ -31,6 +31,7 @@ from collsynth.backends.mscclpp.lower import (
 )
 from collsynth.backends.mscclpp.model import FORMAT_VERSION, MAX_CHANNELS_PER_TB, MAX_ITERATIONS, MAX_OPS_PER_TB
 from collsynth.errors import CollsynthError
+from collsynth.synth.verify import schedule_topology
 
 PROTOCOLS = ("Simple", "LL")
 MAX_RESIDENT_TBS = 108  # an A100's SMs: the kernel runs one 1024-thread block per SM, and all must be resident
@@ -48,12 +49,16 @@ class TooManyThreadBlocks(CollsynthError):
 
 
 def nodes_of(schedule: Any, gpus_per_node: int | None) -> list[int]:
-    """The node of every rank: ``gpus_per_node`` consecutive ranks per node (default: the schedule's
-    ``meta["gpus_per_node"]``, else one node)."""
+    """The node of every rank: ``gpus_per_node`` consecutive ranks per node; by default the schedule's
+    ``meta["gpus_per_node"]``, else the nodes of the topology it records (synth.verify.record_topology),
+    else one node."""
     n = schedule.nranks
     g = gpus_per_node if gpus_per_node is not None else schedule.meta.get("gpus_per_node")
     if g is None:
-        return [0] * n
+        topology = schedule_topology(schedule)
+        if topology is None or topology.nranks != n:
+            return [0] * n
+        return [int(x) for x in topology.node_of]
     if isinstance(g, bool) or not isinstance(g, int) or g < 1:
         raise CollsynthError(f"--gpus-per-node must be an integer >= 1, got {g!r}")
     if n % g:

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from collsynth.errors import CollsynthError
-from collsynth.synth.algorithms.layout import check_topology, intra_order, node_grid, pair_model
+from collsynth.synth.algorithms.layout import check_topology, cluster_meta, intra_order, node_grid, pair_model
 from collsynth.synth.composition import LinkModel, chains, compose, inter_steps, list_schedule
 from collsynth.synth.ir import Schedule
 
@@ -122,7 +122,5 @@ def assemble(n: int, topology: Any, size: float, pipeline: int | str = "auto",
     K = len(weights)
     meta: dict[str, object] = {"algorithm": "hierarchical", "nodes": N, "gpus_per_node": G, "pipeline": K,
                                "inter": kind if N > 1 else "none", "model_s": model_s, "slice_weights": weights}
-    spec = getattr(topology, "spec", None)
-    if N > 1 and spec is not None:
-        meta["topology"] = spec
+    meta.update(cluster_meta(topology, grid))
     return compose(grid, intra_order(topology, grid), weights, kind, lm, s, meta)

@@ -54,6 +54,18 @@ def node_grid(topology: Any, n: int) -> np.ndarray:
     return order.reshape(count, int(sizes[0])).astype(np.int64)
 
 
+def cluster_meta(topology: Any, grid: np.ndarray) -> dict[str, object]:
+    """What a schedule built for several nodes records: ``gpus_per_node`` (backends place port channels
+    by it) and ``topology`` (its spec, so verifying the file enforces the per-class ports again)."""
+    if grid.shape[0] <= 1:
+        return {}
+    out: dict[str, object] = {"gpus_per_node": int(grid.shape[1])}
+    spec = getattr(topology, "spec", None)
+    if spec is not None:
+        out["topology"] = spec
+    return out
+
+
 def route_stats(topology: Any, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(alpha sum, bottleneck bandwidth, link count) of each (src, dst) route."""
     links, alpha = topology.pair_table(pairs)

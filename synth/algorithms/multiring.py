@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from collsynth.errors import CollsynthError
-from collsynth.synth.algorithms.layout import check_topology, disjoint_cycles, intra_order, node_grid
+from collsynth.synth.algorithms.layout import check_topology, cluster_meta, disjoint_cycles, intra_order, node_grid
 from collsynth.synth.ir import Schedule, ScheduleBuilder
 
 MAX_RINGS = 8
@@ -66,6 +66,7 @@ def build(n: int, collective: str = "allreduce", topology: Any = None) -> Schedu
     C = len(rings)
     offs = np.concatenate([[0], np.cumsum(weights)]) * n
     meta: dict[str, object] = {"algorithm": "multiring", "rings": C, "weights": weights}
+    meta.update(cluster_meta(topology, grid))
     b = ScheduleBuilder("allreduce", n, int(offs[-1]), name=f"multiring_allreduce_n{n}",
                         ports=C if together else 2, meta=meta)
     i = np.arange(n)

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from collsynth.errors import CollsynthError
-from collsynth.synth.algorithms.layout import check_topology, node_grid, pair_model, ring_order
+from collsynth.synth.algorithms.layout import check_topology, cluster_meta, node_grid, pair_model, ring_order
 from collsynth.synth.ir import Schedule, ScheduleBuilder
 
 DEFAULT_SIZE = float(2**30)
@@ -103,9 +103,9 @@ def build(n: int, collective: str = "allreduce", topology: Any = None, size: flo
         raise CollsynthError(f"--pipeline must be a positive integer or auto, got {pipeline!r}")
     else:
         K = int(pipeline)
-    multi = node_grid(topology, n).shape[0] > 1
-    b = ScheduleBuilder("allreduce", n, 2 * K, name=f"tree_allreduce_n{n}", ports=2 if multi else 1,
-                        meta={"algorithm": "tree", "pipeline": K})
+    grid = node_grid(topology, n)
+    b = ScheduleBuilder("allreduce", n, 2 * K, name=f"tree_allreduce_n{n}", ports=2 if grid.shape[0] > 1 else 1,
+                        meta={"algorithm": "tree", "pipeline": K, **cluster_meta(topology, grid)})
     shapes = [_shape(p) for p in trees(n)]
     H = [int(h[np.flatnonzero(p < 0)[0]]) for (h, _, _), p in zip(shapes, trees(n))]
     rounds = K + max(H) + max(int(d.max()) for _, d, _ in shapes)
