@@ -353,3 +353,22 @@ def test_status_line_says_why_a_warm_start_was_returned():
     assert status_line(info, short=True) == ("warm start (MILP too large for the time limit), gap 7.2% to the "
                                              "lower bound")
     assert status_line({"status": "optimal", "gap": 0.0}, short=True) == "optimal, gap 0.0% to the lower bound"
+
+
+# ------------------------------------------------------------------------------------------ messages
+def test_messages_name_the_field_or_flag(capsys, tmp_path, ring4):
+    nokey = _mutated(ring4, tmp_path, "nokey.json", lambda d: d.pop("transfers"))
+    code, _, err = run(capsys, "info", nokey)
+    one_line_exit_2(code, err, "missing field 'transfers'")
+    assert "KeyError" not in err
+    phase = _mutated(ring4, tmp_path, "phase.json", lambda d: d.__setitem__(
+        "phases", [{"name": "x", "start": "a", "stop": 1, "waits_for": [0]}]))
+    code, _, err = run(capsys, "verify", phase)
+    one_line_exit_2(code, err, "wrong type")
+    code, _, err = run(capsys, "train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "1ms", "--slow", "3=x")
+    one_line_exit_2(code, err, "--slow '3=x': factor")
+    code, _, err = run(capsys, "compare", "-n", "4", "--size", "1MiB", "--bandwidth", "nvlink=0")
+    one_line_exit_2(code, err, "--bandwidth")
+    bad = _mutated(ring4, tmp_path, "count0.json", lambda d: d["transfers"]["count"].__setitem__(0, 0))
+    code, _, err = run(capsys, "emit", bad, "--format", "msccl-xml")
+    one_line_exit_2(code, err, "count0.json")
