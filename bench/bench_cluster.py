@@ -6,6 +6,9 @@ Run: .venv/bin/python bench/bench_cluster.py [--nodes 16] [--scale 1024,8192] [-
   algorithm's completion and its ratio to the node-cut bound 2(N-1)/N s/(G B_net) (clusters.md
   section 4; B_net = the topology's rail route bandwidth), the best algorithm and its ratio (issue
   target: <= 1.25).
+- ``h100_json``: the same comparison on a topology JSON of the same machine, written by
+  `collsynth topology import tests/fixtures/topologies/dgx_h100_8nic.xml --nodes N --fabric rail`
+  (a DGX H100 NCCL dump with 8 NICs; NVLink from NCCL's link constants, 18 x 20.6 GB/s).
 - ``dgx1``: `compare` on dgx1, each algorithm against the per-GPU bound 2(n-1)/n s / (6 x 25 GB/s)
   (target: best <= 1.3), and ring over twoshot (it was 3.5 in rank order).
 - ``scale``: for each GPU count, the CLI pipeline `synth -a hierarchical -t h100-cluster` + `verify` +
@@ -44,9 +47,9 @@ def rows_with_ratio(rows: list, bound: float) -> list[dict]:
              "x_bound": round(r["completion_s"] / bound, 4)} for r in rows]
 
 
-def h100_cluster(nodes: int, size: float) -> dict:
+def h100_cluster(nodes: int, size: float, spec: str = "h100-cluster") -> dict:
     n = nodes * 8
-    topo = make_topology("h100-cluster", n)
+    topo = make_topology(spec, n)
     _, bw_net = pair_model(topo, 0, 8)  # GPU 0 to GPU 0 of node 1: one rail hop
     bound = node_cut_bound(nodes, 8, size, bw_net)
     t = time.perf_counter()
@@ -108,6 +111,13 @@ def main() -> None:
     size = float(parse_size(args.size))
     res: dict[str, object] = {"cpus": os.cpu_count(), "numpy": np.__version__}
     res["h100_cluster"] = h100_cluster(args.nodes, size)
+    fixture = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "fixtures",
+                           "topologies", "dgx_h100_8nic.xml")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, f"h100-{args.nodes}x8.json")
+        exe = os.path.join(os.path.dirname(sys.executable), "collsynth")
+        _run([exe, "topology", "import", fixture, "--nodes", str(args.nodes), "--fabric", "rail", "-o", path], tmp)
+        res["h100_json"] = h100_cluster(args.nodes, size, path)
     res["dgx1"] = dgx1(size)
     res["scale"] = [scale(int(x), args.size) for x in args.scale.split(",") if x.strip()]
     print(json.dumps(res, indent=1))

@@ -11,7 +11,13 @@ from collsynth.commands.common import int_arg, print_json
 from collsynth.errors import CollsynthError
 from collsynth.fileio import check_output, write_text_atomic
 from collsynth.synth.topology import Topology, load_topology, make_topology, topology_from_dict, topology_presets
-from collsynth.synth.topology_import import FABRICS, dumps_topology, import_topology, parse_nic_speed
+from collsynth.synth.topology_import import (
+    FABRICS,
+    ImportResult,
+    dumps_topology,
+    import_topology,
+    parse_nic_speed,
+)
 from collsynth.synth.topology_view import describe, plot_topology
 from collsynth.units import format_time
 
@@ -92,8 +98,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load(spec: str, gpus: int | None, alpha: str | None, bandwidth: str | None) -> tuple[Topology, str | None]:
-    """(topology, the file it was imported from or None) for `topology show`."""
+def _load(spec: str, gpus: int | None, alpha: str | None, bandwidth: str | None
+          ) -> tuple[Topology, ImportResult | None]:
+    """(topology, the import result when the file was NCCL XML or nvidia-smi text) for `topology show`."""
     if spec in topology_presets():
         return make_topology(spec, 8 if gpus is None else gpus, alpha=alpha, bandwidth=bandwidth), None
     if not os.path.exists(spec):
@@ -104,7 +111,7 @@ def _load(spec: str, gpus: int | None, alpha: str | None, bandwidth: str | None)
     if not head.startswith(b"{"):  # NCCL XML or nvidia-smi text: import it
         res = import_topology(spec)
         topo = topology_from_dict(res.topology, gpus, alpha=alpha, bandwidth=bandwidth, source=spec)
-        return topo, spec
+        return topo, res
     return load_topology(spec, gpus, alpha=alpha, bandwidth=bandwidth), None
 
 
@@ -116,15 +123,19 @@ def cmd_show(args: argparse.Namespace) -> int:
     d = describe(topo)
     note = plot_topology(topo, args.plot) if args.plot is not None else None
     if args.json:
-        print_json({**d, "imported_from": imported, "plot": args.plot})
+        print_json({**d, "imported_from": args.topology if imported else None,
+                    "assumptions": imported.assumptions if imported else [], "plot": args.plot})
         return 0
     if imported:
-        print(f"imported {imported} (see `collsynth topology import` for what was assumed)")
+        print(f"imported {args.topology} ({imported.model.fmt}), assuming:")
+        for a in imported.assumptions:
+            print(f"  - {a}")
     per = "/".join(map(str, d["gpus_per_node"]))
     where = (f"{d['nodes']} nodes of {per}" + (f", {d['fabric']} fabric" if d["fabric"] else "")
              if d["nodes"] > 1 else "one node")
-    print(f"topology {d['name']}: {d['gpus']} GPUs in {where}, {d['switches']} switches, {d['links']} links, "
-          f"routing {d['routing']}")
+    sw = d["switches"]
+    print(f"topology {d['name']}: {d['gpus']} GPUs in {where}, {sw} switch{'es' if sw != 1 else ''}, "
+          f"{d['links']} links, routing {d['routing']}")
     print("link classes (per GPU port):")
     width = max(len(c) for c in d["classes"])
     for c, v in d["classes"].items():

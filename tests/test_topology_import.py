@@ -233,6 +233,15 @@ def test_malformed_xml_one_line_naming_the_element(tmp_path, edit, msg):
     assert "\n" not in str(e.value)
 
 
+def test_grace_c2c_is_reported_not_modelled(tmp_path):
+    p = tmp_path / "c2c.xml"
+    p.write_text(_h200_text().replace('<gpu dev="0" sm="90" rank="0" gdr="1">',
+                                      '<gpu dev="0" sm="90" rank="0" gdr="1">\n<c2c bw="40.0" count="10"/>'))
+    res = import_topology(str(p))
+    assert any("C2C" in a for a in res.assumptions)
+    assert res.topology["links"] == import_topology(H200).topology["links"]
+
+
 def test_oversized_file_refused_without_parsing(tmp_path, monkeypatch):
     p = tmp_path / "big.xml"
     p.write_text(_h200_text())
@@ -331,3 +340,9 @@ def test_topology_without_action_prints_help(capsys):
 def test_dumps_topology_is_json():
     t = import_topology(os.path.join(FIX, "dgx_h100_8nic.xml"), nodes=2, fabric="fat-tree").topology
     assert json.loads(dumps_topology(t)) == t
+
+
+@pytest.mark.parametrize("path", [H200, SMI_H200])
+def test_a_machine_file_given_as_topology_says_to_import_it(capsys, path):
+    code, _, err = run(capsys, "compare", "--gpus", "8", "--size", "1MiB", "-t", path)
+    assert code == 2 and "collsynth topology import" in err and err.count("\n") == 1

@@ -66,6 +66,7 @@ def test_show_cli_text_json_and_plot(capsys, tmp_path):
 def test_show_imports_xml_and_smi_on_the_fly(capsys):
     code, out, _ = run(capsys, "topology", "show", os.path.join(FIX, "dgx_h100_8nic.xml"))
     assert code == 0 and out.startswith("imported ") and "nvlink  1 port, alpha 3.400 us, 370.8 GB/s" in out
+    assert "  - 4 NVSwitch chips modelled as one non-blocking switch" in out
     code, out, _ = run(capsys, "topology", "show", vectors("topologies", "smi", "dgx1-v100-msccl-tools-test.txt"))
     assert code == 0 and "bisection bandwidth (GPUs 0-3 | 4-7): 120 GB/s" in out  # 6 NVLinks x 20 GB/s
 

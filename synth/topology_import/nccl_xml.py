@@ -169,6 +169,8 @@ def read_nccl_xml(text: str, name: str, where: str) -> NodeModel:
     for _, _, _, f in keyed:
         r = f["rank"]
         for nv in f["el"]:
+            if nv.tag == "c2c":
+                model.assume(f"GPU {r}'s C2C link to its Grace CPU is not modelled (no GPU-to-GPU traffic uses it)")
             if nv.tag != "nvlink":
                 continue
             what = f"<nvlink> of GPU {r} ({f['busid']})"
