@@ -321,4 +321,5 @@ def test_flat_bytes_is_the_bit_set_memory():
 
 
 def test_range_message_when_the_destination_is_rank_0():
-    assert _msg([[(1, 0, 2, 1, True)]], C=2) == "FAIL step 0, transfer #0 (1->0 chunk 2 reduce): chunk run 2..2 outside 0..1"
+    assert _msg([[(1, 0, 2, 1, True)]], C=2) == \
+        "FAIL step 0, transfer #0 (1->0 chunk 2 reduce): chunk run 2..2 outside 0..1"
