@@ -21,7 +21,7 @@ from collsynth.commands.emit_cmds import (
 from collsynth.errors import CollsynthError
 from collsynth.fileio import check_output, write_text_atomic
 from collsynth.synth.algorithms.stragglar.family import write_family
-from collsynth.synth.compare import compare
+from collsynth.synth.compare import compare, compare_bound
 from collsynth.synth.registry import algorithm_params, algorithms, build_schedule, param_flag
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import make_topology
@@ -306,15 +306,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
     limit = (parse_time(args.solver_time_limit, allow_zero=False, flag="--solver-time-limit")
              if args.solver_time_limit else None)
     rows = compare(n, size, topo, arrivals, names, limit)
+    bound = compare_bound(n, size, topo, arrivals)
     if args.json:
         print_json({"gpus": n, "size_bytes": size, "topology": args.topology,
-                    "arrivals": {str(k): v for k, v in sorted(arrivals.items())}, "rows": rows})
+                    "arrivals": {str(k): v for k, v in sorted(arrivals.items())},
+                    "bound_s": bound.value_s, "bound_after_last_arrival_s": bound.after_last_arrival_s,
+                    "bound": {"kind": bound.kind, "formula": bound.formula, "numbers": bound.numbers},
+                    "rows": rows})
         return 0
     late = ", ".join(f"rank {r} at {format_time(t)}" for r, t in sorted(arrivals.items()) if t > 0) or "none"
     print(f"{n} ranks, {args.size} per rank, topology {args.topology}, late arrivals: {late}")
+    print(f"bound: {format_time(bound.after_last_arrival_s)} after the last arrival ({bound.kind}: {bound.formula})")
     table = [{**r, "completion": format_time(r["completion_s"]),
               "after_last": format_time(r["after_last_arrival_s"]),
-              "speedup": f"{r['speedup_vs_ring']:.3f}x"} for r in rows]
-    print_table(table, ["algorithm", "completion", "after_last", "speedup", "steps", "note"],
-                ["algorithm", "completion", "after last arrival", "speedup vs ring", "steps", "note"])
+              "speedup": f"{r['speedup_vs_ring']:.3f}x", "xb": f"{r['x_bound']:.2f}x"} for r in rows]
+    print_table(table, ["algorithm", "completion", "after_last", "speedup", "xb", "steps", "note"],
+                ["algorithm", "completion", "after last arrival", "speedup vs ring", "x bound", "steps", "note"])
     return 0

@@ -1,43 +1,181 @@
-"""Lower bounds on AllReduce completion time with per-rank arrivals (valid for every schedule the
-simulator accepts, whatever ports it declares).
+"""Proven lower bounds on AllReduce completion time, for any topology and per-rank arrival times
+(alpha-beta simulator model, gamma = 0; valid for every schedule the simulator accepts, whatever
+ports it declares). docs/topologies.md ("Lower bounds") lists them; the cluster ones follow the brief's clusters.md
+section 4.
 
-Sources: the straggler bound of StragglAR (Devraj et al., arXiv 2505.23523; cost-models.md): a rank
-arriving at a_i must still push its s bytes out (every element of its contribution leaves it at least
-once, raw or inside a sum) and pull s bytes in, and a message costs at least alpha, so
-T >= a_i + alpha + s / B_i, with B_i the total bandwidth of rank i's first-hop links in that direction;
-and the bandwidth bound of Patarasuk & Yuan (JPDC 2009), T >= t_0 + 2(n-1)/n * s/B from the earliest
-arrival t_0, applied only where every GPU has a single link each way (the single-port setting it is
-stated for, e.g. ``nvswitch``).
+Notation: s bytes per rank, a_r the arrival of rank r, t0 = min a_r, alpha_min a lower bound on the
+start-up cost of any route (the cheapest GPU out-link, plus the cheapest switch-to-GPU link when it goes
+through a switch). A *cut* S is one GPU, or one server node (its GPUs plus the switches that only its
+GPUs reach, e.g. its NVSwitch); B_out(S) / B_in(S) is the bandwidth of the links leaving / entering S.
+The simulator never pushes more than a link's bandwidth through it (a step's transfers share it, later
+steps wait), so at most B bytes per second cross a cut of bandwidth B.
+
+- ``per-gpu``: any AllReduce moves at least 2(n-1) s bytes between ranks (the one-way gossip bound,
+  2n-2 messages per element; Patarasuk & Yuan, JPDC 2009), so some rank receives (and some sends) at
+  least 2(n-1)/n s: T >= t0 + 2(n-1)/n s / min(max_r B_in(r), max_r B_out(r)).
+- ``node-cut``: the same with the N server nodes as super-ranks (traffic inside a node is free here):
+  T >= t0 + 2(N-1)/N s / min(max_k B_in(k), max_k B_out(k)); on N x G GPUs with one NIC of B_net each,
+  2(N-1)/N s / (G B_net) (clusters.md section 4: 5.03 ms for 16 x 8 H100 at 1 GiB).
+- ``late-out`` / ``late-in``: after rank r arrives, s bytes carrying its data must leave every cut S that
+  holds r, and s bytes carrying the data of a rank q outside S must enter S (StragglAR, Devraj et al.,
+  arXiv 2505.23523, per GPU; clusters.md section 4 per node):
+  T >= a_r + alpha_min + s / B_out(S) for r in S, and T >= a_q + alpha_min + s / B_in(S) for q not in S.
+- ``latency``: on a topology with several link classes the simulator gives each rank P = ``ports``
+  receive slots, a message lasts at least alpha_min, so a rank learns of at most (1+P)^k ranks within k
+  alpha_min: T >= t0 + ceil(log_{1+P} n) alpha_min. (With one class a schedule may declare any number of
+  ports, so the latency bound is alpha_min, inside the late bounds.)
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 
-
-def _first_hop_bandwidth(topology: Any, rank: int, outgoing: bool) -> tuple[float, int]:
-    col = topology.link_src if outgoing else topology.link_dst
-    mask = np.asarray(col) == rank
-    return float(np.asarray(topology.link_bw)[mask].sum()), int(mask.sum())
+from collsynth.synth.topology import Topology
 
 
-def lower_bound(n: int, size: float, topology: Any, arrivals: Sequence[float]) -> float:
-    """Seconds from time 0 before which no AllReduce can finish (alpha-beta model, gamma = 0)."""
-    pairs = np.array([(u, v) for u in range(n) for v in range(n) if u != v], np.int64)
-    _, alpha = topology.pair_table(pairs)
-    amin = float(alpha.min())
-    best = 0.0
-    single = True
-    bws = []
-    for r in range(n):
-        bw_out, k_out = _first_hop_bandwidth(topology, r, True)
-        bw_in, k_in = _first_hop_bandwidth(topology, r, False)
-        single = single and k_out == 1 and k_in == 1
-        bws.append(max(bw_out, bw_in))
-        best = max(best, arrivals[r] + amin + size / bw_out, arrivals[r] + amin + size / bw_in)
-    if single:
-        best = max(best, min(arrivals) + 2 * (n - 1) / n * size / max(bws))
-    return best
+@dataclass(frozen=True)
+class Bound:
+    """The largest of the bounds below for one setting: ``value_s`` (completion, from time 0) and the
+    name and formula of the bound that gives it; ``terms`` holds every bound computed (name -> seconds)."""
+
+    value_s: float
+    after_last_arrival_s: float  # value_s - the last arrival
+    kind: str  # per-gpu | node-cut | late-out | late-in | latency
+    formula: str  # e.g. "t0 + 2(N-1)/N s / B_node"
+    numbers: str  # the formula with the values put in
+    terms: dict[str, float] = field(default_factory=dict)
+
+    def to_json_dict(self) -> dict[str, object]:
+        return {"bound_s": self.value_s, "bound_after_last_arrival_s": self.after_last_arrival_s,
+                "kind": self.kind, "formula": self.formula, "numbers": self.numbers, "terms": dict(self.terms)}
+
+
+def min_route_alpha(topology: Topology) -> float:
+    """A lower bound on the alpha of every GPU-to-GPU route: its first link leaves a GPU; it either
+    reaches the destination GPU directly or goes through a switch and ends with a switch-to-GPU link."""
+    n = topology.nranks
+    src, dst, a = topology.link_src, topology.link_dst, topology.link_alpha
+    up = src < n
+    direct = up & (dst < n)
+    via = up & (dst >= n)
+    down = (src >= n) & (dst < n)
+    best = math.inf
+    if direct.any():
+        best = float(a[direct].min())
+    if via.any() and down.any():
+        best = min(best, float(a[via].min() + a[down].min()))
+    return best if math.isfinite(best) else 0.0
+
+
+def cut_bandwidths(topology: Topology) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(gpu_out, gpu_in, node_out, node_in): bandwidth leaving / entering each GPU and each server node.
+
+    A node's cut holds its GPUs and every switch whose GPU neighbours all belong to that node."""
+    n, N = topology.nranks, topology.node_count
+    src, dst, bw = topology.link_src, topology.link_dst, topology.link_bw
+    gpu_out = np.bincount(src[src < n], bw[src < n], minlength=n)
+    gpu_in = np.bincount(dst[dst < n], bw[dst < n], minlength=n)
+    nv = topology.nnodes
+    owner = np.full(nv, -1, np.int64)
+    owner[:n] = topology.node_of
+    # switches: the nodes of their GPU neighbours (in either direction)
+    sw_gpu = np.concatenate([np.stack([dst[(src < n) & (dst >= n)], src[(src < n) & (dst >= n)]], 1),
+                             np.stack([src[(dst < n) & (src >= n)], dst[(dst < n) & (src >= n)]], 1)])
+    if len(sw_gpu):
+        sw, g = sw_gpu[:, 0], topology.node_of[sw_gpu[:, 1]]
+        lo = np.full(nv, np.iinfo(np.int64).max, np.int64)
+        hi = np.full(nv, -1, np.int64)
+        np.minimum.at(lo, sw, g)
+        np.maximum.at(hi, sw, g)
+        mine = (hi >= 0) & (lo == hi)
+        mine[:n] = False
+        owner[mine] = lo[mine]
+    cross = owner[src] != owner[dst]
+    out_m = cross & (owner[src] >= 0)
+    in_m = cross & (owner[dst] >= 0)
+    node_out = np.bincount(owner[src[out_m]], bw[out_m], minlength=N)
+    node_in = np.bincount(owner[dst[in_m]], bw[in_m], minlength=N)
+    return gpu_out, gpu_in, node_out, node_in
+
+
+def _fmt(x: float) -> str:
+    if x >= 1:
+        return f"{x:.4g} s"
+    if x >= 1e-3:
+        return f"{x * 1e3:.4g} ms"
+    return f"{x * 1e6:.4g} us"
+
+
+def _rate(b: float) -> str:
+    return f"{b / 1e9:.4g} GB/s"
+
+
+def allreduce_bound(topology: Topology, size: float, arrivals: Sequence[float] | np.ndarray | None = None) -> Bound:
+    """The largest proven lower bound (module docstring) on the completion of an AllReduce of ``size``
+    bytes per rank on ``topology`` with per-rank ``arrivals`` (seconds, default all 0)."""
+    n = topology.nranks
+    s = float(size)
+    a = np.zeros(n) if arrivals is None else np.asarray(arrivals, np.float64)
+    t0, last = float(a.min()), float(a.max())
+    amin = min_route_alpha(topology)
+    gpu_out, gpu_in, node_out, node_in = cut_bandwidths(topology)
+    cands: list[tuple[float, str, str]] = []
+    # per-GPU (gossip) bound
+    b = min(float(gpu_in.max()), float(gpu_out.max()))
+    cands.append((t0 + 2 * (n - 1) / n * s / b, "per-gpu",
+                  f"t0 + 2(n-1)/n s / B_gpu||{_fmt(t0)} + 2*{n - 1}/{n} * {s:.6g} B / {_rate(b)}"))
+    # node cut (super-ranks)
+    N = topology.node_count
+    if N > 1:
+        bn = min(float(node_in.max()), float(node_out.max()))
+        cands.append((t0 + 2 * (N - 1) / N * s / bn, "node-cut",
+                      f"t0 + 2(N-1)/N s / B_node||{_fmt(t0)} + 2*{N - 1}/{N} * {s:.6g} B / {_rate(bn)}"))
+    # late bounds per GPU: out after its own arrival, in after the latest other arrival
+    order = np.argsort(a)
+    top, second = int(order[-1]), (int(order[-2]) if n > 1 else int(order[-1]))
+    other_last = np.where(np.arange(n) == top, a[second], a[top])  # latest arrival among the others
+    out_t = a + amin + s / gpu_out
+    in_t = other_last + amin + s / gpu_in
+    r = int(np.argmax(out_t))
+    cands.append((float(out_t[r]), "late-out",
+                  f"a_r + alpha + s / B_out(r), r = {r}||{_fmt(a[r])} + {_fmt(amin)} + {s:.6g} B / "
+                  f"{_rate(gpu_out[r])}"))
+    r = int(np.argmax(in_t))
+    cands.append((float(in_t[r]), "late-in",
+                  f"max other a_q + alpha + s / B_in(r), r = {r}||{_fmt(other_last[r])} + {_fmt(amin)} + "
+                  f"{s:.6g} B / {_rate(gpu_in[r])}"))
+    if N > 1:
+        node_last = np.full(N, -np.inf)
+        np.maximum.at(node_last, topology.node_of, a)
+        srt = np.sort(node_last)
+        others = np.where(node_last == srt[-1], srt[-2], srt[-1])  # latest arrival outside each node
+        k = int(np.argmax(node_last + s / node_out))
+        cands.append((float(node_last[k] + amin + s / node_out[k]), "late-out",
+                      f"last arrival in node k + alpha + s / B_out(node k), k = {k}||{_fmt(node_last[k])} + "
+                      f"{_fmt(amin)} + {s:.6g} B / {_rate(node_out[k])}"))
+        k = int(np.argmax(others + s / node_in))
+        cands.append((float(others[k] + amin + s / node_in[k]), "late-in",
+                      f"last arrival outside node k + alpha + s / B_in(node k), k = {k}||{_fmt(others[k])} + "
+                      f"{_fmt(amin)} + {s:.6g} B / {_rate(node_in[k])}"))
+    if len(topology.classes) > 1 and n > 1:
+        P = topology.ports
+        rounds = math.ceil(math.log(n) / math.log(1 + P) - 1e-12)
+        cands.append((t0 + rounds * amin, "latency",
+                      f"t0 + ceil(log_(1+P) n) alpha, P = {P}||{_fmt(t0)} + {rounds} * {_fmt(amin)}"))
+    terms: dict[str, float] = {}
+    for v, kind, _ in cands:
+        terms[kind] = max(terms.get(kind, -math.inf), v)
+    v, kind, text = max(cands, key=lambda c: c[0])
+    formula, numbers = text.split("||")
+    return Bound(v, v - last, kind, formula, numbers, terms)
+
+
+def lower_bound(n: int, size: float, topology: Topology, arrivals: Sequence[float]) -> float:
+    """Seconds from time 0 before which no AllReduce can finish (``allreduce_bound(...).value_s``)."""
+    if topology.nranks != n:
+        raise ValueError(f"topology has {topology.nranks} GPUs, not {n}")
+    return allreduce_bound(topology, size, arrivals).value_s

@@ -15,11 +15,12 @@ from collsynth.apitypes import Arrivals, Bytes
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.stragglar.pipeline import topology_model
 from collsynth.synth.arrivals import arrival_vector, latest_rank
+from collsynth.synth.bounds import Bound, allreduce_bound
 from collsynth.synth.registry import algorithms as algorithm_table
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import Topology, make_topology
-from collsynth.synth.verify import check
+from collsynth.synth.verify import check, class_port_violation
 from collsynth.units import parse_size
 
 
@@ -32,6 +33,8 @@ class CompareRow(TypedDict):
     steps: int
     note: str
     speedup_vs_ring: float  # ring's after_last_arrival_s over this row's (inf when this row's is 0)
+    bound_s: float  # the proven lower bound on completion (synth.bounds.allreduce_bound), the same on every row
+    x_bound: float  # after_last_arrival_s over the bound's after-last-arrival part (>= 1)
 
 
 MULTI_LATE = "multistraggler"  # runs by default only with two or more late ranks (with one it is stragglar)
@@ -44,11 +47,19 @@ def default_algorithms(late_ranks: int = 0) -> list[str]:
             and (a != MULTI_LATE or late_ranks >= 2)]
 
 
+def compare_bound(n: int, size: Bytes, topology: Topology | str = "nvswitch", arrivals: Arrivals = None) -> Bound:
+    """The proven lower bound ``compare`` measures every row against (synth.bounds.allreduce_bound)."""
+    size_b = parse_size(size) if isinstance(size, str) else size
+    topo = make_topology(topology, n) if isinstance(topology, str) else topology
+    return allreduce_bound(topo, float(size_b), arrival_vector(arrivals, n))
+
+
 def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
             arrivals: Arrivals = None, algorithms: Sequence[str] | None = None,
             solver_time_limit: float | None = None) -> list[CompareRow]:
     """One row per algorithm (``algorithm``, ``completion_s``, ``after_last_arrival_s``, ``steps``,
-    ``note``, ``speedup_vs_ring``), sorted fastest first after the last arrival. ``topology`` is a
+    ``note``, ``speedup_vs_ring``, ``bound_s``, ``x_bound``), sorted fastest first after the last arrival;
+    the bound is ``compare_bound`` (synth.bounds.allreduce_bound). ``topology`` is a
     Topology or a preset name / JSON path; ``arrivals`` a {rank: time} mapping or one time per rank."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
         raise CollsynthError(f"--gpus must be an integer >= 2, got {n!r}")
@@ -68,6 +79,7 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
     if hide_ring:
         names = ["ring", *names]
     latest = latest_rank(times, n)
+    bound = allreduce_bound(topo, float(size_b), times)
     rows: list[CompareRow] = []
     for i, a in enumerate(names):
         progress.note(f"compare [{i + 1}/{len(names)}] {a}")
@@ -93,10 +105,13 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
             note += f"straggler={s.meta.get('straggler')} late={len(s.meta.get('late', []))}"  # type: ignore[arg-type]
         if s.meta.get("pipeline", 1) != 1:
             note += f" K={s.meta['pipeline']}"
+        if len(topo.classes) > 1 and class_port_violation(s, topo):  # the simulator queues the extra messages
+            note += " exceeds the topology's ports per class (queued)"
         res = simulate(s, size_b, topo, arr)
         rows.append({"algorithm": a, "completion_s": res.completion_s,
                      "after_last_arrival_s": res.after_last_arrival_s, "steps": s.nsteps, "note": note.strip(),
-                     "speedup_vs_ring": 0.0})  # set below, once ring's time is known
+                     "speedup_vs_ring": 0.0,  # set below, once ring's time is known
+                     "bound_s": bound.value_s, "x_bound": res.after_last_arrival_s / bound.after_last_arrival_s})
     ring = next(r for r in rows if r["algorithm"] == "ring")["after_last_arrival_s"]
     for r in rows:
         r["speedup_vs_ring"] = ring / r["after_last_arrival_s"] if r["after_last_arrival_s"] > 0 else float("inf")

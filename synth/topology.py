@@ -673,7 +673,7 @@ def cluster_topology(nodes: int, gpus_per_node: int = 8, *, fabric: str = "rail"
 
 def _class_values(x: Any, what: str) -> float | dict[str, float] | None:
     """A single alpha/bandwidth (every class) or a per-class mapping / "cls=value,..." string."""
-    parse = (lambda v: _as_time(v, "topology")) if what == "alpha" else (lambda v: _as_rate(v, "topology"))
+    parse = (lambda v: _as_time(v, f"--{what}")) if what == "alpha" else (lambda v: _as_rate(v, f"--{what}"))
     if isinstance(x, Mapping):
         x = dict(x)
     return parse_class_values(x, parse, flag=f"--{what}",
@@ -791,6 +791,10 @@ def load_topology(path: str, n: int | None = None, alpha: ClassTimes = None,
     try:
         d = json_loads(text)
     except json.JSONDecodeError as e:
+        if text.lstrip().startswith("<system") or "GPU0" in text[:4096]:  # a machine description, not a topology
+            raise CollsynthError(f"topology file {path} is NCCL topology XML or nvidia-smi output, not a "
+                                 f"topology JSON: convert it with `collsynth topology import {path} -o topo.json`"
+                                 ) from None
         raise CollsynthError(f"topology file {path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     name = os.path.splitext(os.path.basename(path))[0]
     return topology_from_dict(d, n, alpha=alpha, bandwidth=bandwidth, source=path, default_name=name)

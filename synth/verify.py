@@ -146,6 +146,12 @@ def _check_class_ports(s: Schedule, topo: Topology) -> VerifyReport | None:
                                 f"({name} port limit {int(cap[c])} on topology {topo.name})")
 
 
+def class_port_violation(s: Schedule, topology: Topology) -> str | None:
+    """The first per-class port violation of ``s`` on ``topology`` (a message), or None when it fits."""
+    bad = _check_ranges(s) or _check_class_ports(s, topology)
+    return None if bad is None else bad.message
+
+
 def record_topology(s: Schedule, topology: Topology) -> Schedule:
     """Record ``topology`` (its spec) in ``s.meta["topology"]`` so that verifying ``s`` later, e.g.
     `collsynth verify FILE`, enforces the topology's per-class ports again; returns ``s``."""

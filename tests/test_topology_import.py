@@ -340,3 +340,9 @@ def test_topology_without_action_prints_help(capsys):
 def test_dumps_topology_is_json():
     t = import_topology(os.path.join(FIX, "dgx_h100_8nic.xml"), nodes=2, fabric="fat-tree").topology
     assert json.loads(dumps_topology(t)) == t
+
+
+@pytest.mark.parametrize("path", [H200, SMI_H200])
+def test_a_machine_file_given_as_topology_says_to_import_it(capsys, path):
+    code, _, err = run(capsys, "compare", "--gpus", "8", "--size", "1MiB", "-t", path)
+    assert code == 2 and "collsynth topology import" in err and err.count("\n") == 1
