@@ -52,8 +52,12 @@ KEEP = {
 
 # target -> (modules, tests that cover them); the first three are the representative subset
 TARGETS: dict[str, tuple[list[str], list[str]]] = {
-    "verify": (["synth/verify.py"], ["tests/test_verify.py"]),
-    "ir": (["synth/ir.py"], ["tests/test_ir.py", "tests/test_verify.py"]),
+    "verify": (["synth/verify.py"], ["tests/test_verify.py", "tests/test_cluster_topology.py",
+                                     "tests/test_cluster_algorithms.py"]),
+    "ir": (["synth/ir.py"], ["tests/test_ir.py", "tests/test_verify.py",
+                             "tests/test_bad_input.py::test_schedule_fields_are_range_checked_before_use",
+                             "tests/test_bad_input.py::test_info_on_an_out_of_range_rank_is_bad_input_and_verify_a_verdict",
+                             "tests/test_bad_input.py::test_verify_estimates_its_memory_before_allocating"]),
     "msccl-check": (["backends/msccl/check.py"], ["tests/test_msccl_check.py"]),
     "msccl-execute": (["backends/msccl/execute.py"], ["tests/test_msccl_check.py"]),
     "simulate": (["synth/simulate.py", "synth/arrivals.py"], ["tests/test_simulate.py"]),
@@ -138,17 +142,61 @@ def run_target(name: str, timeout: float, python: str) -> dict[str, object]:
     return summarize(name, db, pkg, env, bindir, time.perf_counter() - t0)
 
 
+def rerun_survivors(name: str, timeout: float, python: str) -> dict[str, object]:
+    """Run the last session's survivors again against the target's test list as it is now (killed
+    mutants stay killed: tests are only added). While the target's modules are byte-identical to the
+    mutated copy, the copy gets the current files; otherwise the copy's own snapshot is measured. Either
+    way the copy must pass its tests unmutated first."""
+    modules, tests = TARGETS[name]
+    work = os.path.join(ROOT, "build", "mutation", name)
+    pkg = os.path.join(work, "collsynth")
+    db = os.path.join(work, "session.sqlite")
+    same = True
+    for m in modules:
+        with open(os.path.join(ROOT, m), "rb") as a, open(os.path.join(pkg, m), "rb") as b:
+            same = same and a.read() == b.read()
+    if same:
+        _copy_tree(pkg)  # the current tests
+    else:  # the module moved on: measure the copy's snapshot (its code and its tests) as it is
+        print(f"mutation: {name}: modules changed since the last run; re-running on the copy's snapshot",
+              file=sys.stderr, flush=True)
+    env = dict(os.environ, PYTHONPATH=work, PYTHONDONTWRITEBYTECODE="1")
+    test_cmd = f"{python} -m pytest -x -q -p no:cacheprovider {' '.join(tests)}"
+    base = subprocess.run(test_cmd.split(), cwd=pkg, env=env, capture_output=True, text=True)
+    if base.returncode != 0:
+        raise SystemExit(f"mutation: the tests of target {name} fail before mutating: {base.stdout[-1500:]}")
+    cfg = os.path.join(work, "config.toml")
+    with open(cfg) as f:
+        text = f.read()
+    with open(cfg, "w") as f:
+        f.write(re.sub(r"^test-command = .*$", lambda _: f"test-command = {json.dumps(test_cmd)}", text, flags=re.M))
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    n = con.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'").rowcount
+    con.commit()
+    con.close()
+    print(f"mutation: {name}: {n} survivors again, against {' '.join(tests)}", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    bindir = os.path.dirname(python)
+    _run([os.path.join(bindir, "cosmic-ray"), "exec", cfg, db], pkg, env)
+    return summarize(name, db, pkg, env, bindir, time.perf_counter() - t0)
+
+
 def summarize(name: str, db: str, pkg: str, env: dict[str, str], bindir: str, seconds: float) -> dict[str, object]:
     equivalent: dict[str, str] = {}
     if os.path.exists(EQUIVALENT):
         with open(EQUIVALENT) as f:
             equivalent = json.load(f)
     counts = {"mutants": 0, "killed": 0, "survived": 0, "incompetent": 0, "timeouts": 0, "equivalent": 0,
-              "skipped": 0}
+              "skipped": 0, "pending": 0}
     survivors = []
     for line in _run([os.path.join(bindir, "cosmic-ray"), "dump", db], pkg, env).splitlines():
         item, result = json.loads(line)
-        if result is None or result.get("worker_outcome") == "skipped":
+        if result is None:  # not run yet (an interrupted or unfinished run: see --report-only)
+            counts["pending"] += 1
+            continue
+        if result.get("worker_outcome") == "skipped":  # an operator outside KEEP
             counts["skipped"] += 1
             continue
         counts["mutants"] += 1
@@ -185,6 +233,8 @@ def main() -> int:
     ap.add_argument("--list", action="store_true", help="print the targets and exit")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per mutant's test run (default 120)")
     ap.add_argument("--report-only", action="store_true", help="summarize the last run's sessions without running")
+    ap.add_argument("--rerun-survivors", action="store_true",
+                    help="run the last session's survivors again with the current tests (modules unchanged)")
     args = ap.parse_args()
     if args.list:
         print(json.dumps({k: {"modules": m, "tests": t} for k, (m, t) in TARGETS.items()}, indent=1))
@@ -202,6 +252,8 @@ def main() -> int:
             env = dict(os.environ, PYTHONPATH=work)
             out[name] = summarize(name, os.path.join(work, "session.sqlite"), os.path.join(work, "collsynth"), env,
                                   os.path.dirname(python), 0.0)
+        elif args.rerun_survivors:
+            out[name] = rerun_survivors(name, args.timeout, python)
         else:
             out[name] = run_target(name, args.timeout, python)
     tot = {k: sum(int(v[k]) for v in out.values()) for k in ("mutants", "killed", "survived", "incompetent",  # type: ignore[index]

@@ -358,7 +358,7 @@ class Schedule:
             raise
         except CollsynthError as e:
             raise ScheduleFileError(f"{source}: {e}") from None
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, OverflowError) as e:  # OverflowError: int(1e400)
             raise ScheduleFileError(f"{source}: malformed schedule ({type(e).__name__}: {e})") from None
 
     @classmethod

@@ -151,9 +151,9 @@ class Server:
     """One fork server per test session (see the module docstring)."""
 
     def __init__(self) -> None:
+        # COLLSYNTH_DEBUG: an internal error (a failure anyway) comes with its traceback in the report
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-                   COLLSYNTH_DEBUG="", PYTHONHASHSEED="0")
-        env.pop("COLLSYNTH_DEBUG")
+                   COLLSYNTH_DEBUG="1", PYTHONHASHSEED="0")
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
         self.count = 0

@@ -210,3 +210,23 @@ def test_hostile_input_paths(fuzz, path):
         argv = [path if a == "F" else a for a in cmd]
         out = run_case(server, root, "file-paths", argv, {"in.json": bases["schedule"], "pipe": None}, _outputs(argv))
         assert not out.problems(), out.describe()
+
+
+# ------------------------------------------------------------------ what the long run found (fixed)
+@pytest.mark.parametrize("base, path, raw", [
+    ("schedule", ("phases", 0, "start"), "1e400"),  # int(inf) in the schedule reader: exit 3 before
+    ("plan", ("gpus", 0, "input_chunks"), "1e400"),  # float check v == int(v) on inf in the plan reader
+    ("plan", ("gpus", 0, "input_chunks"), "NaN"),
+])
+def test_numbers_json_reads_as_infinity_or_nan_are_bad_input(fuzz, base, path, raw):
+    obj = json.loads(fuzz[2][base])
+    target = obj
+    for p in path[:-1]:
+        target = target[p]
+    target[path[-1]] = "__RAW__"
+    content = json.dumps(obj).replace('"__RAW__"', raw)
+    name = "in.json" if base == "schedule" else "plan.json"
+    server, root, _ = fuzz
+    for cmd in (["verify", name], ["info", name]):
+        out = run_case(server, root, "file-found", cmd, {name: content})
+        assert out.kind == "exit" and out.code == 2 and not out.problems(), out.describe()

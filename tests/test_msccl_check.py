@@ -338,3 +338,112 @@ def test_accesses_ordered_only_through_fifos_on_another_gpu_are_not_a_race():
             [(0, 0, 0, [step(0, "rrc", ("i", 0), ("o", 0), cnt=2), step(1, "s", ("o", 0), cnt=2)])]]
     r = check(xml(gpus))
     assert r.ok, r.message
+
+
+# exact reports and boundaries (mutation testing: survivors in check.py)
+def _head(n, N, coll="allreduce", inplace=1, outofplace=1):
+    return (f'<algo name="t" proto="Simple" nchannels="1" nchunksperloop="{N}" ngpus="{n}" coll="{coll}" '
+            f'inplace="{inplace}" outofplace="{outofplace}" minBytes="0" maxBytes="0">')
+
+
+def test_missing_contributions_are_listed_exactly_up_to_eight():
+    # 10 GPUs that each copy their input to their output and nothing else: gpu 0 misses ranks 1..9
+    text = xml([[(-1, -1, 0, [step(0, "cpy", ("i", 0), ("o", 0))])] for _ in range(10)],
+               head=_head(10, 1, inplace=0), nchunks=1)
+    r = _kind(text, "postcondition")
+    assert r.message == ("FAIL gpu 0 output chunk 0 (out-of-place call): misses the contribution of rank(s) "
+                         "1, 2, 3, 4, 5, 6, 7, 8")
+
+
+def _alltoall2(gpu0_recv_type):
+    """2-GPU alltoall, out of place: each GPU sends the other its block and keeps its own."""
+    g0 = [step(0, "s", ("i", 1)), step(1, gpu0_recv_type, ("i", 0), ("o", 1)), step(2, "cpy", ("i", 0), ("o", 0))]
+    g1 = [step(0, "s", ("i", 0)), step(1, "r", ("i", 0), ("o", 0)), step(2, "cpy", ("i", 1), ("o", 1))]
+    return xml([[(1, 1, 0, g0)], [(0, 0, 0, g1)]], head=_head(2, 2, "alltoall", inplace=0))
+
+
+def test_extra_contribution_of_a_higher_rank():
+    # the mirror image: gpu 1 adds its own block 1 into rank 0's block 1, which it received
+    g0 = [step(0, "s", ("i", 1)), step(1, "r", ("i", 0), ("o", 1)), step(2, "cpy", ("i", 0), ("o", 0))]
+    g1 = [step(0, "s", ("i", 0)), step(1, "rrc", ("i", 1), ("o", 0)), step(2, "cpy", ("i", 1), ("o", 1))]
+    r = _kind(xml([[(1, 1, 0, g0)], [(0, 0, 0, g1)]], head=_head(2, 2, "alltoall", inplace=0)), "postcondition")
+    assert r.message == ("FAIL gpu 1 output chunk 0 (out-of-place call): holds the contribution of rank(s) 1 "
+                         "it should not")
+
+
+def test_shared_fifo_message_names_both_thread_blocks():
+    text = xml([[(-1, -1, 0, [step(0, "cpy", ("i", 0), ("o", 0))]), (1, -1, 0, [step(0, "s", ("i", 0))]),
+                 (1, -1, 0, [step(0, "s", ("i", 1))])],
+                [(-1, 0, 0, [step(0, "r", ("i", 0), ("o", 0)), step(1, "r", ("i", 1), ("o", 1))])]])
+    r = _kind(text, "fifo")
+    assert "thread blocks 1 and 2 both have send=1 on channel 0" in r.message, r.message
+
+
+def test_alltoall_postcondition_and_extra_contributions():
+    assert check(_alltoall2("r")).ok
+    # gpu 0 adds its own block 0 into what it received (rank 1's block 0): an extra contribution
+    r = _kind(_alltoall2("rrc"), "postcondition")
+    assert r.message == ("FAIL gpu 0 output chunk 1 (out-of-place call): holds the contribution of rank(s) 0 "
+                         "it should not")
+
+
+@pytest.mark.parametrize("alg", ["ring", "direct"])
+@pytest.mark.parametrize("coll", ["reducescatter", "allgather"])
+@pytest.mark.parametrize("n", [3, 4])
+def test_emitted_reducescatter_and_allgather_pass_the_postcondition(alg, coll, n):
+    from collsynth.backends.msccl import emit_xml
+    from collsynth.synth.registry import build_schedule
+
+    s = build_schedule(alg, n, coll)
+    for per_loop in (None, 2 * s.nchunks):  # one and two chunks per rank block
+        r = check(emit_xml(s, check=False, nchunksperloop=per_loop))
+        assert r.ok, r.message
+
+
+def test_shared_fifo_on_the_receiving_side_of_gpu_1():
+    # gpu 1 has two thread blocks that both receive from gpu 0 on channel 0 (peer 0 is a peer, not "none")
+    text = xml([[(1, -1, 0, [step(0, "s", ("i", 0)), step(1, "s", ("i", 1))])],
+                [(-1, 0, 0, [step(0, "r", ("i", 0), ("o", 0))]), (-1, 0, 0, [step(0, "r", ("i", 1), ("o", 1))])]])
+    r = _kind(text, "fifo", "share one FIFO")
+    assert r.message.endswith(": thread blocks 0 and 1 both have recv=0 on channel 0; they would share one FIFO "
+                              "(use another channel)") and (r.gpu, r.tb) == (1, 1), r.message
+
+
+@pytest.mark.parametrize("sender_steps, recv_steps, needle", [
+    (1, 0, "gpu 0 sends 1 time(s) to gpu 1 but gpu 1 receives 0 time(s) from gpu 0 (thread block 0:0)"),
+    (0, 1, "gpu 0 sends 0 time(s) to gpu 1 but gpu 1 receives 1 time(s) from gpu 0 (thread block 1:0)"),
+])
+def test_fifo_counts_when_one_side_never_uses_the_connection(sender_steps, recv_steps, needle):
+    g0 = [step(0, "s", ("i", 0))] * sender_steps or [step(0, "cpy", ("i", 0), ("o", 0))]
+    g1 = [step(0, "r", ("i", 0), ("o", 0))] * recv_steps or [step(0, "cpy", ("i", 0), ("o", 0))]
+    text = xml([[(1, -1, 0, g0)], [(-1, 0, 0, g1)]])
+    r = _kind(text, "fifo")
+    assert r.message == f"FAIL FIFO mismatch on channel 0: {needle}", r.message
+
+
+def test_negative_offsets_and_zero_counts_are_refused():
+    bad_off = direct2().replace('<step s="0" type="s" srcbuf="i" srcoff="0"', '<step s="0" type="s" srcbuf="i" '
+                                'srcoff="-1"', 1)
+    _kind(bad_off, "bounds", "srcoff=-1 cnt=2 runs past buffer 'i'")
+    bad_dst = direct2().replace('type="rrc" srcbuf="i" srcoff="0" dstbuf="o" dstoff="0"',
+                                'type="rrc" srcbuf="i" srcoff="0" dstbuf="o" dstoff="-1"', 1)
+    _kind(bad_dst, "bounds", "dstoff=-1 cnt=2 runs past buffer 'o'")
+    zero = direct2().replace('cnt="2"', 'cnt="0"')
+    _kind(zero, "limit", "cnt=0 on a 's' step moves nothing")
+
+
+def test_thread_block_limit_is_exact():
+    def tbs(k):
+        return xml([[(-1, -1, 0, [step(0, "cpy", ("i", 0), ("o", 0))])] * k,
+                    [(-1, -1, 0, [step(0, "cpy", ("i", 0), ("o", 0))])]], head=_head(2, 1, inplace=0), nchunks=1)
+
+    assert check(tbs(64)).kind != "limit"
+    _kind(tbs(65), "limit", "65 thread blocks; the executor runtime allows at most 64")
+
+
+def test_report_is_frozen():
+    import dataclasses
+
+    r = check(direct2())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.ok = False

@@ -176,7 +176,7 @@ class _Reader:
               "obj": isinstance(v, dict),
               "int": isinstance(v, int) and not isinstance(v, bool)}[kind]
         if not ok:
-            if kind == "int" and isinstance(v, float) and v == int(v):
+            if kind == "int" and isinstance(v, float) and v.is_integer():  # not inf or nan (1e400 reads as inf)
                 return int(v)
             want = {"str": "a string", "bool": "true or false", "list": "a list", "obj": "an object",
                     "int": "an integer"}[kind]
