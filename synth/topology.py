@@ -33,6 +33,8 @@ leaves <-> spines). A GPU drives ``class_ports[c]`` messages per class per step 
   index i into ``rail<i>``), ``gb200-nvl72`` (72 GPUs, one NVLink domain); alpha and bandwidth per
   class (constants below, with sources), overridable per class: ``bandwidth="nvlink=450GB/s,net=50GB/s"``
   or a mapping; a single value applies to every class (today's meaning).
+- Options after the preset name: ``h100-cluster:fabric=fat-tree,oversubscription=2`` (fabric ``rail`` or
+  ``fat-tree``, routing ``pxn`` or ``spine``, oversubscription >= 1 of the leaf uplinks).
 - Routing (``routing``): ``pxn`` (rails, default): inside a node through the NVSwitch; across nodes on
   the same rail one rail hop; otherwise NVLink to the sender-node GPU on the destination's rail first
   (NCCL's PXN), then the rail hop. ``spine``: leaf -> spine -> leaf (fat-tree always). ``shortest``:
@@ -694,9 +696,11 @@ def _resolve(defaults: Mapping[str, float], given: float | dict[str, float] | No
     return {c: float(given.get(c, v)) for c, v in defaults.items()}
 
 
-def _single(build: Callable[[int, float, float], Topology]) -> Callable[[int, dict[str, float], dict[str, float]],
-                                                                       Topology]:
-    return lambda n, a, b: build(n, a[DEFAULT_CLASS], b[DEFAULT_CLASS])
+_Builder = Callable[[int, dict[str, float], dict[str, float], dict[str, str]], Topology]
+
+
+def _single(build: Callable[[int, float, float], Topology]) -> _Builder:
+    return lambda n, a, b, opts: build(n, a[DEFAULT_CLASS], b[DEFAULT_CLASS])
 
 
 def _gpus(n: int, per: int, preset: str, exact: bool) -> int:
@@ -708,13 +712,40 @@ def _gpus(n: int, per: int, preset: str, exact: bool) -> int:
     return n // per
 
 
-def _cluster_preset(preset: str, per: int, exact: bool) -> Callable[[int, dict[str, float], dict[str, float]],
-                                                                   Topology]:
-    def build(n: int, a: dict[str, float], b: dict[str, float]) -> Topology:
+def _cluster_preset(preset: str, per: int, exact: bool) -> _Builder:
+    def build(n: int, a: dict[str, float], b: dict[str, float], opts: dict[str, str]) -> Topology:
         nodes = _gpus(n, per, preset, exact)
-        return cluster_topology(nodes, per, fabric="rail", nvlink_bandwidth=b["nvlink"], nvlink_alpha=a["nvlink"],
-                                net_bandwidth=b["net"], net_alpha=a["net"], name=preset)
+        fabric = opts.get("fabric", "rail")
+        routing = opts.get("routing", "pxn" if fabric == "rail" else "spine")
+        try:
+            ov = float(opts.get("oversubscription", "1"))
+        except ValueError:
+            raise CollsynthError(f"topology {preset}: oversubscription={opts['oversubscription']!r} must be a "
+                                 f"number >= 1, e.g. {preset}:fabric=fat-tree,oversubscription=2") from None
+        return cluster_topology(nodes, per, fabric=fabric, routing=routing, oversubscription=ov,
+                                nvlink_bandwidth=b["nvlink"], nvlink_alpha=a["nvlink"], net_bandwidth=b["net"],
+                                net_alpha=a["net"], name=preset if not opts else f"{preset}-{fabric}")
     return build
+
+
+_CLUSTER_OPTIONS = ("fabric", "routing", "oversubscription")
+
+
+def _preset_options(spec: str) -> tuple[str, dict[str, str]]:
+    """"h100-cluster:fabric=fat-tree,oversubscription=2" -> ("h100-cluster", {...})."""
+    base, sep, rest = spec.partition(":")
+    opts: dict[str, str] = {}
+    if not sep:
+        return base, opts
+    for part in rest.split(","):
+        k, eq, v = (x.strip() for x in part.partition("="))
+        if not eq or not k or not v:
+            raise CollsynthError(f"topology {spec!r}: write options as NAME:key=value,key=value, e.g. "
+                                 f"h100-cluster:fabric=fat-tree,oversubscription=2")
+        if k not in _CLUSTER_OPTIONS:
+            raise CollsynthError(f"topology {spec!r}: unknown option {k!r}; use {', '.join(_CLUSTER_OPTIONS)}")
+        opts[k] = v
+    return base, opts
 
 
 _H100 = ({"nvlink": H100_NVLINK_ALPHA, "net": H100_NET_ALPHA},
@@ -722,8 +753,7 @@ _H100 = ({"nvlink": H100_NVLINK_ALPHA, "net": H100_NET_ALPHA},
 _GB200 = ({"nvlink": GB200_NVLINK_ALPHA, "net": GB200_NET_ALPHA},
           {"nvlink": GB200_NVLINK_BANDWIDTH, "net": GB200_NET_BANDWIDTH})
 
-_PRESETS: dict[str, tuple[Callable[[int, dict[str, float], dict[str, float]], Topology], dict[str, float],
-                          dict[str, float]]] = {
+_PRESETS: dict[str, tuple[_Builder, dict[str, float], dict[str, float]]] = {
     **{k: (_single(f), {DEFAULT_CLASS: a}, {DEFAULT_CLASS: b}) for k, (f, a, b) in _BUILDERS.items()},
     "dgx-h100": (_cluster_preset("dgx-h100", 8, True), *_H100),
     "h100-cluster": (_cluster_preset("h100-cluster", 8, False), *_H100),
@@ -745,12 +775,16 @@ def make_topology(spec: str, n: int, alpha: ClassTimes = None, bandwidth: ClassR
     a = _class_values(alpha, "alpha")
     b = _class_values(bandwidth, "bandwidth")
     spec = str(spec)
-    if spec in _PRESETS:
-        build, da, db = _PRESETS[spec]
-        aa, bb = _resolve(da, a, "alpha", spec), _resolve(db, b, "bandwidth", spec)
+    base, opts = _preset_options(spec) if ":" in spec and spec.partition(":")[0] in _PRESETS else (spec, {})
+    if base in _PRESETS:
+        build, da, db = _PRESETS[base]
+        if opts and set(da) != {"nvlink", "net"}:
+            raise CollsynthError(f"topology {base} takes no options; fabric, routing and oversubscription apply to "
+                                 f"the cluster presets (e.g. h100-cluster:fabric=fat-tree)")
+        aa, bb = _resolve(da, a, "alpha", base), _resolve(db, b, "bandwidth", base)
         for c in aa:
-            _check_link_params(aa[c], bb[c], f"topology {spec} class {c}")
-        topo = build(n, aa, bb)
+            _check_link_params(aa[c], bb[c], f"topology {base} class {c}")
+        topo = build(n, aa, bb, opts)
         topo.spec = {"preset": spec, "gpus": n, "alpha": aa, "bandwidth": bb}
         return topo
     if spec.lower().endswith(".json") or os.path.sep in spec or os.path.exists(spec):

@@ -346,3 +346,44 @@ def test_simulate_port_slots_per_class():
     flat = simulate(_sched(16, [(0, 0, 8, True), (1, 0, 1, True)], ports=1), 1e9, make_topology("nvswitch", 16),
                     timeline=True)
     assert flat.timeline[1]["start_s"] == pytest.approx(flat.timeline[0]["end_s"])  # one port: queued
+
+
+def test_preset_options_fat_tree_and_spine():
+    t = make_topology("h100-cluster:fabric=fat-tree,oversubscription=2", 32)
+    assert t.fabric == "fat-tree" and t.routing == "spine" and "leaf3" in t.switches
+    up = t.path_links(1, 9)[1]
+    assert t.link_bw[up] == pytest.approx(50e9 / 2)
+    assert topology_from_spec(json.loads(json.dumps(t.spec))).fabric == "fat-tree"
+    s = make_topology("h100-cluster:routing=spine", 16)
+    assert s.fabric == "rail" and _walk(s, 0, 9)[2].startswith("spine")
+
+
+def _file(tmp_path, d):
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(d))
+    return str(p)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--gpus", "12", "-t", "h100-cluster"], "multiple of 8"),
+    (["--gpus", "16", "-t", "h100-cluster", "--bandwidth", "ib=1GB/s"], "link class 'ib'"),
+    (["--gpus", "16", "-t", "h100-cluster", "--alpha", "nvlink=1us,3us"], "CLASS=VALUE"),
+    (["--gpus", "16", "-t", "h100-cluster:fabric=torus"], "unknown fabric"),
+    (["--gpus", "16", "-t", "h100-cluster:fabric=fat-tree,routing=pxn"], "use routing spine"),
+    (["--gpus", "16", "-t", "h100-cluster:oversubscription=0.5"], "oversubscription"),
+    (["--gpus", "16", "-t", "h100-cluster:color=red"], "unknown option 'color'"),
+    (["--gpus", "8", "-t", "nvswitch:fabric=rail"], "takes no options"),
+    (["--gpus", "3", "-t", "FILE:lonely"], "GPU 2 has no links"),
+    (["--gpus", "2", "-t", "FILE:unknown"], "names node 'sw9'"),
+    (["--gpus", "2", "-t", "FILE:zero"], "bandwidth"),
+    (["--gpus", "4", "-t", "FILE:split"], "disconnected"),
+])
+def test_cli_bad_topology_input(tmp_path, capsys, argv, needle):
+    files = {"lonely": {"gpus": 3, "links": [{"src": 0, "dst": 1}]},
+             "unknown": {"gpus": 2, "links": [{"src": 0, "dst": "sw9"}]},
+             "zero": {"gpus": 2, "links": [{"src": 0, "dst": 1, "bandwidth": "0GB/s"}]},
+             "split": {"gpus": 4, "links": [{"src": 0, "dst": 1}, {"src": 2, "dst": 3}]}}
+    argv = [_file(tmp_path, files[a[5:]]) if a.startswith("FILE:") else a for a in argv]
+    code = main(["compare", "--size", "1MiB", "--algorithms", "ring", *argv])
+    out, err = capsys.readouterr()
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and not out, err
