@@ -117,6 +117,8 @@ def parse_rate(text: str | float, *, flag: str | None = None) -> float:
     if value <= 0:
         raise CollsynthError(_prefixed(flag, f"bandwidth {text!r} must be positive, e.g. 450GiB/s"))
     rate = value * factor
+    if rate < 1:  # 1e-300B/s: every transfer time overflows to infinity in the model
+        raise CollsynthError(_prefixed(flag, f"bandwidth {text!r} is below 1 byte/s: write e.g. 450GiB/s"))
     if rate > MAX_BYTES:
         raise CollsynthError(_prefixed(flag, f"bandwidth {text!r} is too large (at most {MAX_BYTES} bytes/s)"))
     return float(rate)
