@@ -65,7 +65,8 @@ def build_schedule(name: str, n: int, collective: str = "allreduce", **params: B
             raise CollsynthError(f"algorithm {name!r} takes no {param_flag(key)} option"
                                  + (f" (it takes {', '.join(param_flag(a) for a in accepted)})"
                                     if accepted else ""))
-    budget.check_ranks(n, f"{name} on {n} ranks")
+    if not info.own_budget:
+        budget.check_ranks(n, f"{name} on {n} ranks")
     if isinstance(params.get("topology"), str):  # a preset name or JSON path: every algorithm gets a Topology
         params["topology"] = make_topology(str(params["topology"]), n)
     if n >= LARGE_N:

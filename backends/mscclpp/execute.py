@@ -656,11 +656,9 @@ class Executor:
         p.vc[p.id] = p.tick
         snap = self._ordered_prefix(a, lane, p)
         p.reqs.append((a.id, lane, a.tick, p.vc.copy(), p.lv, p.mlv))
-        out = vc.copy()
-        if snap is not None:
-            np.maximum(out, snap[3], out=out)
-            lv, mlv = max(lv, snap[4]), max(mlv, snap[5])
-        return out, lv, mlv
+        if snap is None:
+            return vc, lv, mlv  # unchanged: callers never write into what this returns
+        return np.maximum(vc, snap[3]), max(lv, snap[4]), max(mlv, snap[5])
 
     def _ordered_prefix(self, a: _Actor, lane: int, p: _Proxy) -> Any:
         """The last request of ``p`` that was pushed before (in happens-before) a push by ``a`` on ``lane``

@@ -27,6 +27,7 @@ class Algorithm:
     description: str
     build: Callable[..., Schedule]
     collectives: tuple[str, ...] = ("allreduce",)
+    own_budget: bool = False  # build checks the memory budget itself (registry skips the generic n^2 estimate)
 
     def params(self) -> tuple[str, ...]:
         """The keyword parameters ``build`` accepts besides n and collective."""
@@ -52,7 +53,7 @@ CONSTRUCTIVE: tuple[Algorithm, ...] = (
               "link-disjoint NVLink cycles inside a node", multiring.build),
     Algorithm("hierarchical", "multi-node: ReduceScatter in each node, AllReduce per rail across nodes (ring or "
               "halving-doubling), AllGather in each node; K pipelined slices overlap NVLink and network",
-              hierarchical.build),
+              hierarchical.build, own_budget=True),
     Algorithm("tree", "NCCL's double binary tree: two trees with half the buffer each, pipelined reduce and "
               "broadcast", tree.build),
     Algorithm("multistraggler", "several late ranks, any arrival times: the punctual ranks keep a reduced state, "

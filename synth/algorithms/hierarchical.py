@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from collsynth import budget
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import check_topology, cluster_meta, intra_order, node_grid, pair_model
 from collsynth.synth.composition import LinkModel, chains, compose, inter_steps, list_schedule
@@ -76,7 +77,7 @@ def plan(n: int, grid: np.ndarray, size: float, lm: LinkModel, pipeline: int | s
     N, G = grid.shape
     kinds = kinds[:1] if N <= 2 else tuple(k for k in kinds if k != "ring" or N <= RING_MAX_NODES) or kinds[:1]
     best: tuple[float, int, int, str, list[int]] | None = None
-    ks = PIPELINES if pipeline == "auto" else (int(pipeline),)
+    ks = (PIPELINES if N > 1 else (1,)) if pipeline == "auto" else (int(pipeline),)  # one node: nothing to overlap
     for kind in kinds:
         M = inter_steps(kind, N)[0] if N > 1 else 1
         steps = 2 * (G - 1) + (len(inter_steps(kind, N)[1]) if N > 1 else 0)
@@ -120,6 +121,13 @@ def assemble(n: int, topology: Any, size: float, pipeline: int | str = "auto",
     lm = link_model(topology, grid)
     weights, kind, model_s = plan(n, grid, s, lm, pipeline, kinds)
     K = len(weights)
+    M = inter_steps(kind, N)[0] if N > 1 else 1
+    transfers = n * (2 * (G - 1) + (len(inter_steps(kind, N)[1]) if N > 1 else 0)) * K
+    # the columns (built and sorted), the simulator's per-(rank, chunk) state; verification is by composition
+    # or budget-checked by the flat verifier itself
+    hint = "use fewer GPUs" + (" or --pipeline 1" if K > 1 else "")
+    budget.check(200 * transfers + 16 * n * sum(weights) * G * M, f"hierarchical on {n} ranks "
+                 f"({transfers} transfers, {sum(weights) * G * M} chunks)", hint=hint)
     meta: dict[str, object] = {"algorithm": "hierarchical", "nodes": N, "gpus_per_node": G, "pipeline": K,
                                "inter": kind if N > 1 else "none", "model_s": model_s, "slice_weights": weights}
     meta.update(cluster_meta(topology, grid))
