@@ -117,9 +117,24 @@ def parse_rate(text: str | float, *, flag: str | None = None) -> float:
     if value <= 0:
         raise CollsynthError(_prefixed(flag, f"bandwidth {text!r} must be positive, e.g. 450GiB/s"))
     rate = value * factor
+    if rate < 1:  # 1e-300B/s: every transfer time overflows to infinity in the model
+        raise CollsynthError(_prefixed(flag, f"bandwidth {text!r} is below 1 byte/s: write e.g. 450GiB/s"))
     if rate > MAX_BYTES:
         raise CollsynthError(_prefixed(flag, f"bandwidth {text!r} is too large (at most {MAX_BYTES} bytes/s)"))
     return float(rate)
+
+
+def check_class_values(text: str | None, parse: Callable[..., object], flag: str) -> str | None:
+    """Check --alpha/--bandwidth text before a topology reads it: one value, or per link class
+    ("nvlink=3us,net=14us"); every value must parse (``parse`` with ``flag``, so the error names the flag).
+    Returns ``text`` unchanged."""
+    if text is None:
+        return None
+    for part in str(text).split(","):
+        value = part.split("=", 1)[1] if "=" in part else part
+        if "=" in part or value.strip() or str(text).strip() == "":
+            parse(value.strip(), flag=flag)
+    return text
 
 
 @overload
@@ -156,7 +171,8 @@ def parse_rank_map(items: Sequence[str] | None, nranks: int, *, flag: str = "--a
             try:
                 out[rank] = parse(value_text)
             except CollsynthError as e:
-                raise CollsynthError(f"{flag} {part!r}: {e}") from None
+                msg = str(e).removeprefix(f"{flag}: ")
+                raise CollsynthError(f"{flag} {part!r}: {msg}") from None
     return out
 
 

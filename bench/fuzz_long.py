@@ -4,7 +4,8 @@ harness ran (tests/fuzzkit.py records one line per case).
 
     python bench/fuzz_long.py --examples 500
 
-Prints JSON: cases, clean, not clean, exit codes, per test, the pytest summary and wall time.
+Prints JSON: cases, clean, not clean, exit codes, per test, the pytest summary and wall time; pytest's
+own report (the failing examples, shrunk) is kept beside the per-case lines (STATS.pytest.txt).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def main() -> int:
                         "tests/test_fuzz_cli.py", "tests/test_fuzz_files.py"], cwd=ROOT, env=env,
                        capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    with open(stats + ".pytest.txt", "w") as f:  # the failing examples, shrunk, with their stderr
+        f.write(r.stdout + r.stderr)
     cases = []
     if os.path.exists(stats):
         with open(stats) as f:

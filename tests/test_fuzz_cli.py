@@ -155,3 +155,13 @@ def test_fuzz_command_line(fuzz, command):
         assert not out.problems(), out.describe()
 
     case()
+
+
+@pytest.mark.parametrize("argv", [["reproduce", "stragglar", "-n", "4", "--bandwidth", "1e-300B/s"],
+                                  ["compare", "--gpus", "4", "--size", "1MiB", "--bandwidth", "0.5B/s"]])
+def test_found_by_the_long_run(fuzz, argv):
+    """A bandwidth so small that transfer times overflow printed a numpy warning and blamed an arrival."""
+    server, root, files = fuzz
+    out = run_case(server, root, "cli-found", argv, files)
+    assert out.kind == "exit" and out.code == 2 and not out.problems(), out.describe()
+    assert "bandwidth" in out.stderr

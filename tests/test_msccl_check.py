@@ -447,3 +447,12 @@ def test_report_is_frozen():
     r = check(direct2())
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.ok = False
+
+
+def test_dependency_on_a_negative_step_is_met_at_once_not_a_crash():
+    # found by the long fuzz run: depid=0 deps=-1 before tb 0 published anything raised IndexError (exit 3)
+    text = xml([[(1, -1, 0, [step(0, "s", ("i", 0), cnt=2, hasdep=1)]),
+                 (-1, 1, 0, [step(0, "rrc", ("i", 0), ("o", 0), cnt=2, dep=(0, -1))])],
+                [(0, 0, 0, [step(0, "s", ("i", 0), cnt=2), step(1, "rrc", ("i", 0), ("o", 0), cnt=2)])]])
+    r = check(text)
+    assert r.kind in (None, "race", "dependency"), r.message

@@ -310,3 +310,16 @@ def test_no_progress_line_for_a_small_schedule(capsys):
     finally:
         progress.disable()
     assert capsys.readouterr().err == ""
+
+
+def test_flat_bytes_is_the_bit_set_memory():
+    from collsynth.synth.verify import flat_bytes
+
+    for n, C in ((2, 1), (64, 3), (65, 3), (129, 2)):
+        s = Schedule.from_arrays("allreduce", n, C, step=[0], src=[0], dst=[1], chunk=[0])
+        assert flat_bytes(s) == n * C * ((n + 63) // 64) * 8
+
+
+def test_range_message_when_the_destination_is_rank_0():
+    assert _msg([[(1, 0, 2, 1, True)]], C=2) == \
+        "FAIL step 0, transfer #0 (1->0 chunk 2 reduce): chunk run 2..2 outside 0..1"

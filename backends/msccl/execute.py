@@ -309,6 +309,8 @@ class Executor:
         for bid, val in tx.deps:
             u = self.gidx[(tb.gpu, bid)]
             h = bisect.bisect_left(self.pub_counters[u], val)
+            if h == len(self.pubs[u]):  # deps < 0 with nothing published yet: met at once, orders nothing
+                continue
             _, pidx, pvc = self.pubs[u][h]
             pubs.append((u, pidx))
             if not self.races:
