@@ -124,6 +124,19 @@ def parse_rate(text: str | float, *, flag: str | None = None) -> float:
     return float(rate)
 
 
+def check_class_values(text: str | None, parse: Callable[..., object], flag: str) -> str | None:
+    """Check --alpha/--bandwidth text before a topology reads it: one value, or per link class
+    ("nvlink=3us,net=14us"); every value must parse (``parse`` with ``flag``, so the error names the flag).
+    Returns ``text`` unchanged."""
+    if text is None:
+        return None
+    for part in str(text).split(","):
+        value = part.split("=", 1)[1] if "=" in part else part
+        if "=" in part or value.strip() or str(text).strip() == "":
+            parse(value.strip(), flag=flag)
+    return text
+
+
 @overload
 def parse_rank_map(items: Sequence[str] | None, nranks: int, *, flag: str = ..., value: None = None,
                    what: str = ..., example: str = ...) -> dict[int, float]: ...
@@ -158,7 +171,8 @@ def parse_rank_map(items: Sequence[str] | None, nranks: int, *, flag: str = "--a
             try:
                 out[rank] = parse(value_text)
             except CollsynthError as e:
-                raise CollsynthError(f"{flag} {part!r}: {e}") from None
+                msg = str(e).removeprefix(f"{flag}: ")
+                raise CollsynthError(f"{flag} {part!r}: {msg}") from None
     return out
 
 

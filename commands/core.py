@@ -24,9 +24,10 @@ from collsynth.synth.algorithms.stragglar.family import write_family
 from collsynth.synth.compare import compare, compare_bound
 from collsynth.synth.registry import algorithm_params, algorithms, build_schedule, param_flag
 from collsynth.synth.simulate import simulate
+from collsynth.synth.solver.solve import status_line
 from collsynth.synth.topology import make_topology
 from collsynth.synth.verify import check, record_topology
-from collsynth.units import format_time, parse_arrivals, parse_rate, parse_size, parse_time
+from collsynth.units import check_class_values, format_time, parse_arrivals, parse_rate, parse_size, parse_time
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -124,6 +125,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def model_from_args(args: argparse.Namespace, n: int) -> tuple[int, Any, dict[int, float]]:
     """(size bytes, Topology, arrivals) from --size/--alpha/--bandwidth/--topology/--arrival."""
     size = parse_size(args.size, flag="--size")
+    check_class_values(args.alpha, parse_time, "--alpha")
+    check_class_values(args.bandwidth, parse_rate, "--bandwidth")
     topo = make_topology(args.topology, n, alpha=args.alpha, bandwidth=args.bandwidth)  # one value or per class
     arrivals = parse_arrivals(args.arrival, n)
     return size, topo, arrivals
@@ -154,9 +157,11 @@ def _synth_params(args: argparse.Namespace) -> dict[str, Any]:
         params["size"] = parse_size(args.size, flag="--size")
     takes_topology = "topology" in algorithm_params(args.algorithm)
     if args.alpha is not None:  # one value or per link class when the topology carries the model
-        params["alpha"] = args.alpha if takes_topology else parse_time(args.alpha, flag="--alpha")
+        params["alpha"] = (check_class_values(args.alpha, parse_time, "--alpha") if takes_topology
+                           else parse_time(args.alpha, flag="--alpha"))
     if args.bandwidth is not None:
-        params["bandwidth"] = args.bandwidth if takes_topology else parse_rate(args.bandwidth, flag="--bandwidth")
+        params["bandwidth"] = (check_class_values(args.bandwidth, parse_rate, "--bandwidth") if takes_topology
+                               else parse_rate(args.bandwidth, flag="--bandwidth"))
     if args.arrival is not None:
         params["arrivals"] = parse_arrivals(args.arrival, args.gpus)
     if args.chunks is not None:
@@ -183,6 +188,8 @@ def cmd_synth(args: argparse.Namespace) -> int:
     if n < 2:  # before any topology is built for the algorithm
         raise CollsynthError(f"--gpus must be an integer >= 2, got {n}")
     check_output(args.output, flag="-o", inputs=[args.topology], folder=args.straggler == "all")
+    check_class_values(args.alpha, parse_time, "--alpha")
+    check_class_values(args.bandwidth, parse_rate, "--bandwidth")
     topo = make_topology(args.topology, n, alpha=args.alpha, bandwidth=args.bandwidth) if args.topology else None
     params = _synth_params(args)
     if args.format not in ("json", "msccl-xml", "mscclpp-plan"):
@@ -205,6 +212,8 @@ def cmd_synth(args: argparse.Namespace) -> int:
         write_text_atomic(args.output, text)
         print(f"wrote {args.output}: {schedule.name}, {schedule.nsteps} steps, {schedule.ntransfers} transfers "
               f"(verified)", file=sys.stderr)
+    if isinstance(schedule.meta.get("solver"), dict):  # optimal, time limit or warm start, and the gap
+        print(status_line(schedule.meta["solver"]), file=sys.stderr)  # type: ignore[arg-type]
     return 0
 
 

@@ -19,6 +19,7 @@ from collsynth.synth.bounds import Bound, allreduce_bound
 from collsynth.synth.registry import algorithms as algorithm_table
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
+from collsynth.synth.solver.solve import status_line
 from collsynth.synth.topology import Topology, make_topology
 from collsynth.synth.verify import check, class_port_violation
 from collsynth.units import parse_size
@@ -103,6 +104,8 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
         s = check(build_schedule(a, n, "allreduce", **{k: v for k, v in params.items() if k in accepted}))
         if a == MULTI_LATE:
             note += f"straggler={s.meta.get('straggler')} late={len(s.meta.get('late', []))}"  # type: ignore[arg-type]
+        if a == "solver" and isinstance(s.meta.get("solver"), dict):  # honest status: optimal or not, and the gap
+            note += " " + status_line(s.meta["solver"], short=True)  # type: ignore[arg-type]
         if s.meta.get("pipeline", 1) != 1:
             note += f" K={s.meta['pipeline']}"
         if len(topo.classes) > 1 and class_port_violation(s, topo):  # the simulator queues the extra messages

@@ -358,8 +358,15 @@ class Schedule:
             raise
         except CollsynthError as e:
             raise ScheduleFileError(f"{source}: {e}") from None
-        except (KeyError, TypeError, ValueError, OverflowError) as e:  # OverflowError: int(1e400)
-            raise ScheduleFileError(f"{source}: malformed schedule ({type(e).__name__}: {e})") from None
+        except KeyError as e:
+            raise ScheduleFileError(f"{source}: malformed schedule: missing field {e} (the format is in "
+                                    "docs/commands.md; regenerate the file with `collsynth synth`)") from None
+        except (TypeError, ValueError, AttributeError, OverflowError) as e:  # OverflowError: int(1e400)
+            text = str(e)
+            if text.startswith(("invalid literal", "could not convert", "int() argument", "'", "unhashable")) or \
+                    isinstance(e, (TypeError, AttributeError, OverflowError)):
+                text = f"a field has the wrong type ({text}): counts and indices are integers, names are strings"
+            raise ScheduleFileError(f"{source}: malformed schedule: {text}") from None
 
     @classmethod
     def from_json(cls, text: str, source: str = "schedule") -> Schedule:

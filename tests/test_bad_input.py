@@ -325,3 +325,50 @@ def test_xml_setup_limits_and_sizes(capsys, tmp_path, change, code_expected, nee
         one_line_exit_2(code, err, needle)
     else:
         assert code == 1 and out.startswith("FAIL") and needle in out
+
+
+# ------------------------------------------------------------------------------------------ honest solver status
+def test_solver_status_on_the_terminal_and_in_compare(capsys, tmp_path):
+    out = tmp_path / "s.json"
+    code, _, err = run(capsys, "synth", "-a", "solver", "-n", "4", "--arrival", "3=1ms", "--time-limit", "1s",
+                       "-o", out)
+    assert code == 0
+    meta = json.loads(out.read_text())["meta"]["solver"]
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("solver: ") and meta["status"].replace("-", " ").split()[0] in line
+    assert f"gap {meta['gap']:.1%} to the lower bound" in line
+    code, out_text, _ = run(capsys, "compare", "-n", "4", "--size", "1MiB", "--arrival", "3=1ms",
+                            "--algorithms", "ring", "--solver-time-limit", "1s", "--json")
+    row = next(r for r in json.loads(out_text)["rows"] if r["algorithm"] == "solver") if code == 0 else None
+    assert row is not None and "gap" in row["note"] and any(w in row["note"] for w in ("optimal", "time limit",
+                                                                                        "warm start"))
+
+
+def test_status_line_says_why_a_warm_start_was_returned():
+    from collsynth.synth.solver.solve import status_line
+    info = {"status": "warm-start", "note": "the model (267307 binaries) is too large for a 30 s time limit",
+            "objective_s": 7.783e-3, "gap": 0.072}
+    assert status_line(info) == ("solver: warm start (the model (267307 binaries) is too large for a 30 s time "
+                                 "limit), objective 7.783 ms, gap 7.2% to the lower bound")
+    assert status_line(info, short=True) == ("warm start (MILP too large for the time limit), gap 7.2% to the "
+                                             "lower bound")
+    assert status_line({"status": "optimal", "gap": 0.0}, short=True) == "optimal, gap 0.0% to the lower bound"
+
+
+# ------------------------------------------------------------------------------------------ messages
+def test_messages_name_the_field_or_flag(capsys, tmp_path, ring4):
+    nokey = _mutated(ring4, tmp_path, "nokey.json", lambda d: d.pop("transfers"))
+    code, _, err = run(capsys, "info", nokey)
+    one_line_exit_2(code, err, "missing field 'transfers'")
+    assert "KeyError" not in err
+    phase = _mutated(ring4, tmp_path, "phase.json", lambda d: d.__setitem__(
+        "phases", [{"name": "x", "start": "a", "stop": 1, "waits_for": [0]}]))
+    code, _, err = run(capsys, "verify", phase)
+    one_line_exit_2(code, err, "wrong type")
+    code, _, err = run(capsys, "train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "1ms", "--slow", "3=x")
+    one_line_exit_2(code, err, "--slow '3=x': factor")
+    code, _, err = run(capsys, "compare", "-n", "4", "--size", "1MiB", "--bandwidth", "nvlink=0")
+    one_line_exit_2(code, err, "--bandwidth")
+    bad = _mutated(ring4, tmp_path, "count0.json", lambda d: d["transfers"]["count"].__setitem__(0, 0))
+    code, _, err = run(capsys, "emit", bad, "--format", "msccl-xml")
+    one_line_exit_2(code, err, "count0.json")

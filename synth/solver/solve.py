@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from collsynth import progress
@@ -354,3 +355,33 @@ def build(n: int, collective: str = "allreduce", *, topology: Topology | str | N
         raise CollsynthError(f"the solver builds allreduce only, not {collective!r}")
     return solve(n, topology=topology, arrivals=arrivals, chunks=chunks, size=size, time_limit=time_limit,
                  solver=solver)
+
+
+def _why(note: str) -> str:
+    """A few words for why the MILP's answer is not what was returned (from the solver's note)."""
+    for key, short in (("too large", "MILP too large for the time limit"), ("too short", "time limit too short"),
+                       ("meets the model", "warm start meets the model bound"),
+                       ("did not fit", "warm start outside the model grid"),
+                       ("found no schedule", "no MILP solution in time"),
+                       ("beats the model", "beats the model optimum")):
+        if key in note:
+            return short
+    return note
+
+
+def status_line(info: Mapping[str, Any], *, short: bool = False) -> str:
+    """The solver's status (optimal, time limit, warm start and why), objective and gap to the proven lower
+    bound, from ``meta["solver"]`` of a solver schedule: one line for the terminal, or (``short``) for
+    compare's note."""
+    status = str(info.get("status", "?"))
+    words = {"optimal": "optimal", "time-limit": "time limit (best found)", "warm-start": "warm start"}.get(status,
+                                                                                                          status)
+    note = str(info.get("note") or "")
+    head = f"{words} ({_why(note) if short else note})" if note else words
+    obj, gap = info.get("objective_s"), info.get("gap")
+    tail = []
+    if isinstance(obj, (int, float)) and not short:
+        tail.append(f"objective {obj * 1e3:.4g} ms")
+    if isinstance(gap, (int, float)):
+        tail.append(f"gap {gap:.1%} to the lower bound")
+    return ("" if short else "solver: ") + ", ".join([head, *tail])
