@@ -13,6 +13,7 @@ from typing import Any, TypedDict
 from collsynth import progress
 from collsynth.apitypes import Arrivals, Bytes
 from collsynth.errors import CollsynthError
+from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar.pipeline import topology_model
 from collsynth.synth.arrivals import arrival_vector, latest_rank
 from collsynth.synth.bounds import Bound, allreduce_bound
@@ -39,13 +40,15 @@ class CompareRow(TypedDict):
 
 
 MULTI_LATE = "multistraggler"  # runs by default only with two or more late ranks (with one it is stragglar)
+CLUSTER_LATE = "clusterstraggler"  # runs by default only with a late rank on a topology of several nodes
 
 
-def default_algorithms(late_ranks: int = 0) -> list[str]:
-    """The AllReduce algorithms `compare` runs by default (all but the solver; multistraggler only when
-    ``late_ranks`` >= 2, since with one late rank it builds StragglAR's schedule)."""
+def default_algorithms(late_ranks: int = 0, nodes: int = 1) -> list[str]:
+    """The AllReduce algorithms `compare` runs by default: all but the solver; multistraggler only when
+    ``late_ranks`` >= 2 (with one late rank it builds StragglAR's schedule), clusterstraggler only with a
+    late rank and ``nodes`` >= 2 (on one node it is multistraggler)."""
     return [a for a, info in algorithm_table().items() if "allreduce" in info.collectives and a != "solver"
-            and (a != MULTI_LATE or late_ranks >= 2)]
+            and (a != MULTI_LATE or late_ranks >= 2) and (a != CLUSTER_LATE or (late_ranks >= 1 and nodes >= 2))]
 
 
 def compare_bound(n: int, size: Bytes, topology: Topology | str = "nvswitch", arrivals: Arrivals = None) -> Bound:
@@ -70,7 +73,7 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
     arr = {r: float(t) for r, t in enumerate(times) if t != 0}
     regs = algorithm_table()
     late = sum(1 for t in times if t > times.min())
-    names = list(algorithms or default_algorithms(late))
+    names = list(algorithms or default_algorithms(late, node_grid(topo, n).shape[0]))
     if solver_time_limit is not None and "solver" not in names:
         names.append("solver")
     for a in names:
@@ -104,6 +107,8 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
         s = check(build_schedule(a, n, "allreduce", **{k: v for k, v in params.items() if k in accepted}))
         if a == MULTI_LATE:
             note += f"straggler={s.meta.get('straggler')} late={len(s.meta.get('late', []))}"  # type: ignore[arg-type]
+        if a == CLUSTER_LATE and "form" in s.meta:
+            note += f"late {s.meta['form']} {s.meta['late']} M={s.meta['pipeline']}"
         if a == "solver" and isinstance(s.meta.get("solver"), dict):  # honest status: optimal or not, and the gap
             note += " " + status_line(s.meta["solver"], short=True)  # type: ignore[arg-type]
         if s.meta.get("pipeline", 1) != 1:

@@ -5,7 +5,8 @@ The hierarchical AllReduce (synth/algorithms/hierarchical.py) is generated here:
 an N x G grid of ranks (row: a node, column: a local index / rail), K slices (slice k holds w_k/sum(w)
 of the buffer: small first and last slices shorten the pipeline's fill and drain) of (1) a ring
 ReduceScatter of G blocks inside every node, (2) an AllReduce of each block among the N GPUs of its rail
-(ring or recursive halving-doubling), (3) a ring AllGather inside every node, in the order a
+(ring, recursive halving-doubling or the pipelined double binary tree of synth/trees.py), (3) a ring
+AllGather inside every node, in the order a
 list-scheduling model starts them. The schedule records the composition in ``meta["composition"]``.
 
 ``verify_composed`` proves such a schedule without the flat verifier's n x chunks x n bit sets (about
@@ -26,10 +27,15 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
+from collsynth.synth import trees
 from collsynth.synth.ir import Schedule, ScheduleBuilder
+
+KINDS = ("ring", "rhd", "tree")  # the rail AllReduces a composition can use
+RAIL_TREE_PIPELINE = 4  # pieces per tree of the rail tree (8 chunks a block): few steps, some overlap
 
 
 @dataclass(frozen=True)
@@ -46,11 +52,25 @@ def inter_steps(kind: str, N: int) -> tuple[int, list[float]]:
     """(M chunks per block, bytes of each step as a fraction of the block) of the rail AllReduce."""
     if kind == "ring":
         return N, [1.0 / N] * (2 * (N - 1))
+    if kind == "tree":
+        t = rail_tree(N)
+        most = np.zeros(t.nsteps, np.int64)
+        np.maximum.at(most, np.asarray(t.step), np.asarray(t.count))
+        return t.nchunks, [int(c) / t.nchunks for c in most]
     p = 1 << (N.bit_length() - 1)
     e = N - p
     halving = [(p >> (j + 1)) / p for j in range(p.bit_length() - 1)]
     fold = [1.0] if e else []
     return p, fold + halving + halving[::-1] + fold
+
+
+@lru_cache(maxsize=32)
+def rail_tree(N: int) -> Schedule:
+    """The rail pattern of kind "tree": NCCL's double binary tree AllReduce on N ranks, pipelined in
+    RAIL_TREE_PIPELINE pieces per tree (synth/trees.py; one message per rank and step)."""
+    b = ScheduleBuilder("allreduce", N, 2 * RAIL_TREE_PIPELINE, name=f"rail-tree_n{N}")
+    trees.add_steps(b, np.arange(N, dtype=np.int64), RAIL_TREE_PIPELINE)
+    return b.build()
 
 
 @dataclass(frozen=True)
@@ -94,7 +114,7 @@ class _Emitter:
             a = np.repeat(np.arange(N), G)
             self.a, self.g = a, np.tile(np.arange(G), N)
             self.src, self.dst = grid[a, self.g], grid[(a + 1) % N, self.g]
-        elif N > 1:
+        elif N > 1 and kind == "rhd":
             p = M
             e = N - p
             active = np.array([2 * i + 1 for i in range(e)] + list(range(2 * e, N)), np.int64)
@@ -107,6 +127,11 @@ class _Emitter:
             self.fold_dst = grid[np.repeat(np.arange(1, 2 * e, 2), G), ge]
             self.fold_g = ge
             self.active = active
+        if N > 1 and kind == "tree":
+            t = rail_tree(N)
+            cut = np.searchsorted(np.asarray(t.step), np.arange(t.nsteps + 1))
+            cols = [np.asarray(getattr(t, c)) for c in ("src", "dst", "chunk", "count", "reduce")]
+            self.tree_steps = [tuple(c[cut[j]:cut[j + 1]] for c in cols) for j in range(t.nsteps)]
 
     def __call__(self, b: ScheduleBuilder, sub: _Sub) -> None:
         k, t, G, M = sub.slice, sub.index, self.G, self.M
@@ -116,6 +141,13 @@ class _Emitter:
             shift = t + 1 if sub.phase == 0 else t
             owner = self.loc[(np.arange(G) - shift) % G]
             b.add_many(self.ring_src, self.ring_dst, np.tile(s0 + owner * bm, self.N), bm, sub.phase == 0)
+            return
+        if self.kind == "tree":  # rail tree step t on every rail g: positions are node indices
+            src, dst, chunk, count, red = self.tree_steps[t]
+            g = np.tile(np.arange(G), len(src))
+            rep = np.repeat(np.arange(len(src)), G)
+            b.add_many(self.grid[src[rep], g], self.grid[dst[rep], g], s0 + g * bm + chunk[rep] * w,
+                       count[rep] * w, red[rep])
             return
         base = s0 + self.g * bm  # first chunk of block (k, g) per row
         N = self.N
@@ -214,7 +246,7 @@ def _from_meta(s: Schedule) -> tuple[np.ndarray, list[int], list[int], str, Link
         kind = "ring" if d["inter"] == "none" else str(d["inter"])
         local = [int(x) for x in d["local"]]
         if (grid.shape != (N, G) or sorted(grid.ravel().tolist()) != list(range(s.nranks))
-                or sorted(local) != list(range(G)) or kind not in ("ring", "rhd")):
+                or sorted(local) != list(range(G)) or kind not in KINDS):
             return None
         weights = [int(w) for w in d["slices"]]
         if not weights or min(weights) < 1:

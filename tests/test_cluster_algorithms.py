@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from collsynth.errors import CollsynthError
+from collsynth.synth import trees
 from collsynth.synth.algorithms import hierarchical, multiring, ring, tree
 from collsynth.synth.algorithms.layout import ring_order, route_stats
 from collsynth.synth.compare import compare
@@ -177,7 +178,7 @@ def test_double_binary_tree_verifies(n):
         s = tree.build(n, pipeline=K)
         r = verify(s)
         assert r.ok, (n, K, r.message)
-    t1, t2 = tree.trees(n)
+    t1, t2 = trees.trees(n)
     for p in (t1, t2):
         assert (p < 0).sum() == 1 and (np.bincount(p[p >= 0], minlength=n) <= 2).all()
     if n % 2 == 0:  # complementary: no position is an inner node of both trees
@@ -280,3 +281,26 @@ def test_fat_tree_and_spine_routing(alg):
     s = build_schedule(alg, 12, topology=t)
     assert verify(s).ok
     assert simulate(s, 64 * 2**20, t).completion_s > 0
+
+
+@pytest.mark.parametrize("N,G", [(2, 4), (3, 8), (5, 2), (6, 1)])
+def test_rail_tree_kind_verifies_flat_and_by_composition(N, G):
+    """The pipelined double binary tree as the rail AllReduce: a candidate of the model, exact on its own."""
+    t = cluster(N, G)
+    s = hierarchical.assemble(N * G, t, float(GiB), kinds=("tree",))
+    assert s.meta["inter"] == "tree" and s.meta["composition"]["inter"] == "tree"
+    flat, comp = verify(s, method="flat", topology=t), verify(s, method="composed", topology=t)
+    assert flat.ok and comp.ok, (flat.message, comp.message)
+    assert "rail tree AllReduce" in comp.message
+    assert not verify(_drop(s, s.ntransfers // 2), method="composed").ok
+    assert simulate(s, GiB, t).completion_s >= simulate(hierarchical.build(N * G, topology=t, size=GiB), GiB,
+                                                        t).completion_s * 0.999  # the model's pick is no slower
+
+
+def test_the_model_weighs_the_rail_tree_with_ring_and_rhd():
+    t = cluster(16, 8)
+    s = hierarchical.build(128, topology=t, size=GiB)
+    kinds = {k: hierarchical.plan(128, np.arange(128).reshape(16, 8), float(GiB),
+                                  hierarchical.link_model(t, np.arange(128).reshape(16, 8)), "auto", (k,))[2]
+             for k in ("ring", "rhd", "tree")}
+    assert s.meta["inter"] == min(kinds, key=lambda k: kinds[k])

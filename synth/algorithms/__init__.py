@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from collsynth.synth.algorithms import direct, hierarchical, multiring, rhd, ring, tree, twoshot
 from collsynth.synth.algorithms.stragglar import build as stragglar
+from collsynth.synth.algorithms.stragglar import cluster as clusterstraggler
 from collsynth.synth.algorithms.stragglar import multi as multistraggler
 from collsynth.synth.ir import Schedule
 
@@ -58,4 +59,6 @@ CONSTRUCTIVE: tuple[Algorithm, ...] = (
     Algorithm("multistraggler", "several late ranks, any arrival times: the punctual ranks keep a reduced state, "
               "each late rank streams its buffer in as it arrives, StragglAR's completion with the last one",
               multistraggler.build),
+    Algorithm("clusterstraggler", "a late GPU or a late node on a cluster: the others AllReduce first, then the "
+              "late buffer streams out over NVLink and every NIC along the rails, pipelined", clusterstraggler.build),
 )

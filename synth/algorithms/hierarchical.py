@@ -11,8 +11,8 @@ chunks. For every slice, in every node:
    ends with block (k, g) summed over its node;
 2. AllReduce of block (k, g) among the N GPUs with local index g (the rail g GPUs, one leaf hop apart
    on a rail-optimized fabric): a ring (2(N-1) steps, M = N) or recursive halving-doubling (2 log2 p
-   steps plus the MPICH fold for N not a power of two, M = p = 2^floor(log2 N)), whichever the model
-   prefers;
+   steps plus the MPICH fold for N not a power of two, M = p = 2^floor(log2 N)) or the pipelined
+   double binary tree (synth/trees.py, M = 8), whichever the model prefers;
 3. AllGather of the G blocks around the node's ring.
 
 Pipelining: the steps of all slices are emitted in the order a list-scheduling model of one NVLink port
@@ -37,7 +37,7 @@ import numpy as np
 from collsynth import budget
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import check_topology, cluster_meta, intra_order, node_grid, pair_model
-from collsynth.synth.composition import LinkModel, chains, compose, inter_steps, list_schedule
+from collsynth.synth.composition import KINDS, LinkModel, chains, compose, inter_steps, list_schedule
 from collsynth.synth.ir import Schedule
 
 DEFAULT_SIZE = float(2**30)
@@ -71,7 +71,7 @@ def profiles(K: int) -> list[list[int]]:
 
 
 def plan(n: int, grid: np.ndarray, size: float, lm: LinkModel, pipeline: int | str,
-         kinds: tuple[str, ...] = ("ring", "rhd")) -> tuple[list[int], str, float]:
+         kinds: tuple[str, ...] = KINDS) -> tuple[list[int], str, float]:
     """(slice weights, inter-node algorithm, modelled seconds): the model's best among ``kinds`` for
     K in PIPELINES (or the given K) and the weight profiles of K."""
     N, G = grid.shape
@@ -113,7 +113,7 @@ def build(n: int, collective: str = "allreduce", topology: Any = None, size: flo
 
 
 def assemble(n: int, topology: Any, size: float, pipeline: int | str = "auto",
-             kinds: tuple[str, ...] = ("ring", "rhd")) -> Schedule:
+             kinds: tuple[str, ...] = KINDS) -> Schedule:
     """The schedule for the model's choice of K and rail algorithm among ``kinds``."""
     s = size
     grid = node_grid(topology, n)

@@ -27,61 +27,12 @@ import numpy as np
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import check_topology, cluster_meta, node_grid, pair_model, ring_order
 from collsynth.synth.ir import Schedule, ScheduleBuilder
+from collsynth.synth.trees import add_steps, model_time
 
 DEFAULT_SIZE = float(2**30)
 NVSWITCH_ALPHA, NVSWITCH_BW = 3e-6, 450.0 * 2**30  # the nvswitch preset's defaults (no topology given)
 PIPELINES = (1, 2, 4, 8, 16, 32, 64)
 ELEMENT_BYTES = 4
-
-
-def btree(m: int) -> np.ndarray:
-    """parent[r] of NCCL's binary tree over 0..m-1 (-1 at the root 0): r's parent clears r's lowest set
-    bit and sets the next one up (just clears it when that is past m). Odd positions are leaves."""
-    parent = np.full(m, -1, np.int64)
-    for r in range(1, m):
-        bit = r & -r
-        up = (r ^ bit) | (bit << 1)
-        parent[r] = up if up < m else r ^ bit
-    return parent
-
-
-def _shape(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[list[int]]]:
-    """(height, depth, children sorted by position) of every node."""
-    m = len(parent)
-    kids: list[list[int]] = [[] for _ in range(m)]
-    for v in range(m):
-        if parent[v] >= 0:
-            kids[int(parent[v])].append(v)
-    depth = np.zeros(m, np.int64)
-    root = int(np.flatnonzero(parent < 0)[0])
-    order = [root]
-    for v in order:
-        for c in kids[v]:
-            depth[c] = depth[v] + 1
-            order.append(c)
-    height = np.zeros(m, np.int64)
-    for v in reversed(order):
-        for c in kids[v]:
-            height[v] = max(height[v], height[c] + 1)
-    return height, depth, [sorted(k) for k in kids]
-
-
-def trees(m: int) -> list[np.ndarray]:
-    """The two parent arrays over positions 0..m-1: tree 2 is tree 1 mirrored (position q -> m-1-q) for
-    even m, shifted by one (q -> q+1 mod m) for odd m, so leaves of one are inner nodes of the other."""
-    t1 = btree(m)
-    q = np.arange(m)
-    place = m - 1 - q if m % 2 == 0 else (q + 1) % m  # tree-1 position q becomes position place[q]
-    t2 = np.full(m, -1, np.int64)
-    has = t1 >= 0
-    t2[place[has]] = place[t1[has]]
-    return [t1, t2]
-
-
-def model_time(m: int, K: int, size: float, alpha: float, bw: float) -> float:
-    """The cost formula of the module docstring."""
-    h, d, _ = _shape(btree(m))
-    return (K + int(h.max()) + int(d.max())) * (4 * alpha + 2 * size / (K * bw))
 
 
 def build(n: int, collective: str = "allreduce", topology: Any = None, size: float | None = None,
@@ -106,29 +57,5 @@ def build(n: int, collective: str = "allreduce", topology: Any = None, size: flo
     grid = node_grid(topology, n)
     b = ScheduleBuilder("allreduce", n, 2 * K, name=f"tree_allreduce_n{n}", ports=2 if grid.shape[0] > 1 else 1,
                         meta={"algorithm": "tree", "pipeline": K, **cluster_meta(topology, grid)})
-    shapes = [_shape(p) for p in trees(n)]
-    H = [int(h[np.flatnonzero(p < 0)[0]]) for (h, _, _), p in zip(shapes, trees(n))]
-    rounds = K + max(H) + max(int(d.max()) for _, d, _ in shapes)
-    # per tree: (child position, parent position, which child 0/1) edges
-    edges = []
-    for (h, d, kids), p in zip(shapes, trees(n)):
-        rows = [(c, int(p[c]), kids[int(p[c])].index(c)) for c in range(n) if p[c] >= 0]
-        arr = np.array(rows, np.int64).reshape(-1, 3)
-        edges.append((arr, h, d))
-    max_kids = max(max((len(k) for k in kids), default=0) for _, _, kids in shapes)
-    for r in range(rounds):
-        for up in (True, False):
-            for side in range(max_kids):
-                for t, (arr, h, d) in enumerate(edges):
-                    e = arr[arr[:, 2] == side]
-                    if up:  # child c sends piece r - h[c]
-                        piece = r - h[e[:, 0]]
-                        src, dst = e[:, 0], e[:, 1]
-                    else:  # parent at depth d sends piece r - H - d
-                        piece = r - H[t] - d[e[:, 1]]
-                        src, dst = e[:, 1], e[:, 0]
-                    ok = (piece >= 0) & (piece < K)
-                    if ok.any():
-                        b.new_step()
-                        b.add_many(order[src[ok]], order[dst[ok]], t * K + piece[ok], 1, up)
+    add_steps(b, order, K)
     return b.build()

@@ -36,7 +36,8 @@ faster of the two orders (simulated) is returned. Both are exact schedules of th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -220,7 +221,7 @@ def _construct(n: int, collective: str, arrivals: Arrivals, pipeline: int | str,
         if rnd < C and trailing:  # chunk rnd is complete at its owner and S: a chain through the trailing ranks
             chain = [int(rank_of[rnd % p])] + trailing
             atoms.extend([(a, b, int(phys[rnd]), 1, False)] for a, b in zip(chain, chain[1:]))
-    steps = pack(atoms)
+    steps = pack(atoms, arrival=times)
     mv = np.array([x for a in atoms for x in a], np.int64).reshape(-1, 5)
     nsteps = int(steps.max()) + 1 if len(steps) else 0
     phases = derived_phases(n, steps, mv[:, 0], mv[:, 1], nsteps)
@@ -277,24 +278,41 @@ def _round_atoms(rank_of: np.ndarray, phys: np.ndarray, plan: Any, lo: int, hi: 
     return out
 
 
-def pack(atoms: Sequence[Sequence[Move]]) -> np.ndarray:
+def pack(atoms: Sequence[Sequence[Move]], port: Callable[[int, int], tuple[int, int]] | None = None,
+         arrival: Sequence[float] | np.ndarray | None = None) -> np.ndarray:
     """Step of every move of ``atoms`` (flattened, in order) such that running the steps in order computes
     what running the atoms one after another does: a step closes when the next atom would give a rank a
     second send or receive, read or write a location the step writes, or copy into a location the step
-    reads (synth/ir.py's step semantics). The moves of one atom always share a step."""
+    reads (synth/ir.py's step semantics), or (given each rank's ``arrival``) bring in a rank that arrives
+    later than every rank so far (so that, with ir.derived_phases, no earlier move waits for it). The
+    moves of one atom always share a step. ``port(src, dst)``
+    names the (send, receive) port class of a move (e.g. NVLink 0, network 1): then a rank may send and
+    receive once per class per step."""
     out: list[int] = []
     cur = 0
     senders: set[int] = set()
     receivers: set[int] = set()
     reads: set[tuple[int, int]] = set()
     writes: set[tuple[int, int]] = set()
+    latest = -math.inf
+    arr = None if arrival is None else [float(x) for x in arrival]
     for a in atoms:
-        a_send = {x[0] for x in a}
-        a_recv = {x[1] for x in a}
+        new_rank = False
+        if arr is not None:
+            t_a = max(max(arr[x[0]], arr[x[1]]) for x in a)
+            new_rank = t_a > latest
+            latest = max(latest, t_a)
+        if port is None:
+            a_send = {x[0] for x in a}
+            a_recv = {x[1] for x in a}
+        else:
+            cls = [port(x[0], x[1]) for x in a]
+            a_send = {x[0] * 8 + c[0] for x, c in zip(a, cls)}
+            a_recv = {x[1] * 8 + c[1] for x, c in zip(a, cls)}
         a_reads = {(x[0], c) for x in a for c in range(x[2], x[2] + x[3])}
         a_writes = {(x[1], c) for x in a for c in range(x[2], x[2] + x[3])}
         a_copy = {(x[1], c) for x in a if not x[4] for c in range(x[2], x[2] + x[3])}
-        if out and (senders & a_send or receivers & a_recv or writes & a_reads or writes & a_writes
+        if out and (new_rank or senders & a_send or receivers & a_recv or writes & a_reads or writes & a_writes
                     or reads & a_copy):
             cur += 1
             senders, receivers, reads, writes = set(), set(), set(), set()

@@ -1,0 +1,146 @@
+"""Straggler-aware AllReduce on clusters (issue 15): model numbers on ``h100-cluster`` and on a topology
+JSON written for the same machine (an NVSwitch per node, one 400 Gb/s NIC per GPU into its rail
+switch), 1 GiB per rank, delays long enough to hide the work before the arrival. Prints JSON.
+
+- late_gpu: one late GPU at 16 nodes (128 GPUs): time after its arrival of clusterstraggler, of the
+  best synchronous schedule (ring, multiring, hierarchical, tree: fastest simulated), the late-GPU bound
+  max(s/(B_nv+B_net), s/(G B_net)) (the brief's clusters.md section 4), ratios;
+- late_node: one late node at 16 nodes, likewise (bound max(s/(G B_net), (G-1)/G s/B_nv));
+- random: V arrival vectors at 64 GPUs (8 nodes), 2 to 8 late ranks, delays uniform in 0-10 ms (seeded):
+  the median of (completion - last arrival) / max(late-GPU bound, synchronous bound - last arrival) of
+  the best of clusterstraggler and multistraggler (what `compare` shows), and of the best synchronous;
+- synthesis: build (and verify) time of clusterstraggler at 1,024 GPUs (128 nodes), GPU and node form.
+
+    python bench/bench_cluster_straggler.py [--vectors 100] [--skip-1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+from collsynth.synth.registry import build_schedule
+from collsynth.synth.simulate import simulate
+from collsynth.synth.topology import make_topology
+from collsynth.synth.verify import check
+
+GiB = 2**30
+SYNC = ("ring", "multiring", "hierarchical", "tree")
+B_NV, B_NET, G = 450e9, 50e9, 8
+
+
+def json_topology(n: int, path: str) -> str:
+    """The h100-cluster machine as a topology JSON (per link: half the route alpha of the preset)."""
+    N = n // G
+    links = []
+    for r in range(n):
+        links.append({"src": r, "dst": f"nvsw{r // G}", "class": "nvlink", "alpha": "1.7us", "bandwidth": "450GB/s"})
+        links.append({"src": r, "dst": f"rail{r % G}", "class": "net", "alpha": "7us", "bandwidth": "50GB/s"})
+    d = {"name": f"h100-json-{N}x{G}", "gpus": n,
+         "switches": [f"nvsw{a}" for a in range(N)] + [f"rail{g}" for g in range(G)], "links": links,
+         "ports": {"nvlink": 1, "net": 1}, "nodes": [list(range(a * G, (a + 1) * G)) for a in range(N)],
+         "fabric": "rail"}
+    with open(path, "w") as f:
+        json.dump(d, f)
+    return path
+
+
+def late_gpu_bound(size: float) -> float:
+    return max(size / (B_NV + B_NET), size / (G * B_NET))
+
+
+def sync_bound(N: int, size: float) -> float:
+    return 2 * (N - 1) / N * size / (G * B_NET)
+
+
+def best_sync(n: int, topo: object, arr: dict[int, float], size: float) -> tuple[str, float, float]:
+    """(algorithm, completion, after last arrival) of the fastest synchronous schedule."""
+    best = None
+    for a in SYNC:
+        params: dict[str, object] = {"topology": topo}
+        if a in ("hierarchical", "tree"):
+            params["size"] = size
+        r = simulate(build_schedule(a, n, **params), size, topo, arr)
+        if best is None or r.completion_s < best[1]:
+            best = (a, r.completion_s, r.after_last_arrival_s)
+    assert best is not None
+    return best
+
+
+def one_late(topo: object, n: int, arr: dict[int, float], size: float, bound: float) -> dict[str, object]:
+    t0 = time.perf_counter()
+    s = check(build_schedule("clusterstraggler", n, arrivals=arr, size=size, topology=topo))
+    build_s = time.perf_counter() - t0
+    ours = simulate(s, size, topo, arr).after_last_arrival_s
+    alg, _, sync = best_sync(n, topo, arr, size)
+    return {"form": s.meta["form"], "pipeline": s.meta["pipeline"], "after_arrival_ms": round(ours * 1e3, 4),
+            "best_sync": alg, "best_sync_after_arrival_ms": round(sync * 1e3, 4), "bound_ms": round(bound * 1e3, 4),
+            "x_bound": round(ours / bound, 4), "speedup_vs_best_sync": round(sync / ours, 4),
+            "build_verify_s": round(build_s, 2)}
+
+
+def random_vectors(topo: object, n: int, size: float, count: int, seed: int = 15) -> dict[str, object]:
+    rng = np.random.default_rng(seed)
+    N = n // G
+    ratios, sync_ratios, wins = [], [], []
+    for _ in range(count):
+        k = int(rng.integers(2, 9))
+        ranks = rng.choice(n, size=k, replace=False)
+        arr = {int(r): float(rng.uniform(0, 10e-3)) for r in ranks}
+        last = max(arr.values())
+        denom = max(late_gpu_bound(size), sync_bound(N, size) - last)
+        cands = {}
+        for a in ("clusterstraggler", "multistraggler"):
+            s = build_schedule(a, n, arrivals=arr, size=size, topology=topo)
+            cands[a] = simulate(s, size, topo, arr).completion_s
+        a_best = min(cands, key=lambda x: (cands[x], x))
+        ratios.append((cands[a_best] - last) / denom)
+        wins.append(a_best)
+        _, comp, _ = best_sync(n, topo, arr, size)
+        sync_ratios.append((comp - last) / denom)
+    return {"vectors": count, "median_ratio": round(statistics.median(ratios), 4),
+            "best_sync_median_ratio": round(statistics.median(sync_ratios), 4),
+            "max_ratio": round(max(ratios), 4), "chosen": {a: wins.count(a) for a in sorted(set(wins))}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--vectors", type=int, default=100)
+    ap.add_argument("--skip-1024", action="store_true")
+    a = ap.parse_args()
+    out: dict[str, object] = {"bench": "cluster_straggler", "size_bytes": GiB}
+    with tempfile.TemporaryDirectory() as tmp:
+        for label in ("h100-cluster", "json"):
+            n = 128
+            topo = (make_topology("h100-cluster", n) if label == "h100-cluster"
+                    else make_topology(json_topology(n, os.path.join(tmp, "h100.json")), n))
+            res: dict[str, object] = {}
+            res["late_gpu_16_nodes"] = one_late(topo, n, {5: 0.05}, GiB, late_gpu_bound(GiB))
+            res["late_node_16_nodes"] = one_late(topo, n, {r: 0.05 for r in range(8, 16)}, GiB,
+                                                 max(GiB / (G * B_NET), (G - 1) / G * GiB / B_NV))
+            topo64 = (make_topology("h100-cluster", 64) if label == "h100-cluster"
+                      else make_topology(json_topology(64, os.path.join(tmp, "h100-64.json")), 64))
+            res["random_64_gpus"] = random_vectors(topo64, 64, GiB, a.vectors)
+            out[label] = res
+    if not a.skip_1024:
+        topo = make_topology("h100-cluster", 1024)
+        syn = {}
+        for form, arr in (("gpu", {5: 0.05}), ("node", {r: 0.05 for r in range(8, 16)})):
+            t0 = time.perf_counter()
+            s = build_schedule("clusterstraggler", 1024, arrivals=arr, size=GiB, topology=topo)
+            t1 = time.perf_counter()
+            check(s)
+            syn[form] = {"build_s": round(t1 - t0, 2), "verify_s": round(time.perf_counter() - t1, 2),
+                         "transfers": s.ntransfers}
+        out["synthesis_1024"] = syn
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""clusterstraggler (issue 15, points 1 and 2): a late GPU or a late node on a cluster.
+
+Clusters are built as in tests/test_cluster_algorithms.py (an NVSwitch per node, one NIC per GPU into
+its rail switch); every schedule is verified and simulated; times are model results checked against
+the bounds of the brief's clusters.md section 4."""
+
+from __future__ import annotations
+
+import pytest
+from test_cluster_algorithms import cluster
+
+from collsynth.errors import CollsynthError
+from collsynth.synth.algorithms.layout import node_grid
+from collsynth.synth.algorithms.stragglar.cluster import late_form, make_runs
+from collsynth.synth.compare import compare
+from collsynth.synth.registry import build_schedule
+from collsynth.synth.simulate import simulate
+from collsynth.synth.verify import verify
+
+GiB = 2**30
+
+
+def late_gpu_bound(G: int, size: float, bw_nv: float = 450e9, bw_net: float = 50e9) -> float:
+    """clusters.md section 4: max(s/(B_nv + B_net), s/(G B_net))."""
+    return max(size / (bw_nv + bw_net), size / (G * bw_net))
+
+
+@pytest.mark.parametrize("N,G,late", [(2, 4, {5: 0.05}), (3, 2, {0: 0.05}), (2, 2, {3: 0.02}), (4, 4, {10: 0.05}),
+                                      (2, 4, {4: 0.05, 5: 0.05, 6: 0.05, 7: 0.05}),
+                                      (3, 3, {3: 0.04, 4: 0.04, 5: 0.04}), (4, 2, {1: 0.01, 6: 0.02})])
+def test_verifies_and_beats_the_synchronous_schedules(N, G, late):
+    t = cluster(N, G)
+    n = N * G
+    s = build_schedule("clusterstraggler", n, arrivals=late, size=GiB, topology=t)
+    r = verify(s)
+    assert r.ok, r.message
+    assert s.ports == 2 and s.meta["gpus_per_node"] == G
+    after = simulate(s, GiB, t, late).after_last_arrival_s
+    assert after >= late_gpu_bound(G, GiB) * (1 - 1e-9)
+    hier = simulate(build_schedule("hierarchical", n, size=GiB, topology=t), GiB, t, late).after_last_arrival_s
+    if len(late) == 1 and G >= 4 and N >= 4:  # on 2 nodes the node-cut bound is the late-GPU bound
+        assert after < hier
+
+
+def test_form_follows_the_arrivals():
+    grid = node_grid(cluster(3, 4), 12)
+    import numpy as np
+
+    times = np.zeros(12)
+    times[[4, 5, 6, 7]] = 1.0
+    assert late_form(grid, times) == ("node", [4, 5, 6, 7])
+    times[7] = 2.0  # still one node, nobody else late
+    assert late_form(grid, times) == ("node", [4, 5, 6, 7])
+    times[0] = 0.5
+    assert late_form(grid, times) == ("gpu", [7])
+
+
+def test_late_gpu_on_16_nodes_within_the_issue_margin():
+    """16 x 8, 1 GiB, rank 5 late: at least 1.3x faster than hierarchical after the arrival and within
+    1.5x of the late-GPU bound (bench/bench_cluster_straggler.py records the exact numbers)."""
+    t = cluster(16, 8)
+    late = {5: 0.05}
+    s = build_schedule("clusterstraggler", 128, arrivals=late, size=GiB, topology=t)
+    after = simulate(s, GiB, t, late).after_last_arrival_s
+    hier = simulate(build_schedule("hierarchical", 128, size=GiB, topology=t), GiB, t, late).after_last_arrival_s
+    assert hier / after > 1.3
+    assert after < 1.5 * late_gpu_bound(8, GiB)
+
+
+def test_h100_cluster_preset_verifies_with_its_class_ports_and_beats_hierarchical():
+    from collsynth.synth.topology import make_topology
+
+    t = make_topology("h100-cluster", 32)
+    late = {9: 0.05}
+    s = build_schedule("clusterstraggler", 32, arrivals=late, size=GiB, topology=t)
+    assert verify(s, topology=t).ok and verify(s).ok  # the second reads meta["topology"]
+    after = simulate(s, GiB, t, late).after_last_arrival_s
+    hier = simulate(build_schedule("hierarchical", 32, size=GiB, topology=t), GiB, t, late).after_last_arrival_s
+    assert after < hier
+
+
+def test_one_node_is_the_flat_form_and_compare_runs_it_on_clusters_only():
+    s = build_schedule("clusterstraggler", 8, arrivals={3: 1e-3, 5: 2e-3}, size=GiB)
+    assert s.meta["algorithm"] == "multistraggler"
+    rows = compare(8, GiB, cluster(2, 4), {5: 0.02})
+    assert "clusterstraggler" in {r["algorithm"] for r in rows}
+    assert "clusterstraggler" not in {r["algorithm"] for r in compare(8, GiB, "nvswitch", {5: 0.02})}
+
+
+def test_runs_cover_each_part_once():
+    runs = make_runs(20, 4, 6)
+    assert [u for f, w in runs for u in range(f, f + w)] == list(range(20))
+    assert runs[-6:] == [(u, 1) for u in range(14, 20)]
+
+
+@pytest.mark.parametrize("params, match", [({"arrivals": {99: 1.0}}, "ranks are 0..7"),
+                                           ({"arrivals": {1: float("nan")}}, "finite"),
+                                           ({"pipeline": 1}, "integer >= 2")])
+def test_bad_input(params, match):
+    with pytest.raises(CollsynthError, match=match):
+        build_schedule("clusterstraggler", 8, topology=cluster(2, 4), **params)
