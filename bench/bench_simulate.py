@@ -12,18 +12,11 @@ import json
 import os
 import time
 
+from timing import best
+
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import make_topology
-
-
-def best(fn, repeat: int) -> tuple[float, object]:
-    out, times = None, []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return round(min(times), 4), out
 
 
 def main() -> None:

@@ -11,21 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 
 import numpy as np
+from timing import best
 
 from collsynth.synth.bounds import allreduce_bound
 from collsynth.synth.topology import make_topology
-
-
-def best(fn, repeat: int) -> tuple[float, object]:
-    out, times = None, []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return round(min(times), 4), out
 
 
 def main() -> None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 
 import numpy as np
+from timing import best
 
 from collsynth.synth.topology import topology_from_dict
 from collsynth.synth.topology_import import dumps_topology, import_topology
@@ -22,15 +22,6 @@ from collsynth.synth.topology_view import describe
 
 FIXTURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "fixtures",
                        "topologies", "dgx_h100_8nic.xml")
-
-
-def best(fn, repeat: int) -> tuple[float, object]:
-    out, times = None, []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return round(min(times), 4), out
 
 
 def main() -> None:
