@@ -908,22 +908,10 @@ def topology_from_dict(d: Any, n: int | None = None, alpha: ClassTimes = None, b
             raise CollsynthError(f"{where}: link {i}: \"class\" must be a non-empty string such as \"nvlink\"")
         if c not in classes:
             classes.append(c)
-        if isinstance(over_a, float):
-            la = over_a
-        elif isinstance(over_a, dict) and c in over_a:
-            la = over_a[c]
-        elif "alpha" in ln:
-            la = _as_time(ln["alpha"], f"{where} link {i}")
-        else:
-            la = cls_a.get(c, DEFAULT_ALPHA if def_a is None else def_a)
-        if isinstance(over_b, float):
-            lb = over_b
-        elif isinstance(over_b, dict) and c in over_b:
-            lb = over_b[c]
-        elif "bandwidth" in ln:
-            lb = _as_rate(ln["bandwidth"], f"{where} link {i}")
-        else:
-            lb = cls_b.get(c, DEFAULT_BANDWIDTH if def_b is None else def_b)
+        la = _link_value(ln, "alpha", c, over_a, cls_a, DEFAULT_ALPHA if def_a is None else def_a, _as_time,
+                         f"{where} link {i}")
+        lb = _link_value(ln, "bandwidth", c, over_b, cls_b, DEFAULT_BANDWIDTH if def_b is None else def_b,
+                         _as_rate, f"{where} link {i}")
         _check_link_params(float(la), float(lb), f"{where} link {i}")
         both = ln.get("bidirectional", True)
         if not isinstance(both, bool):
@@ -993,6 +981,20 @@ def _file_nodes(nodes: Any, gpus: int, where: str) -> tuple[np.ndarray | None, n
         r = int(np.argmax(node_of < 0))
         raise CollsynthError(f"{where}: GPU {r} is in no entry of \"nodes\"; add it to one")
     return node_of, local
+
+
+def _link_value(ln: dict[str, Any], key: str, cls: str, override: float | dict[str, float] | None,
+                per_class: Mapping[str, float], default: float, parse: Callable[[Any, str], float],
+                what: str) -> float:
+    """A link's alpha or bandwidth: the caller's override (one value, or this class's), else the link's own,
+    else the file's value for its class, else the file's default."""
+    if isinstance(override, float):
+        return override
+    if isinstance(override, dict) and cls in override:
+        return override[cls]
+    if key in ln:
+        return parse(ln[key], what)
+    return per_class.get(cls, default)
 
 
 def _check_connected(g: nx.DiGraph, gpus: int, where: str) -> None:
