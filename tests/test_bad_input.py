@@ -187,6 +187,34 @@ def test_numbers_are_checked_and_the_flag_named(capsys, ring4, argv, needle):
     assert out == ""
 
 
+@pytest.mark.parametrize("text", ["1_000", "+4", " 4", "4 ", "\u0663", "\uff14", "4.0", "1e3", "0x10"])
+@pytest.mark.parametrize("argv,needle", [
+    (["synth", "-a", "ring", "-n", "{}"], "--gpus"),
+    (["compare", "--gpus", "{}", "--size", "1MiB"], "--gpus"),
+    (["synth", "-a", "stragglar", "-n", "5", "--straggler", "{}"], "--straggler"),
+    (["synth", "-a", "stragglar", "-n", "5", "--pipeline", "{}"], "--pipeline"),
+    (["reproduce", "stragglar", "-n", "{}"], "--gpus"),
+    (["compare", "--gpus", "4", "--size", "1MiB", "--arrival", "{}=1ms"], "--arrival"),
+    (["emit", "{ring4}", "--format", "msccl-xml", "--instances", "{}"], "--instances"),
+    (["emit", "{ring4}", "--format", "mscclpp-plan", "--plan-chunks", "{}"], "--plan-chunks"),
+    (["train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "1ms", "--steps", "{}"], "--steps"),
+])
+def test_counts_are_plain_ascii_digits(capsys, ring4, text, argv, needle):
+    """int() reads 1_000, +4, ' 4' and other scripts' digits: a count on the command line must not."""
+    code, out, err = run(capsys, *[a.replace("{ring4}", str(ring4)).replace("{}", text) for a in argv])
+    one_line_exit_2(code, err, needle)
+    assert out == ""
+
+
+@pytest.mark.parametrize("text", ["1_0", " 1", "nan", "inf", "\u0661", "0x1"])
+def test_plain_numbers_are_plain_ascii(capsys, text):
+    code, out, err = run(capsys, "train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "1ms", "--jitter", text)
+    one_line_exit_2(code, err, "--jitter")
+    if text != " 1":  # a size may have spaces around it
+        code, out, err = run(capsys, "compare", "-n", "4", "--size", text + "MiB")
+        one_line_exit_2(code, err, "--size")
+
+
 def test_fractional_bytes_are_refused_not_rounded():
     from collsynth.errors import CollsynthError
     from collsynth.units import parse_rate, parse_size, parse_time
