@@ -42,11 +42,13 @@ import numpy as np
 
 from collsynth.apitypes import Arrivals
 from collsynth.errors import CollsynthError
+from collsynth.synth.algorithms import hierarchical
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar.listsched import Timeline
 from collsynth.synth.algorithms.stragglar.multi import pack
 from collsynth.synth.arrivals import arrival_vector
 from collsynth.synth.ir import Schedule, derived_phases
+from collsynth.synth.simulate import simulate
 from collsynth.units import parse_size
 
 DEFAULT_SIZE = float(2**30)
@@ -88,7 +90,7 @@ class _Waves:
     """One schedule under construction (module docstring)."""
 
     def __init__(self, grid: np.ndarray, times: np.ndarray, M: int, size: float, topology: Any,
-                 tree: bool) -> None:
+                 tree: bool, cutoff: float | None = None) -> None:
         self.grid, self.M, self.times, self.tree = grid, M, times, tree
         self.N, self.G = grid.shape
         n = grid.size
@@ -101,8 +103,8 @@ class _Waves:
                       np.concatenate([same_node, same_rail]))
         self.node_of = np.empty(n, np.int64)
         self.node_of[ranks] = node
-        t0 = float(times.min())
-        self.punctual = [r for r in range(n) if times[r] <= t0]
+        t0 = float(times.min()) if cutoff is None else max(float(times.min()), cutoff)
+        self.punctual = [r for r in range(n) if times[r] <= t0]  # the AllReduce before the passes waits for them
         self.late = sorted((r for r in range(n) if times[r] > t0), key=lambda r: (float(times[r]), r))
         self.passes = 0
 
@@ -284,7 +286,7 @@ class _Waves:
         d = 1 if k % 2 == 0 else -1
         pos = {b: (d * b) % N for b in active}
         contrib = sorted(x, key=lambda b: pos[b])
-        if len(contrib) > 1:  # start after the largest gap: the shortest arc through the contributors
+        if len(contrib) > 1:  # start after the largest gap: the shortest arc, so the next node has the state
             gaps = [(pos[contrib[(i + 1) % len(contrib)]] - pos[contrib[i]]) % N for i in range(len(contrib))]
             i = int(np.argmax(gaps))
             contrib = contrib[i + 1:] + contrib[:i + 1]
@@ -294,8 +296,8 @@ class _Waves:
         seq = [b for b in ((last + d * h) % N for h in range(1, N)) if b in pos]
         final: dict[int, int] = {}
         nxt = next((i for i, b in enumerate(seq) if keep[b]), None)
-        if keep[last] and x[last] == rail[last] and nxt == 0:  # raw over the NIC and into the node
-            nb = seq[0]
+        if keep[last] and x[last] == rail[last] and seq and seq[0] not in x and rail[seq[0]] in keep[seq[0]]:
+            nb = seq[0]  # the wave's sum raw over the NIC into the next node's state, and into its own node's
             tl.add(x[last], hub(nb), c, w, True)
             tl.add(x[last], hub(last), c, w, True)
             final[last], final[nb] = hub(last), hub(nb)
@@ -304,6 +306,9 @@ class _Waves:
             tl.add(x[last], hub(last), c, w, True)
             final[last] = hub(last)
             src, rest = hub(last), seq
+            if x[last] == rail[last] != hub(last):  # the final sum back to the rail GPU, which sends it on
+                tl.add(hub(last), x[last], c, w, False)
+                src = x[last]
         else:
             assert nxt is not None  # the punctual ranks keep the state somewhere
             nb = seq[nxt]
@@ -323,7 +328,7 @@ class _Waves:
         for b in active:  # spread over NVLink
             fb = final[b]
             for y in hold[b] + wave[b]:
-                if y != fb:
+                if y != fb and not (y == src and b == last):
                     tl.add(fb, y, c, w, False)
         nodes = self.node_of
         ends = [tl.end[i] for i in range(i0, len(tl.moves))
@@ -342,11 +347,12 @@ class _Waves:
 
 
 def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, run: int = 1,
-              tree: bool = True) -> Schedule:
-    """One schedule for a given M (units per part), ``run`` (units per message) and broadcast (tree or chain)."""
+              tree: bool = True, cutoff: float | None = None) -> Schedule:
+    """One schedule for a given M (units per part), ``run`` (units per message), broadcast (tree or chain)
+    and ``cutoff``: the late ranks arriving by then count as punctual (the first AllReduce waits for them)."""
     grid = node_grid(topology, n)
     times = arrival_vector(arrivals, n)
-    plan = _Waves(grid, times, M, size, topology, tree)
+    plan = _Waves(grid, times, M, size, topology, tree, cutoff)
     plan.pre()
     plan.merge(run)
     meta: dict[str, object] = {"algorithm": "clusterstraggler", "form": "waves",
@@ -360,35 +366,49 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, ru
     return plan.schedule(n, meta, f"clusterstraggler_waves_n{n}_l{len(plan.late)}")
 
 
-CANDIDATES = ((16, True), (32, True), (16, False), (32, False), (8, True))
-
-
 def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = None, topology: Any = None,
           pipeline: int | str = "auto") -> Schedule:
     """Waves of late ranks on a cluster topology (module docstring). ``pipeline`` is M (units per part) or
-    "auto": up to SEARCH_MAX_GPUS GPUs the fastest simulated of a few (M, broadcast) choices, else M = 16
-    with two trees."""
-    from collsynth.synth.simulate import simulate
-
+    "auto". Up to SEARCH_MAX_GPUS GPUs the fastest simulated of: every cutoff (no late rank absorbed into the
+    first AllReduce, or all up to one arrival time) with M = 32 and chains, then at the best cutoff M = 16
+    with chains and with two trees, and the synchronous ``hierarchical`` schedule (form "synchronous") when
+    it is faster still; above it M = 16, chains, nothing absorbed."""
     grid = node_grid(topology, n)
     N, G = grid.shape
     if N < 2:
         raise CollsynthError("the waves form of clusterstraggler needs a topology with at least 2 nodes")
     s_bytes = DEFAULT_SIZE if size is None else float(parse_size(size) if isinstance(size, str) else size)
     if pipeline != "auto":
-        if isinstance(pipeline, bool) or not isinstance(pipeline, (int, np.integer)) or not 1 <= pipeline \
+        if isinstance(pipeline, bool) or not isinstance(pipeline, (int, np.integer)) or pipeline < 1 \
                 or G * int(pipeline) > MAX_CHUNKS:
             raise CollsynthError(f"--pipeline for clusterstraggler must be auto or an integer from 1 to "
                                  f"{MAX_CHUNKS // G}, got {pipeline!r}")
-        return construct(n, arrivals, s_bytes, topology, int(pipeline))
+        return construct(n, arrivals, s_bytes, topology, int(pipeline), tree=False)
     if n > SEARCH_MAX_GPUS:
-        return construct(n, arrivals, s_bytes, topology, 16)
+        return construct(n, arrivals, s_bytes, topology, 16, tree=False)
     times = arrival_vector(arrivals, n)
     best: tuple[float, int, Schedule] | None = None
-    for i, (M, tree) in enumerate(CANDIDATES):
-        s = construct(n, arrivals, s_bytes, topology, M, 1, tree)
+    tried = 0
+
+    def consider(M: int, tree: bool, cutoff: float | None) -> None:
+        nonlocal best, tried
+        s = construct(n, arrivals, s_bytes, topology, M, 1, tree, cutoff)
         t = simulate(s, s_bytes, topology, times).completion_s
+        tried += 1
         if best is None or t < best[0] * (1 - 1e-12):
-            best = (t, i, s)
+            best = (t, tried, s.replace(meta={**s.meta, "cutoff_s": cutoff or float(times.min())}))
+
+    late = sorted(set(float(t) for t in times if t > times.min()))
+    for cut in [None, *late]:  # the last: everybody in one AllReduce
+        consider(32, False, cut)
     assert best is not None
+    cut = float(best[2].meta["cutoff_s"])  # type: ignore[arg-type]
+    consider(16, False, cut)
+    consider(16, True, cut)
+    sync = hierarchical.build(n, topology=topology, size=s_bytes)  # when waiting for everyone is faster
+    t = simulate(sync, s_bytes, topology, times).completion_s
+    if t < best[0] * (1 - 1e-12):
+        return sync.replace(meta={**sync.meta, "algorithm": "clusterstraggler", "form": "synchronous",
+                                  "synchronous": "hierarchical", "late": [[r, float(times[r])] for r in
+                                                                          range(n) if times[r] > times.min()]})
     return best[2]
