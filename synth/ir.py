@@ -416,15 +416,15 @@ def derived_phases(nranks: int, step: Column, src: Column, dst: Column, nsteps: 
     """Phases of a schedule read back from a runtime's program: each step waits for the ranks that took part
     in it or in an earlier step (what a data-driven runtime does: StragglAR's punctual phase comes out as in
     its Schedule). Steps where everybody has taken part get no phase."""
-    step_a, src_a, dst_a = np.asarray(step), np.asarray(src), np.asarray(dst)
-    seen: set[int] = set()
+    step_a = np.asarray(step, np.int64)
+    first = np.full(nranks, np.iinfo(np.int64).max, np.int64)  # the first step each rank takes part in
+    np.minimum.at(first, np.asarray(src, np.int64), step_a)
+    np.minimum.at(first, np.asarray(dst, np.int64), step_a)
     bounds: list[tuple[int, tuple[int, ...]]] = []
-    for k in range(nsteps):
-        sel = step_a == k
-        seen |= set(src_a[sel].tolist()) | set(dst_a[sel].tolist())
-        key = tuple(sorted(seen))
-        if not bounds or bounds[-1][1] != key:
-            bounds.append((k, key))
+    for k in np.unique(first[first < nsteps]).tolist():
+        bounds.append((int(k), tuple(np.flatnonzero(first <= k).tolist())))
+    if nsteps and (not bounds or bounds[0][0] > 0):  # steps before anyone takes part wait for nobody
+        bounds.insert(0, (0, ()))
     phases = []
     for i, (start, ranks) in enumerate(bounds):
         stop = bounds[i + 1][0] if i + 1 < len(bounds) else nsteps

@@ -1,6 +1,6 @@
 """Multi-node topologies of issue 14: link classes, per-class ports, server nodes, rail / fat-tree fabrics,
 PXN and spine routing, cluster presets, per-class alpha/bandwidth overrides and the JSON extensions
-(synth/topology.py; docs/topologies.md)."""
+(synth/topology/; docs/topologies.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Topology presets, routes and JSON files (synth/topology.py)."""
+"""Topology presets, routes and JSON files (synth/topology/)."""
 
 from __future__ import annotations
 

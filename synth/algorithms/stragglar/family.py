@@ -9,8 +9,10 @@ from typing import Any
 
 from collsynth.errors import CollsynthError
 from collsynth.fileio import check_outdir, write_tree
+from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar.build import build
 from collsynth.synth.ir import Schedule
+from collsynth.synth.registry import build_schedule
 from collsynth.synth.verify import check
 
 
@@ -43,3 +45,67 @@ def write_family(n: int, outdir: str, force: bool = False, **params: Any) -> dic
     texts["manifest.json"] = json.dumps(manifest, indent=1) + "\n"
     write_tree(outdir, texts, force=force)
     return manifest
+
+
+CLUSTER_DELAY_S = 1.0  # the late ranks' delay the family's schedules are built for (long: hides the work before it)
+
+
+class ClusterFamily:
+    """Verified clusterstraggler schedules (issue 15 point 5) for every late GPU and every late node of a
+    topology with nodes, keyed by the late set (a frozenset of ranks), so that a runtime can pick one once
+    it knows who is late (backends/torch/straggler.py).
+
+    Built lazily: ``get(late)`` builds, verifies and caches the schedule the first time a late set is asked
+    for (n + N schedules would take long to build up front on a large cluster); ``build_all()`` builds every
+    one up front. Each schedule is ``build_schedule("clusterstraggler", n, topology=..., arrivals={late
+    ranks: CLUSTER_DELAY_S}, **params)``, whose form (``meta["form"]``, ``meta["late"]``) must match the
+    late set it is filed under. ``params``: clusterstraggler's ``size`` and ``pipeline``.
+    """
+
+    def __init__(self, topology: Any, **params: Any) -> None:
+        n = int(topology.nranks)
+        grid = node_grid(topology, n)
+        if grid.shape[0] < 2 or grid.shape[1] < 2:
+            raise CollsynthError(f"topology {topology.name!r} has no nodes of 2 or more GPUs (node sizes must be "
+                                 f"equal, at least 2 nodes): the cluster forms need one, e.g. h100-cluster or "
+                                 f"gpus_per_node=4")
+        unknown = sorted(set(params) - {"size", "pipeline"})
+        if unknown:
+            raise CollsynthError(f"ClusterFamily takes size and pipeline, not {unknown[0]!r}")
+        self.topology, self.n, self.params = topology, n, dict(params)
+        self.nodes = tuple(frozenset(int(x) for x in row) for row in grid)
+        self.gpus_per_node = int(grid.shape[1])
+        self._cache: dict[frozenset[int], Schedule] = {}
+
+    def late_sets(self) -> list[frozenset[int]]:
+        """Every late set the family serves: each rank alone, then each node's ranks."""
+        return [frozenset((r,)) for r in range(self.n)] + list(self.nodes)
+
+    def serves(self, late: frozenset[int]) -> bool:
+        """Whether ``late`` is one GPU or exactly one node's GPUs."""
+        return (len(late) == 1 and next(iter(late)) in range(self.n)) or late in self.nodes
+
+    def get(self, late: Any) -> Schedule | None:
+        """The verified schedule for late set ``late`` (ranks), or None when the family has no form for it."""
+        key = frozenset(int(r) for r in late)
+        if not self.serves(key):
+            return None
+        if key not in self._cache:
+            s = check(build_schedule("clusterstraggler", self.n, topology=self.topology,
+                                     arrivals={r: CLUSTER_DELAY_S for r in sorted(key)}, **self.params))
+            form = "gpu" if len(key) == 1 else "node"
+            meta_late = s.meta.get("late")
+            if s.meta.get("form") != form or not isinstance(meta_late, list) or frozenset(meta_late) != key:
+                raise CollsynthError(f"clusterstraggler built the {s.meta.get('form')} form for late ranks "
+                                     f"{meta_late}, not the {form} form for {sorted(key)}")  # pragma: no cover
+            self._cache[key] = s
+        return self._cache[key]
+
+    def build_all(self) -> dict[frozenset[int], Schedule]:
+        """Build and verify every member up front; returns late set -> schedule."""
+        out = {}
+        for late in self.late_sets():
+            s = self.get(late)
+            assert s is not None  # every late set of late_sets() is served
+            out[late] = s
+        return out

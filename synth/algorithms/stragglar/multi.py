@@ -287,40 +287,63 @@ def pack(atoms: Sequence[Sequence[Move]], port: Callable[[int, int], tuple[int, 
     later than every rank so far (so that, with ir.derived_phases, no earlier move waits for it). The
     moves of one atom always share a step. ``port(src, dst)``
     names the (send, receive) port class of a move (e.g. NVLink 0, network 1): then a rank may send and
-    receive once per class per step."""
+    receive once per class per step (``port`` is called once per distinct (src, dst) pair).
+
+    One pass with step stamps: a port or location belongs to the current step when its stamp equals it
+    (so closing a step costs nothing), locations are rank * C + chunk in flat lists."""
+    nch = 1 + max((x[2] + x[3] for a in atoms for x in a), default=0)
+    nr = 1 + max((max(x[0], x[1]) for a in atoms for x in a), default=0)
     out: list[int] = []
     cur = 0
-    senders: set[int] = set()
-    receivers: set[int] = set()
-    reads: set[tuple[int, int]] = set()
-    writes: set[tuple[int, int]] = set()
+    s_stamp = [-1] * (nr * 8)  # port key: rank * 8 + class
+    r_stamp = [-1] * (nr * 8)
+    w_stamp = [-1] * (nr * nch)  # location: rank * nch + chunk
+    rd_stamp = [-1] * (nr * nch)
     latest = -math.inf
     arr = None if arrival is None else [float(x) for x in arrival]
-    for a in atoms:
-        new_rank = False
+    cls_cache: dict[tuple[int, int], tuple[int, int]] = {}
+
+    def classes(a: int, b: int) -> tuple[int, int]:
+        if port is None:
+            return 0, 0
+        key = (a, b)
+        got = cls_cache.get(key)
+        if got is None:
+            got = cls_cache[key] = port(a, b)
+        return got
+
+    for atom in atoms:
+        moves = [(x[0], x[1], x[2], x[3], x[4], *classes(x[0], x[1])) for x in atom]
         if arr is not None:
-            t_a = max(max(arr[x[0]], arr[x[1]]) for x in a)
+            t_a = max(max(arr[m[0]], arr[m[1]]) for m in moves)
             new_rank = t_a > latest
             latest = max(latest, t_a)
-        if port is None:
-            a_send = {x[0] for x in a}
-            a_recv = {x[1] for x in a}
         else:
-            cls = [port(x[0], x[1]) for x in a]
-            a_send = {x[0] * 8 + c[0] for x, c in zip(a, cls)}
-            a_recv = {x[1] * 8 + c[1] for x, c in zip(a, cls)}
-        a_reads = {(x[0], c) for x in a for c in range(x[2], x[2] + x[3])}
-        a_writes = {(x[1], c) for x in a for c in range(x[2], x[2] + x[3])}
-        a_copy = {(x[1], c) for x in a if not x[4] for c in range(x[2], x[2] + x[3])}
-        if out and (new_rank or senders & a_send or receivers & a_recv or writes & a_reads or writes & a_writes
-                    or reads & a_copy):
-            cur += 1
-            senders, receivers, reads, writes = set(), set(), set(), set()
-        senders |= a_send
-        receivers |= a_recv
-        reads |= a_reads
-        writes |= a_writes
-        out.extend([cur] * len(a))
+            new_rank = False
+        if out:
+            hit = new_rank
+            if not hit:
+                for src, dst, c, k, red, cs, cr in moves:
+                    ls, ld = src * nch + c, dst * nch + c
+                    if (s_stamp[src * 8 + cs] == cur or r_stamp[dst * 8 + cr] == cur
+                            or (cur in w_stamp[ls:ls + k] if k > 1 else w_stamp[ls] == cur)
+                            or (cur in w_stamp[ld:ld + k] if k > 1 else w_stamp[ld] == cur)
+                            or (not red and (cur in rd_stamp[ld:ld + k] if k > 1 else rd_stamp[ld] == cur))):
+                        hit = True
+                        break
+            if hit:
+                cur += 1
+        for src, dst, c, k, _red, cs, cr in moves:
+            s_stamp[src * 8 + cs] = cur
+            r_stamp[dst * 8 + cr] = cur
+            ls, ld = src * nch + c, dst * nch + c
+            if k == 1:
+                rd_stamp[ls] = cur
+                w_stamp[ld] = cur
+            else:
+                rd_stamp[ls:ls + k] = [cur] * k
+                w_stamp[ld:ld + k] = [cur] * k
+        out.extend([cur] * len(moves))
     return np.array(out, np.int64)
 
 

@@ -1,0 +1,165 @@
+"""A list-scheduling model of moves on a topology, for the constructive cluster schedules (issue 15).
+
+Moves are added one at a time, in an order that respects their data dependencies (what running them one
+after another computes). Each gets the earliest start that the model allows:
+
+- after the arrival of its src and dst rank;
+- after the end of the last move writing any chunk it reads or writes, and (for a copy or a reduce)
+  after the end of the last move reading any chunk it writes (a move never overtakes one it depends on);
+- when its src's send port and its dst's receive port of the route's first and last link class (NVLink,
+  network, ...: topology.route_classes) both have a free gap of its duration (one message per port at a
+  time; a later move may fill an earlier gap: list scheduling with backfill).
+
+A move's duration is what synth/simulate.py charges a lone message: the route's alpha sum plus its bytes
+over the route's bottleneck bandwidth. Ordering the moves by modelled start and packing them into steps
+(multi.pack) gives a schedule whose simulated time follows the model (docs/stragglar.md).
+
+Everything per move is a list or dict operation (no numpy scalars), and the routes of many pairs are
+looked up at once (``prime``), so a million moves take seconds.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+Move = tuple[int, int, int, int, bool]  # (src rank, dst rank, first chunk, count, reduce), as multi.Move
+
+
+class Timeline:
+    """The model's state: per-port busy intervals, per-(rank, chunk) ends of the last write and read."""
+
+    def __init__(self, topology: Any, nchunks: int, arrival: Sequence[float] | np.ndarray,
+                 chunk_bytes: float) -> None:
+        self.topo = topology
+        self.n = int(topology.nranks)
+        self.C = int(nchunks)
+        self.K = len(topology.classes)
+        self.arrival = [float(x) for x in arrival]
+        self.chunk_bytes = float(chunk_bytes)
+        self.written = [0.0] * (self.n * self.C)
+        self.read = [0.0] * (self.n * self.C)
+        self.lo: dict[int, list[float]] = {}  # port key (2 * (rank * K + class) + send 0 / receive 1) -> starts
+        self.hi: dict[int, list[float]] = {}  # ... -> ends (the intervals are disjoint, sorted)
+        self.pairs: dict[int, tuple[int, int, float, float]] = {}  # src * n + dst -> (send key, recv key, alpha, bw)
+        self.moves: list[Move] = []
+        self.start: list[float] = []
+        self.end: list[float] = []
+
+    # ------------------------------------------------------------------ routes
+    def prime(self, src: Sequence[int] | np.ndarray, dst: Sequence[int] | np.ndarray) -> None:
+        """Look up the routes of these (src, dst) pairs at once (pairs not primed are looked up one by one)."""
+        s = np.asarray(src, np.int64)
+        d = np.asarray(dst, np.int64)
+        keep = s != d
+        s, d = s[keep], d[keep]
+        if not len(s):
+            return
+        key = np.unique(s * self.n + d)
+        s, d = np.divmod(key, self.n)
+        links, alpha = self.topo.pair_table(np.stack([s, d], axis=1))
+        ok = links >= 0
+        bw = np.where(ok, np.asarray(self.topo.link_bw)[np.maximum(links, 0)], np.inf).min(axis=1)
+        first, last = self.topo.route_classes(s, d)
+        sk = 2 * (s * self.K + first)
+        rk = 2 * (d * self.K + last) + 1
+        for k, a, b, c, e in zip(key.tolist(), sk.tolist(), rk.tolist(), alpha.tolist(), bw.tolist()):
+            self.pairs[k] = (a, b, c, e)
+
+    def pair(self, src: int, dst: int) -> tuple[int, int, float, float]:
+        """(send port key, receive port key, alpha, bandwidth) of src -> dst."""
+        got = self.pairs.get(src * self.n + dst)
+        if got is None:
+            self.prime([src], [dst])
+            got = self.pairs[src * self.n + dst]
+        return got
+
+    def classes(self, src: int, dst: int) -> tuple[int, int]:
+        """(send, receive) link class index of src -> dst (multi.pack's ``port``)."""
+        sk, rk, _, _ = self.pair(src, dst)
+        return (sk // 2) % self.K, (rk // 2) % self.K
+
+    def duration(self, src: int, dst: int, count: int) -> float:
+        """Modelled time of one message of ``count`` chunks from src to dst."""
+        _, _, a, bw = self.pair(src, dst)
+        return a + count * self.chunk_bytes / bw
+
+    # ------------------------------------------------------------------ moves
+    def _fit(self, port: int, t: float, dur: float) -> float:
+        """Earliest start >= t of a free gap of length dur on ``port``."""
+        hi = self.hi.get(port)
+        if not hi or t >= hi[-1]:
+            return t
+        lo = self.lo[port]
+        i = bisect.bisect_right(hi, t)
+        while i < len(lo):
+            if t + dur <= lo[i] * (1 + 1e-12):
+                return t
+            if hi[i] > t:
+                t = hi[i]
+            i += 1
+        return t
+
+    def _take(self, port: int, start: float, end: float) -> None:
+        lo = self.lo.setdefault(port, [])
+        hi = self.hi.setdefault(port, [])
+        if not lo or start >= lo[-1]:
+            lo.append(start)
+            hi.append(end)
+        else:
+            i = bisect.bisect_left(lo, start)
+            lo.insert(i, start)
+            hi.insert(i, end)
+
+    def add(self, src: int, dst: int, chunk: int, count: int, reduce: bool, after: float = 0.0) -> float:
+        """Append one move (not before ``after``); returns its modelled start."""
+        sk, rk, a, bw = self.pair(src, dst)
+        dur = a + count * self.chunk_bytes / bw
+        arr = self.arrival
+        t = max(arr[src], arr[dst], after)
+        ls, ld = src * self.C + chunk, dst * self.C + chunk
+        w, r = self.written, self.read
+        if count == 1:
+            t = max(t, w[ls], w[ld], r[ld])
+        else:
+            t = max(t, max(w[ls:ls + count]), max(w[ld:ld + count]), max(r[ld:ld + count]))
+        while True:  # the earliest time both ports have a gap of dur
+            t1 = self._fit(sk, t, dur)
+            t2 = self._fit(rk, t1, dur)
+            if t2 == t1:
+                break
+            t = t2
+        end = t1 + dur
+        self._take(sk, t1, end)
+        self._take(rk, t1, end)
+        if count == 1:
+            w[ld] = end
+            if r[ls] < end:
+                r[ls] = end
+        else:
+            w[ld:ld + count] = [end] * count
+            r[ls:ls + count] = [max(x, end) for x in r[ls:ls + count]]
+        self.moves.append((src, dst, chunk, count, reduce))
+        self.start.append(t1)
+        self.end.append(end)
+        return t1
+
+    def ready(self, rank: int, chunk: int, count: int = 1) -> float:
+        """When the location's value is final in the model (end of its last write)."""
+        b = rank * self.C + chunk
+        return max(self.written[b:b + count])
+
+    def port_free(self, rank: int, cls: int, receive: bool = False) -> float:
+        """End of the last busy interval of a port (0 when it was never used)."""
+        hi = self.hi.get(2 * (rank * self.K + cls) + int(receive))
+        return hi[-1] if hi else 0.0
+
+    def ordered(self) -> list[list[Move]]:
+        """The moves as one-move atoms by modelled start (order of adding on ties)."""
+        st = self.start
+        order = sorted(range(len(st)), key=lambda i: (st[i], i))
+        mv = self.moves
+        return [[mv[i]] for i in order]
