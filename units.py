@@ -19,7 +19,7 @@ _SIZE_UNITS = {
     "k": 2**10, "m": 2**20, "g": 2**30,
 }
 _TIME_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-_NUM = r"([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
+_NUM = r"([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)"  # ASCII digits only (\d takes any script's)
 
 
 MAX_BYTES = 2**62  # the largest size any flag takes (4 EiB: int64 with room; the runtimes use int64 counts)
@@ -36,6 +36,44 @@ def _split(text: str, what: str, example: str, flag: str | None = None) -> tuple
     if exponent and abs(int(exponent)) > 400:
         raise CollsynthError(_prefixed(flag, f"{what} {text!r} is out of range: write e.g. {example}"))
     return Fraction(m.group(1)), m.group(2)
+
+
+INT_MAX = 2**31 - 1  # counts (ranks, steps, ports, iterations) beyond this are typos, and overflow C ints
+_COUNT = re.compile(r"-?[0-9]{1,40}")
+
+
+def parse_count(text: str | int, *, flag: str, lo: int | None = None, hi: int = INT_MAX) -> int:
+    """A count (ranks, steps, chunks, a rank number) written as plain ASCII digits, in [lo, hi].
+
+    Stricter than Python's int(), which also reads ``1_000``, `` 4``, ``+4`` and other scripts' digits
+    (``\u0663``): a count on the command line is digits only, so such text is refused, not guessed."""
+    if isinstance(text, bool):
+        raise CollsynthError(f"{flag} must be an integer, got {text!r}")
+    t = str(text)
+    if not _COUNT.fullmatch(t):
+        long = len(t.lstrip("-")) > 40 and t.lstrip("-").isascii() and t.lstrip("-").isdigit()
+        raise CollsynthError(f"{flag} {t[:40]}... is too large: at most {hi}" if long else
+                             f"{flag} must be an integer written with the digits 0-9 only (no '_', '+', spaces "
+                             f"or exponent), got {t[:40]!r}")
+    value = int(t)
+    if value > hi:
+        raise CollsynthError(f"{flag} {t} is too large: at most {hi}")
+    if lo is not None and value < lo:
+        raise CollsynthError(f"{flag} must be at least {lo}, got {t}")
+    return value
+
+
+def parse_number(text: str | float, *, flag: str) -> float:
+    """A finite plain number (``0.1``, ``1e-3``) in ASCII digits: float() also reads ``1_0``, `` 1``,
+    ``nan``, ``inf`` and other scripts' digits, which are refused here."""
+    t = str(text)
+    if not re.fullmatch(_NUM, t, flags=re.ASCII):
+        raise CollsynthError(f"{flag} must be a number such as 0.5 or 1e-3 (digits 0-9, no '_' or spaces), "
+                             f"got {t[:40]!r}")
+    value = float(t)
+    if not math.isfinite(value):
+        raise CollsynthError(f"{flag} must be a finite number, got {t[:40]!r}")
+    return value
 
 
 def _prefixed(flag: str | None, message: str) -> str:
@@ -163,8 +201,8 @@ def parse_rank_map(items: Sequence[str] | None, nranks: int, *, flag: str = "--a
             if not sep:
                 raise CollsynthError(f"cannot read {flag} {part!r}: write RANK={what}, e.g. {flag} {example}")
             try:
-                rank = int(rank_text)
-            except ValueError:
+                rank = parse_count(rank_text, flag="rank")
+            except CollsynthError:
                 raise CollsynthError(f"{flag} {part!r}: rank {rank_text!r} is not an integer") from None
             if not 0 <= rank < nranks:
                 raise CollsynthError(f"{flag} {part!r}: rank {rank} does not exist; ranks are 0..{nranks - 1}")

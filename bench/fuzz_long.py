@@ -4,7 +4,8 @@ harness ran (tests/fuzzkit.py records one line per case).
 
     python bench/fuzz_long.py --examples 500
 
-Prints JSON: cases, clean, not clean, exit codes, per test, the pytest summary and wall time; pytest's
+Prints JSON: cases, clean, not clean (each with its whole argument vector, its problems and a copy of its
+input folder beside the stats file), exit codes, per test, the pytest summary and wall time; pytest's
 own report (the failing examples, shrunk) is kept beside the per-case lines (STATS.pytest.txt).
 """
 
@@ -45,7 +46,8 @@ def main() -> int:
     bad = [c for c in cases if not c["clean"]]
     out = {"examples_per_test": args.examples, "cases": len(cases), "clean": len(cases) - len(bad),
            "not_clean": len(bad), "exit_codes": dict(sorted(codes.items())), "per_test": dict(sorted(per_test.items())),
-           "not_clean_argv": [c["argv"] for c in bad[:20]], "pytest_exit": r.returncode,
+           "not_clean_cases": [{k: c[k] for k in ("test", "argv", "problems", "inputs") if k in c} for c in bad[:20]],
+           "pytest_exit": r.returncode,
            "pytest_failures": [ln for ln in r.stdout.splitlines() if ln.startswith("FAILED")],
            "wall_s": round(wall)}
     print(json.dumps(out, indent=1))

@@ -8,6 +8,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from collsynth.errors import CollsynthError
+from collsynth.units import INT_MAX, parse_count, parse_number
+
 
 def print_json(obj: Any) -> None:
     """Deterministic JSON on stdout."""
@@ -31,25 +34,24 @@ def _fmt(v: Any) -> str:
     return "" if v is None else str(v)
 
 
-INT_MAX = 2**31 - 1  # counts (ranks, steps, ports, iterations) beyond this are typos, and overflow C ints
-
-
 def int_arg(flag: str, *, lo: int | None = None, hi: int = INT_MAX) -> Callable[[str], int]:
-    """argparse type: an integer in [lo, hi], with a message that names the flag (a huge number is refused
-    here, before anything is sized by it)."""
+    """argparse type: an integer in [lo, hi] written in ASCII digits (units.parse_count), with a message
+    that names the flag (a huge number is refused here, before anything is sized by it)."""
     def conv(text: str) -> int:
-        t = str(text).strip()
         try:
-            value = int(t) if len(t) <= 40 else None
-        except ValueError:
-            value = None
-        if value is None:
-            raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {text[:40]!r}")
-        if value > hi:
-            raise argparse.ArgumentTypeError(f"{flag} {t} is too large: at most {hi}")
-        if lo is not None and value < lo:
-            raise argparse.ArgumentTypeError(f"{flag} must be at least {lo}, got {t}")
-        return value
+            return parse_count(text, flag=flag, lo=lo, hi=hi)
+        except CollsynthError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return conv
+
+
+def number_arg(flag: str) -> Callable[[str], float]:
+    """argparse type: a finite plain number (units.parse_number), with a message that names the flag."""
+    def conv(text: str) -> float:
+        try:
+            return parse_number(text, flag=flag)
+        except CollsynthError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
     return conv
 
 

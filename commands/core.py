@@ -27,7 +27,15 @@ from collsynth.synth.simulate import simulate
 from collsynth.synth.solver.solve import status_line
 from collsynth.synth.topology import make_topology
 from collsynth.synth.verify import check, record_topology
-from collsynth.units import check_class_values, format_time, parse_arrivals, parse_rate, parse_size, parse_time
+from collsynth.units import (
+    check_class_values,
+    format_time,
+    parse_arrivals,
+    parse_count,
+    parse_rate,
+    parse_size,
+    parse_time,
+)
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -146,8 +154,8 @@ def _synth_params(args: argparse.Namespace) -> dict[str, Any]:
     params: dict[str, Any] = {}
     if args.straggler is not None and args.straggler != "all":
         try:
-            params["straggler"] = int(args.straggler)
-        except ValueError:
+            params["straggler"] = parse_count(args.straggler, flag="--straggler")
+        except CollsynthError:
             raise CollsynthError(f"--straggler must be a rank number or `all`, got {args.straggler!r}") from None
     if args.phase1 is not None:
         params["phase1"] = args.phase1
@@ -178,8 +186,8 @@ def _synth_params(args: argparse.Namespace) -> dict[str, Any]:
 
 def _pipeline_int(text: str) -> int:
     try:
-        return int(text)
-    except ValueError:
+        return parse_count(text, flag="--pipeline")
+    except CollsynthError:
         raise CollsynthError(f"--pipeline must be a positive integer or `auto`, got {text!r}") from None
 
 

@@ -20,7 +20,7 @@ from collsynth.errors import CollsynthError
 from collsynth.fileio import check_outdir, check_output, json_loads, read_text, write_text_atomic, write_tree
 from collsynth.synth.ir import load_schedule
 from collsynth.synth.verify import check
-from collsynth.units import parse_size
+from collsynth.units import parse_count, parse_size
 
 
 def add_msccl_xml_options(p: argparse.ArgumentParser) -> None:
@@ -69,15 +69,15 @@ def mscclpp_plan_options(args: argparse.Namespace) -> dict[str, Any]:
     gpn = getattr(args, "gpus_per_node", None)
     if gpn is not None:
         try:
-            gpn = int(str(gpn))
-        except ValueError:
+            gpn = parse_count(str(gpn), flag="--gpus-per-node")
+        except CollsynthError:
             raise CollsynthError(f"--gpus-per-node must be an integer >= 1, got {gpn!r}") from None
     unit = getattr(args, "pipeline_unit", None)
     chunks: int | str | None = getattr(args, "plan_chunks", None)
     if chunks is not None and chunks != "pow2":
         try:
-            chunks = int(str(chunks))
-        except ValueError:
+            chunks = parse_count(str(chunks), flag="--plan-chunks")
+        except CollsynthError:
             raise CollsynthError(f"--plan-chunks must be an integer or pow2, got {chunks!r}") from None
     return {"proto": args.proto, "inplace": bool(args.inplace), "min_bytes": _bytes("--min-bytes", args.min_bytes),
             "max_bytes": _bytes("--max-bytes", args.max_bytes), "name": args.name,
@@ -95,14 +95,14 @@ def _bytes(flag: str, text: Any) -> int:
 def msccl_xml_options(args: argparse.Namespace) -> dict[str, Any]:
     """emit_xml keywords from the parsed MSCCL XML options (sizes accept units, e.g. 1MiB)."""
     try:
-        instances = int(str(args.instances))
-    except ValueError:
+        instances = parse_count(str(args.instances), flag="--instances")
+    except CollsynthError:
         raise CollsynthError(f"--instances must be an integer >= 1, got {args.instances!r}") from None
     loop: int | str | None = getattr(args, "nchunksperloop", None)
     if loop is not None and loop != "pow2":
         try:
-            loop = int(str(loop))
-        except ValueError:
+            loop = parse_count(str(loop), flag="--nchunksperloop")
+        except CollsynthError:
             raise CollsynthError(f"--nchunksperloop must be an integer or pow2, got {loop!r}") from None
     return {"dialect": args.dialect, "proto": args.proto, "min_bytes": _bytes("--min-bytes", args.min_bytes),
             "max_bytes": _bytes("--max-bytes", args.max_bytes), "inplace": bool(args.inplace),

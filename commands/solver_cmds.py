@@ -12,7 +12,7 @@ from collsynth.commands.common import print_json, print_table
 from collsynth.errors import CollsynthError
 from collsynth.fileio import check_output, write_text_atomic
 from collsynth.synth.algorithms.stragglar.rounds import rounds_row
-from collsynth.units import parse_time
+from collsynth.units import parse_count, parse_time
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -43,8 +43,8 @@ def _gpu_list(items: list[str]) -> list[int]:
             if not part:
                 continue
             try:
-                out.append(int(part))
-            except ValueError:
+                out.append(parse_count(part, flag="--gpus"))
+            except CollsynthError:
                 raise CollsynthError(f"--gpus must be integers such as 8 or 4,6,8, got {part!r}") from None
     if not out:
         raise CollsynthError("--gpus needs at least one GPU count, e.g. --gpus 8")

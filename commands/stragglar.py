@@ -11,7 +11,7 @@ from collsynth.commands.common import print_json, print_table
 from collsynth.errors import CollsynthError, require_extra
 from collsynth.fileio import check_output
 from collsynth.synth.algorithms.stragglar.analysis import DEFAULT_NS, plot, reproduce
-from collsynth.units import format_time, parse_rate, parse_size, parse_time
+from collsynth.units import format_time, parse_count, parse_rate, parse_size, parse_time
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -51,8 +51,8 @@ def _gpus(text: str | None) -> list[int]:
     out = []
     for part in text.split(","):
         try:
-            n = int(part)
-        except ValueError:
+            n = parse_count(part, flag="--gpus")
+        except CollsynthError:
             raise CollsynthError(f"--gpus must be comma-separated integers >= 2, got {text!r}") from None
         if n < 2:
             raise CollsynthError(f"--gpus values must be >= 2, got {n}")
@@ -65,8 +65,8 @@ def _pipeline(text: str) -> int | str:
     if text == "auto":
         return text
     try:
-        k = int(text)
-    except ValueError:
+        k = parse_count(text, flag="--pipeline")
+    except CollsynthError:
         k = 0
     if k < 1:
         raise CollsynthError(f"--pipeline must be a positive integer or auto, got {text!r}")

@@ -7,7 +7,7 @@ import argparse
 import os
 
 from collsynth.commands.catalog import add_command_parser, show_help
-from collsynth.commands.common import int_arg, print_json
+from collsynth.commands.common import int_arg, number_arg, print_json
 from collsynth.errors import CollsynthError
 from collsynth.fileio import check_output, write_text_atomic
 from collsynth.synth.topology import Topology, load_topology, make_topology, topology_from_dict, topology_presets
@@ -79,7 +79,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--nodes", type=int_arg("--nodes"), default=1, help="copies of the machine (default 1)")
     q.add_argument("--fabric", default=None, choices=FABRICS, help="how the nodes' NICs are joined (needed with "
                    "--nodes > 1): rail (NIC j of every node on rail switch j) or fat-tree (a leaf per node)")
-    q.add_argument("--oversubscription", type=float, default=1.0,
+    q.add_argument("--oversubscription", type=number_arg("--oversubscription"), default=1.0,
                    help="spine oversubscription R >= 1: spine links carry 1/R of the NIC bandwidth below (default 1)")
     q.add_argument("--sm", type=int_arg("--sm"), default=None,
                    help="nvidia-smi input: compute capability x10 (80 A100, 90 H100/H200, 100 B200); sets NVLink speed")

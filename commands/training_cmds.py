@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 from collsynth import budget
 from collsynth.backends.torch.launch import LaunchError
 from collsynth.commands.catalog import add_command_parser
-from collsynth.commands.common import int_arg, print_json, print_table
+from collsynth.commands.common import int_arg, number_arg, print_json, print_table
 from collsynth.errors import CollsynthError, require_extra
 from collsynth.fileio import check_output
 from collsynth.synth.topology import make_topology
@@ -26,23 +25,11 @@ DEFAULT_ALGORITHMS = "ring,stragglar"
 DEFAULT_RUNS = "ddp:torch,ddp:ring,ddp:stragglar,acco:ring"
 
 
-def _float_arg(flag: str) -> Any:
-    def conv(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} must be a number, got {text!r}") from None
-        if not math.isfinite(v):
-            raise argparse.ArgumentTypeError(f"{flag} must be a finite number, got {text!r}")
-        return v
-    return conv
-
-
 def _add_workload_args(p: argparse.ArgumentParser, *, trace: bool = True, compute: str | None = None,
                        batch: int = 1, steps: int = 200, warmup: int | None = None) -> None:
     p.add_argument("--compute", default=compute, help="forward+backward time per micro-batch, e.g. 100ms"
                    + (f" (default {compute})" if compute else ""))
-    p.add_argument("--jitter", type=_float_arg("--jitter"), default=0.0,
+    p.add_argument("--jitter", type=number_arg("--jitter"), default=0.0,
                    help="lognormal sigma of per-micro-batch noise, mean 1 (default 0; 0.1 = about 10%%)")
     p.add_argument("--slow", action="append", default=[], metavar="RANK=FACTOR",
                    help="rank RANK takes FACTOR (>= 1) times --compute, e.g. --slow 7=1.3 (repeatable)")
@@ -81,7 +68,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--optimizer", default="0s",
                    help="optimizer step over the whole model (ZeRO shard: 1/n) (default 0)")
     p.add_argument("--buckets", type=int_arg("--buckets"), default=4, help="ddp-bucketed: gradient buckets (default 4)")
-    p.add_argument("--backward-fraction", type=_float_arg("--backward-fraction"), default=2 / 3,
+    p.add_argument("--backward-fraction", type=number_arg("--backward-fraction"), default=2 / 3,
                    help="backward share of a micro-batch (buckets are released during it) (default 0.667)")
     p.add_argument("--swap", default="0s", help="ACCO buffer swap per round (about two full-buffer copies) (default 0)")
     p.add_argument("--acco-count", default="allreduce", choices=("allreduce", "in-buffer"),
@@ -120,7 +107,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--runs", default=DEFAULT_RUNS, help=f"comma-separated METHOD:ALGORITHM (default {DEFAULT_RUNS})")
     p.add_argument("--grad-bytes", default="8MiB", help="fp32 gradient bytes (sets the embedding table) (default 8MiB)")
     _add_workload_args(p, trace=False, compute="40ms", batch=16, steps=20, warmup=2)
-    p.add_argument("--lr", type=_float_arg("--lr"), default=1e-2, help="AdamW learning rate (default 0.01)")
+    p.add_argument("--lr", type=number_arg("--lr"), default=1e-2, help="AdamW learning rate (default 0.01)")
     p.add_argument("--window", default="250ms", help="stragglar run-time detection window (default 250ms)")
     p.add_argument("--alpha", default=None, help="skip calibration: per-message latency (with --bandwidth)")
     p.add_argument("--bandwidth", default=None, help="skip calibration: per-port bandwidth (with --alpha)")

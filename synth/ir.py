@@ -343,9 +343,15 @@ class Schedule:
                     bad = int(a.max()) if int(a.max()) > INT_FIELD_MAX else int(a.min())
                     raise ValueError(f"column {k!r} holds {bad}, outside -{INT_FIELD_MAX}..{INT_FIELD_MAX}")
                 arrays[k] = a
-            phases = tuple(Phase(str(p["name"]), int(p["start"]), int(p["stop"]),
-                                 tuple(int(r) for r in p["waits_for"])) for p in d.get("phases", []))
+            phases = _read_phases(d.get("phases", []))
             owner = d.get("owner")
+            if owner is not None and (not isinstance(owner, list) or not all(_is_index(o) for o in owner)):
+                raise ValueError(f"field 'owner' must be a list of rank numbers (integers), got {_short(owner)}")
+            if not isinstance(d.get("meta", {}), dict):
+                raise ValueError(f"field 'meta' must be an object, got {_short(d.get('meta'))}")
+            if not isinstance(d.get("collective"), str):
+                raise ValueError(f"field 'collective' must be a string such as \"allreduce\", "
+                                 f"got {_short(d.get('collective'))}")
             for key in ("nranks", "nchunks", "nsteps", "ports"):
                 v = d.get(key, 1)
                 if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= INT_FIELD_MAX:
@@ -375,6 +381,41 @@ class Schedule:
         except json.JSONDecodeError as e:
             raise ScheduleFileError(f"{source}: not valid JSON ({e.msg} at line {e.lineno})") from None
         return cls.from_json_dict(d, source)
+
+
+def _short(v: object) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _is_index(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT_FIELD_MAX
+
+
+def _read_phases(raw: object) -> tuple[Phase, ...]:
+    """The "phases" list of a schedule file, each field's type checked; a wrong one names the phase, the
+    field and what it expects (docs/commands.md, schedule format)."""
+    if not isinstance(raw, list):
+        raise ValueError(f"field 'phases' must be a list of phase objects, got {_short(raw)}")
+    out = []
+    for i, p in enumerate(raw):
+        if not isinstance(p, dict):
+            raise ValueError(f"phases[{i}] must be an object with name, start, stop and waits_for, got {_short(p)}")
+        for key in ("name", "start", "stop", "waits_for"):
+            if key not in p:
+                raise ValueError(f"phases[{i}] has no field {key!r} (a phase has name, start, stop and waits_for)")
+        if not isinstance(p["name"], str):
+            raise ValueError(f"phases[{i}] field 'name' must be a string, got {_short(p['name'])}")
+        for key in ("start", "stop"):
+            if not _is_index(p[key]):
+                raise ValueError(f"phases[{i}] field {key!r} must be a step index, an integer in "
+                                 f"0..{INT_FIELD_MAX}, got {_short(p[key])}")
+        waits = p["waits_for"]
+        if not isinstance(waits, list) or not all(_is_index(r) for r in waits):
+            raise ValueError(f"phases[{i}] field 'waits_for' must be a list of rank numbers (integers), "
+                             f"got {_short(waits)}")
+        out.append(Phase(p["name"], p["start"], p["stop"], tuple(waits)))
+    return tuple(out)
 
 
 INT_FIELD_MAX = 2**53  # every count and index in a schedule file: exact as a float, and a sum of two never wraps int64

@@ -193,15 +193,22 @@ def _races(ustep: np.ndarray, rd: np.ndarray, wr: np.ndarray, red: np.ndarray, u
 
 
 def _reduce_rounds(w: np.ndarray) -> list[np.ndarray]:
-    """Split reduce units into rounds with distinct destinations (sequential accumulation)."""
-    rounds = []
-    pending = np.arange(len(w))
-    while len(pending):
-        _, first = np.unique(w[pending], return_index=True)
-        sel = pending[first]
-        rounds.append(sel)
-        pending = np.setdiff1d(pending, sel, assume_unique=True)
-    return rounds
+    """Split reduce units into rounds with distinct destinations (sequential accumulation): round k holds
+    the k-th unit (in order) of every destination, sorted by destination. One sort for all rounds (a
+    round-by-round np.unique cost O(m log m) per round: seconds for direct on 1000 ranks)."""
+    m = len(w)
+    if m == 0:
+        return []
+    order = np.argsort(w, kind="stable")
+    ws = w[order]
+    new = np.ones(m, np.bool_)
+    new[1:] = ws[1:] != ws[:-1]
+    first = np.flatnonzero(new)
+    occ = np.empty(m, np.int64)
+    occ[order] = np.arange(m) - np.repeat(first, np.diff(np.append(first, m)))
+    by_round = np.lexsort((w, occ))  # by occurrence, then destination
+    counts = np.bincount(occ)
+    return np.split(by_round, np.cumsum(counts)[:-1])
 
 
 def verify(schedule: Schedule, ports: int | None = None, *, method: str = "auto",

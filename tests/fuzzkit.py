@@ -230,12 +230,34 @@ def derandomize() -> bool:
     return not os.environ.get("COLLSYNTH_FUZZ_EXAMPLES", "").strip()
 
 
-def record(test: str, outcome: Outcome) -> None:
+def record(test: str, outcome: Outcome, case: str | None = None) -> None:
+    """Append the case to COLLSYNTH_FUZZ_STATS (if set): the whole argument vector, and for a case that is
+    not clean its problems, stderr and a copy of its input folder (``case``) to reproduce it from."""
     path = os.environ.get("COLLSYNTH_FUZZ_STATS", "")
-    if path:
-        with open(path, "a") as f:
-            f.write(json.dumps({"test": test, "kind": outcome.kind, "code": outcome.code, "argv": outcome.argv[:6],
-                                "wall": round(outcome.wall, 3), "clean": not outcome.problems()}) + "\n")
+    if not path:
+        return
+    row = {"test": test, "kind": outcome.kind, "code": outcome.code, "argv": outcome.argv,
+           "wall": round(outcome.wall, 3), "clean": not outcome.problems()}
+    if outcome.problems():
+        row.update(problems=outcome.problems(), stderr=outcome.stderr[-2000:])
+        if case:
+            import shutil
+            import tempfile
+
+            keep = tempfile.mkdtemp(prefix="case-", dir=os.path.dirname(os.path.abspath(path)))
+            shutil.copytree(case, os.path.join(keep, "case"), symlinks=True, dirs_exist_ok=True,
+                            ignore_dangling_symlinks=True, copy_function=_copy_plain)
+            row["inputs"] = os.path.join(keep, "case")
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def _copy_plain(src: str, dst: str) -> None:
+    """copytree's copy: regular files only (a named pipe in a case folder would block the copy)."""
+    import shutil
+
+    if os.path.isfile(src) and not os.path.islink(src):
+        shutil.copy2(src, dst)
 
 
 if __name__ == "__main__":  # pragma: no cover
@@ -279,7 +301,7 @@ def run_case(server: Server, root: str, test: str, argv: list[str], files: dict[
         allowed = [o for o in outputs if o and not os.path.isabs(o)]
         # a rejected output must not be half-written either: the check only spares what was asked for
         outcome = Outcome(argv, kind, code, out, err, changed_files(before, after, allowed), server.last_wall)
-        record(test, outcome)
+        record(test, outcome, case)
         return outcome
     finally:
         shutil.rmtree(os.path.dirname(case), ignore_errors=True)

@@ -187,6 +187,34 @@ def test_numbers_are_checked_and_the_flag_named(capsys, ring4, argv, needle):
     assert out == ""
 
 
+@pytest.mark.parametrize("text", ["1_000", "+4", " 4", "4 ", "\u0663", "\uff14", "4.0", "1e3", "0x10"])
+@pytest.mark.parametrize("argv,needle", [
+    (["synth", "-a", "ring", "-n", "{}"], "--gpus"),
+    (["compare", "--gpus", "{}", "--size", "1MiB"], "--gpus"),
+    (["synth", "-a", "stragglar", "-n", "5", "--straggler", "{}"], "--straggler"),
+    (["synth", "-a", "stragglar", "-n", "5", "--pipeline", "{}"], "--pipeline"),
+    (["reproduce", "stragglar", "-n", "{}"], "--gpus"),
+    (["compare", "--gpus", "4", "--size", "1MiB", "--arrival", "{}=1ms"], "--arrival"),
+    (["emit", "{ring4}", "--format", "msccl-xml", "--instances", "{}"], "--instances"),
+    (["emit", "{ring4}", "--format", "mscclpp-plan", "--plan-chunks", "{}"], "--plan-chunks"),
+    (["train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "1ms", "--steps", "{}"], "--steps"),
+])
+def test_counts_are_plain_ascii_digits(capsys, ring4, text, argv, needle):
+    """int() reads 1_000, +4, ' 4' and other scripts' digits: a count on the command line must not."""
+    code, out, err = run(capsys, *[a.replace("{ring4}", str(ring4)).replace("{}", text) for a in argv])
+    one_line_exit_2(code, err, needle)
+    assert out == ""
+
+
+@pytest.mark.parametrize("text", ["1_0", " 1", "nan", "inf", "\u0661", "0x1"])
+def test_plain_numbers_are_plain_ascii(capsys, text):
+    code, out, err = run(capsys, "train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "1ms", "--jitter", text)
+    one_line_exit_2(code, err, "--jitter")
+    if text != " 1":  # a size may have spaces around it
+        code, out, err = run(capsys, "compare", "-n", "4", "--size", text + "MiB")
+        one_line_exit_2(code, err, "--size")
+
+
 def test_fractional_bytes_are_refused_not_rounded():
     from collsynth.errors import CollsynthError
     from collsynth.units import parse_rate, parse_size, parse_time
@@ -364,7 +392,7 @@ def test_messages_name_the_field_or_flag(capsys, tmp_path, ring4):
     phase = _mutated(ring4, tmp_path, "phase.json", lambda d: d.__setitem__(
         "phases", [{"name": "x", "start": "a", "stop": 1, "waits_for": [0]}]))
     code, _, err = run(capsys, "verify", phase)
-    one_line_exit_2(code, err, "wrong type")
+    one_line_exit_2(code, err, "phases[0] field 'start' must be a step index")
     code, _, err = run(capsys, "train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "1ms", "--slow", "3=x")
     one_line_exit_2(code, err, "--slow '3=x': factor")
     code, _, err = run(capsys, "compare", "-n", "4", "--size", "1MiB", "--bandwidth", "nvlink=0")
@@ -372,3 +400,36 @@ def test_messages_name_the_field_or_flag(capsys, tmp_path, ring4):
     bad = _mutated(ring4, tmp_path, "count0.json", lambda d: d["transfers"]["count"].__setitem__(0, 0))
     code, _, err = run(capsys, "emit", bad, "--format", "msccl-xml")
     one_line_exit_2(code, err, "count0.json")
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"start": "0"}, "phases[0] field 'start' must be a step index"),
+    ({"start": 1.5}, "phases[0] field 'start' must be a step index"),
+    ({"stop": True}, "phases[0] field 'stop' must be a step index"),
+    ({"stop": None}, "phases[0] field 'stop'"),
+    ({"waits_for": "0,1"}, "phases[0] field 'waits_for' must be a list of rank numbers"),
+    ({"waits_for": [0, "1"]}, "phases[0] field 'waits_for'"),
+    ({"name": 3}, "phases[0] field 'name' must be a string"),
+    ({"start": None, "drop": "start"}, "phases[0] has no field 'start'"),
+])
+@pytest.mark.parametrize("command", ["info", "verify", "simulate"])
+def test_wrong_typed_phase_field_is_named(capsys, tmp_path, ring4, change, needle, command):
+    """A phase field of the wrong type names the phase, the field and what it expects (issue 13, Messages)."""
+    def edit(d):
+        ph = {"name": "all", "start": 0, "stop": d["nsteps"], "waits_for": list(range(d["nranks"]))}
+        ph.update({k: v for k, v in change.items() if k != "drop"})
+        ph.pop(change.get("drop", ""), None)
+        d["phases"] = [ph]
+    path = _mutated(ring4, tmp_path, "phase.json", edit)
+    code, _, err = run(capsys, command, path, *(["--size", "1MiB"] if command == "simulate" else []))
+    one_line_exit_2(code, err, needle)
+
+
+@pytest.mark.parametrize("field,value,needle", [("phases", {"a": 1}, "field 'phases' must be a list"),
+                                                ("owner", [0, "1"], "field 'owner'"),
+                                                ("meta", [1], "field 'meta' must be an object"),
+                                                ("collective", 3, "field 'collective' must be a string")])
+def test_wrong_typed_top_level_field_is_named(capsys, tmp_path, ring4, field, value, needle):
+    path = _mutated(ring4, tmp_path, "top.json", lambda d: d.__setitem__(field, value))
+    code, _, err = run(capsys, "verify", path)
+    one_line_exit_2(code, err, needle)

@@ -30,7 +30,7 @@ import numpy as np
 
 from collsynth.errors import CollsynthError
 from collsynth.fileio import json_loads, read_text
-from collsynth.units import parse_rank_map, parse_time
+from collsynth.units import parse_number, parse_rank_map, parse_time
 
 _BLOCK = 4096
 
@@ -39,10 +39,10 @@ def parse_slow(items: Sequence[str] | None, nranks: int) -> dict[int, float]:
     """``RANK=FACTOR`` items (repeatable or comma-separated, ``7=1.3``) into {rank: factor >= 1}."""
     def factor(text: str) -> float:
         try:
-            fac = float(text)
-        except ValueError:
+            fac = parse_number(text, flag="--slow")
+        except CollsynthError:
             raise CollsynthError(f"--slow: factor {text!r} is not a number, e.g. 1.3") from None
-        if not math.isfinite(fac) or fac < 1:
+        if fac < 1:
             raise CollsynthError(f"--slow: factor {text} is below 1; a slow rank takes FACTOR times --compute, "
                                  f"so use a factor >= 1 (e.g. 1.3 = 30% slower)")
         return fac
