@@ -95,7 +95,7 @@ def test_runs_cover_each_part_once():
 
 @pytest.mark.parametrize("params, match", [({"arrivals": {99: 1.0}}, "ranks are 0..7"),
                                            ({"arrivals": {1: float("nan")}}, "finite"),
-                                           ({"pipeline": 1}, "integer >= 2")])
+                                           ({"pipeline": 0}, "integer in 1..")])
 def test_bad_input(params, match):
     with pytest.raises(CollsynthError, match=match):
         build_schedule("clusterstraggler", 8, topology=cluster(2, 4), **params)

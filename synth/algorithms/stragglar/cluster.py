@@ -12,26 +12,28 @@ a ring AllReduce of part g among the part-g owners of the nodes (rail g; a proxy
 through NVLink and the absent GPU's NIC, NCCL's PXN route), and an AllGather in every node. Every
 present rank then holds S', the sum of all present buffers.
 
-One late GPU L (node a, local l), after it arrives, for each chunk of part g:
+After the arrival, ``merge(wave, active)`` merges a *wave* W of late ranks (any subset) into the ranks
+that hold S' (``active``); afterwards all of them hold S' + the sum of W. Part g is cut into message
+blocks (``runs``) and NVLink messages cover one or more blocks (``groups``). Per block of part g:
 
-- g != l: L reduces the chunk into its node peer of local g (NVLink), which now holds the final sum;
-  g == l: L reduces it into a node peer (a different one per chunk) over NVLink and sends it raw over
-  its own NIC to the next node on rail l, which adds it to S';
-- the final chunk travels along rail g through the other nodes as a pipelined chain of copies (even
-  chunks in one direction around the nodes, odd chunks in the other);
-- every node spreads it over NVLink from its rail-g GPU (in node a from the peer that holds it, L
-  included), so each GPU overwrites its S' chunk with the final one.
+- case A (W in one node a whose rail-g GPU holds S'): W's members reduce the block into that GPU (the
+  root; one late GPU, g != its local index);
+- case B (W in one node a that holds the rail-g GPU): the other members reduce into it (the root); it
+  sends W's raw sum, so each of its sends is a reduce into S' (the receiver then holds the final block);
+  a node peer holding S' gets W's sum too (reduce) and spreads the final block in node a; without one
+  (a whole late node) the root's partner sends the final block back;
+- case C (W in several nodes): per node a collector sums W's members, each collector reduces into a
+  root on rail g holding S';
+- the root's node broadcasts the final block along rail g to every other node taking part
+  (``broadcast_rounds``: the hypercube exchange, about blocks + log2 N rounds of one message per NIC
+  and direction), and every node spreads it over NVLink from the GPU that received it.
 
-L sends s over NVLink and NIC together and receives (G-1)/G s; every other node receives s/G per NIC.
-After the arrival this takes about (M + N - 2)(alpha_net + s/(G M B_net)) plus the NVLink spread, close
-to the bound max(s/(B_nv + B_net), s/(G B_net)).
+One late GPU is the wave of one rank (``late_form``); a late node the wave of one node. Bounds (brief's
+clusters.md section 4): max(s/(B_nv + B_net), s/(G B_net)) and max(s/(G B_net), (G-1)/G s/B_nv).
+After the arrival the estimate (``after_arrival_estimate``) is the blocks at the pace of the slower of a
+NIC and the wave node's NVLink port, plus the broadcast's drain and the last spread.
 
-One late node a (all G GPUs), after it arrives, for each chunk of part g: the node's GPUs reduce it
-into local g (NVLink), which sends it along rail g to the next node (reduce: S' plus the node's sum)
-and the chain of copies continues through the other nodes and back to local g of node a; every node
-spreads it from its rail-g GPU. Bound: max(s/(G B_net), (G-1)/G s/B_nv).
-
-Transfers are listed chunk by chunk and packed into steps (``multi.pack``: at most one NVLink and one
+Transfers are listed block by block and packed into steps (``multi.pack``: at most one NVLink and one
 network message per GPU and direction per step, so the schedule declares ports 2); each step's phase
 is the set of ranks that have taken part so far.
 """
@@ -94,8 +96,10 @@ class _Busy:
         self.hi.insert(i, end)
 
 
-class _Plan:
-    """The atoms of one schedule in order (see the module docstring)."""
+class ClusterPlan:
+    """The moves of one cluster schedule (module docstring): ``pre`` (the AllReduce of the present ranks),
+    ``merge`` (a wave of late ranks into them, as often as needed), then ``to_schedule``. Make one with
+    ``new_plan``."""
 
     def __init__(self, grid: np.ndarray, M: int, times: np.ndarray, size: float,
                  model: tuple[float, float, float, float]) -> None:
@@ -117,7 +121,8 @@ class _Plan:
         self.atoms: list[list[Move]] = []
         self.classes: Any = None  # topology.transfer_class where the topology has link classes
         self.class_ids: dict[str, int] = {}
-        self.runs: list[tuple[int, int]] = [(k, 1) for k in range(M)]
+        self.runs: list[tuple[int, int]] = [(k, 1) for k in range(M)]  # message blocks of a part: (first, units)
+        self.groups: list[tuple[int, int]] = [(k, k + 1) for k in range(M)]  # NVLink messages: blocks [j0, j1)
 
     def add(self, src: int, dst: int, chunk: int, count: int, reduce: bool) -> None:
         """Append one move and its start in a list-scheduling model (one NVLink and one NIC port per GPU
@@ -154,6 +159,19 @@ class _Plan:
         """The moves by modelled start (generation order on ties)."""
         order = sorted(range(len(self.atoms)), key=lambda i: (self.est[i], i))
         return [self.atoms[i] for i in order]
+
+    def to_schedule(self, name: str, meta: dict[str, object]) -> Schedule:
+        """The moves by modelled start, packed into steps (``multi.pack``; ports 2: one NVLink and one
+        network message per GPU and direction per step); phases from the arrivals."""
+        n = self.grid.size
+        atoms = self.ordered()
+        steps = pack(atoms, self.port, self.times)
+        mv = np.array([x for a in atoms for x in a], np.int64).reshape(-1, 5)
+        nsteps = int(steps.max()) + 1 if len(steps) else 0
+        phases = derived_phases(n, steps, mv[:, 0], mv[:, 1], nsteps)
+        return Schedule.from_arrays("allreduce", n, self.G * self.M, step=steps, src=mv[:, 0], dst=mv[:, 1],
+                                    chunk=mv[:, 2], count=mv[:, 3], reduce=mv[:, 4].astype(bool), nsteps=nsteps,
+                                    phases=phases, ports=2, name=name, meta=meta)
 
     def port(self, src: int, dst: int) -> tuple[int, int]:
         """(send, receive) port class: the topology's (``transfer_class``: first and last hop) where it has
@@ -203,59 +221,245 @@ class _Plan:
                         self.add(owner[b, g], dst, g * M, M, False)
 
     # ------------------------------------------------------------------ after the arrival
-    def _chain(self, start: int, g: int, k: int, first_reduce: bool, src: int, back_to: int | None,
-               w: int = 1) -> None:
-        """Chunk (g, k) from ``src`` (in node ``start``) along rail g through the other nodes (direction by
-        the parity of k), the first hop reducing when ``first_reduce``; optionally back to ``back_to``;
-        then every node spreads it from its rail-g GPU."""
+    def merge(self, wave: set[int], active: set[int]) -> None:
+        """Merge the wave W (ranks holding their own buffer) into ``active`` (ranks holding S', the sum of
+        the buffers merged so far): afterwards every rank of W and ``active`` holds S' + sum of W; other
+        ranks are not touched. Per message block of part g (module docstring, "merge a wave"): the wave's
+        data reduced in its node, one reduce into a root holding S', a pipelined broadcast of the final
+        block along rail g (``broadcast_rounds``), an NVLink spread in every node."""
+        N, G, grid = self.N, self.G, self.grid
+        wave = {int(r) for r in wave}
+        active = {int(r) for r in active} - wave
+        if not wave:
+            return
+        if not active:
+            raise CollsynthError("clusterstraggler: a wave can merge only into ranks that hold a sum")
+        both = active | wave
+        in_node = [[int(x) for x in grid[b] if int(x) in both] for b in range(N)]
+        act_node = [[int(x) for x in grid[b] if int(x) in active] for b in range(N)]
+        wave_node = [[int(x) for x in grid[b] if int(x) in wave] for b in range(N)]
+        contrib = [b for b in range(N) if wave_node[b]]
+        nb = len(self.runs)
+        plans = [self._part_plan(g, contrib, in_node, act_node, wave_node, active) for g in range(G)]
+        cache: dict[int, list[list[tuple[int, int, int]]]] = {}
+        for p in plans:
+            key = len(p["nodes"])
+            if key not in cache:
+                cache[key] = broadcast_rounds(key, nb)
+            p["rounds"] = cache[key]
+            first = [-1] * nb  # the round in which the root first sends block j
+            last = [-1] * nb  # ... and last
+            for r, moves in enumerate(p["rounds"]):
+                for s_, _, j in moves:
+                    if s_ == 0:
+                        last[j] = r
+                        if first[j] < 0:
+                            first[j] = r
+            p["first"], p["last"] = first, last
+            p["emitted"] = 0
+            p["count"] = [[0] * len(self.groups) for _ in p["nodes"]]
+        gi_of = [gi for gi, (j0, j1) in enumerate(self.groups) for _ in range(j0, j1)]
+        ahead = AHEAD
+        ng = len(self.groups)
+        for gi in range(min(ahead, ng)):
+            for g, p in enumerate(plans):
+                self._gather(p, g, *self.groups[gi], gi)
+        for gi, (_, j1) in enumerate(self.groups):
+            if gi + ahead < ng:
+                for g, p in enumerate(plans):
+                    self._gather(p, g, *self.groups[gi + ahead], gi + ahead)
+            for g, p in enumerate(plans):
+                if p["case"] != "B":
+                    self._spread(p, g, 0, gi)
+                elif p["side_holder"]:  # case B: the root gets its copy after its last send
+                    self._spread(p, g, 0, gi, skip=self._holder(p, 0, gi))
+            final = gi + 1 == len(self.groups)
+            upto = [len(p["rounds"]) if final else p["first"][j1 - 1] + 1 for p in plans]
+            lo = min(p["emitted"] for p in plans)
+            for r in range(lo, max(upto)):
+                for g, p in enumerate(plans):
+                    if not p["emitted"] <= r < upto[g]:
+                        continue
+                    raw = p["case"] == "B"
+                    for s_, d_, j in p["rounds"][r]:
+                        c, w = g * self.M + self.runs[j][0], self.runs[j][1]
+                        k = gi_of[j]
+                        src, dst = self._holder(p, s_, k), self._holder(p, d_, k)
+                        self.add(src, dst, c, w, raw and s_ == 0)  # the root holds the wave's sum only
+                        done = [d_]
+                        if raw and s_ == 0 and r == p["last"][j]:  # the final back to the root
+                            done.append(0)
+                            if not p["side_holder"]:
+                                self.add(dst, src, c, w, False)
+                        for i in done:
+                            p["count"][i][k] += 1
+                            if p["count"][i][k] == self.groups[k][1] - self.groups[k][0]:
+                                if i == 0 and p["side_holder"]:
+                                    self.add(p["side_holder"][k], src, g * self.M + self.runs[self.groups[k][0]][0],
+                                             sum(w for _, w in self.runs[self.groups[k][0]:self.groups[k][1]]),
+                                             False)
+                                else:
+                                    self._spread(p, g, i, k)
+            for g, p in enumerate(plans):
+                p["emitted"] = max(p["emitted"], upto[g])
+
+    def _part_plan(self, g: int, contrib: list[int], in_node: list[list[int]], act_node: list[list[int]],
+                   wave_node: list[list[int]], active: set[int]) -> dict[str, Any]:
+        """Who does what for part g (module docstring, "merge a wave"): case A, one node holds the whole
+        wave and its rail-g GPU holds S' (the root, it reduces the wave); case B, one node holds the wave
+        and its rail-g GPU is in it (the root, it collects the wave's sum and sends it raw: every send
+        from the root is a reduce into S'; a node peer holding S' reduces a copy and spreads it, or
+        without one the root gets each final block back); case C, otherwise (the wave in several
+        nodes): per node a collector, each sends its sum to a root on rail g holding S'."""
         N, grid = self.N, self.grid
-        c = g * self.M + self.runs[k][0]
-        step = 1 if k % 2 == 0 else -1
-        order = [(start + step * h) % N for h in range(1, N)]
-        prev = src
-        for h, b in enumerate(order):
-            dst = int(grid[b, g])
-            self.add(prev, dst, c, w, first_reduce and h == 0)
-            prev = dst
-        if back_to is not None:
-            self.add(prev, back_to, c, w, False)
-        for b in order:
-            hub = int(grid[b, g])
-            for x in grid[b]:
-                if int(x) != hub:
-                    self.add(hub, int(x), c, w, False)
+        rail = [int(grid[b, g]) for b in range(N)]
+        b0 = contrib[0]
+        if len(contrib) == 1 and rail[b0] in active:
+            case, root_node = "A", b0
+        elif len(contrib) == 1 and rail[b0] in wave_node[b0]:
+            case, root_node = "B", b0
+        else:
+            cands = [(b0 + i) % N for i in range(N)]
+            cands = [b for b in cands if act_node[b]]
+            with_rail = [b for b in cands if rail[b] in active]
+            case, root_node = "C", (with_rail[0] if with_rail else cands[0])
+        nodes = [root_node] + [(root_node + i) % N for i in range(1, N) if in_node[(root_node + i) % N]]
+        return {"g": g, "case": case, "root_node": root_node, "nodes": nodes, "contrib": contrib,
+                "in_node": in_node, "act_node": act_node, "wave_node": wave_node, "rail": rail,
+                "side_holder": {}}
 
-    def late_gpu(self, L: int) -> None:
-        a, rail = int(self.node[L]), int(self.local[L])
-        peers = [int(x) for x in self.grid[a] if int(x) != L]
-        for k, (first, w) in enumerate(self.runs):
-            for g in range(self.G):
-                c = g * self.M + first
-                if g != rail:
-                    hub = int(self.grid[a, g])
-                    self.add(L, hub, c, w, True)
-                    self._chain(a, g, k, False, hub, None, w)
+    def _rot(self, ranks: list[int], k: int) -> int:
+        return ranks[k % len(ranks)]
+
+    def _holder(self, p: dict[str, Any], i: int, gi: int) -> int:
+        """The rank of the broadcast's node i that holds part g's group gi: the rail-g GPU where it takes
+        part (the root: case A and B; case C where it holds S'), else a node peer in turn (PXN routes)."""
+        b = p["nodes"][i]
+        r = p["rail"][b]
+        if i == 0 and p["case"] == "C":
+            return r if r in p["act_node"][b] else self._rot(p["act_node"][b], gi)
+        return r if r in p["in_node"][b] else self._rot(p["in_node"][b], gi + p["g"])
+
+    def _gather(self, p: dict[str, Any], g: int, j0: int, j1: int, gi: int) -> None:
+        """The wave's blocks j0..j1-1 of part g: NVLink reduces inside each contributing node (one message
+        per group) into the root (case A, B) or a collector, which reduces each block into the root
+        (case C); case B with a node peer holding S': the root's sum reduced into it too."""
+        rail, act_node, wave_node = p["rail"], p["act_node"], p["wave_node"]
+        M, runs = self.M, self.runs
+        c0 = g * M + runs[j0][0]
+        wg = sum(w for _, w in runs[j0:j1])
+        root = self._holder(p, 0, gi)
+        for b in p["contrib"]:
+            members = wave_node[b]
+            t = root if b == p["root_node"] else (rail[b] if rail[b] in members else self._rot(members, gi))
+            for x in members:
+                if x != t:
+                    self.add(x, t, c0, wg, True)
+            if p["case"] == "B" and act_node[b]:
+                peer = self._rot(act_node[b], gi + 1)
+                self.add(t, peer, c0, wg, True)
+                p["side_holder"][gi] = peer
+            if t != root:
+                for j in range(j0, j1):
+                    self.add(t, root, g * M + runs[j][0], runs[j][1], True)
+
+    def _spread(self, p: dict[str, Any], g: int, i: int, gi: int, skip: int = -1) -> None:
+        """The NVLink spread of group gi of part g in the broadcast's node i from the rank that holds it to
+        every other rank of the node that takes part."""
+        j0, j1 = self.groups[gi]
+        c0 = g * self.M + self.runs[j0][0]
+        wg = sum(w for _, w in self.runs[j0:j1])
+        b = p["nodes"][i]
+        h = p["side_holder"][gi] if i == 0 and p["side_holder"] else self._holder(p, i, gi)
+        for x in p["in_node"][b]:
+            if x != h and x != skip:
+                self.add(h, x, c0, wg, False)
+
+
+def broadcast_rounds(N: int, nblocks: int) -> list[list[tuple[int, int, int]]]:
+    """Rounds of a pipelined broadcast of ``nblocks`` blocks from node 0 to nodes 1..N-1, each node
+    sending at most one block and receiving at most one per round: (src, dst, block) per move.
+
+    N a power of two: the hypercube exchange (round r pairs x with x xor 2^(r mod log2 N); the root
+    sends block r, every other node the newest block its partner lacks), nblocks + log2 N rounds
+    (one more than the optimum nblocks - 1 + ceil(log2 N) of the one-port model; Bar-Noy & Kipnis,
+    Math. Systems Theory 1994). Otherwise a greedy rule (the root sends the next block to the node
+    with the fewest; every other node, most blocks first, sends its newest block a receiver lacks to
+    the receiver with the fewest). Deterministic."""
+    full = (1 << nblocks) - 1
+    have = [0] * N
+    have[0] = full
+    out: list[list[tuple[int, int, int]]] = []
+    if N <= 1:
+        return out
+    k = N.bit_length() - 1
+    cube = (1 << k) == N
+    nxt = 0
+    cnt = [0] * N
+    while any(h != full for h in have[1:]):
+        moves: list[tuple[int, int, int]] = []
+        r = len(out)
+        if cube:
+            d = 1 << (r % k)
+            for x in range(N):
+                y = x ^ d
+                if y == 0:
+                    continue
+                diff = have[x] & ~have[y]
+                if not diff:
+                    continue
+                if x == 0:
+                    j = r if r < nblocks else (diff & -diff).bit_length() - 1
                 else:
-                    hub = peers[k % len(peers)]
-                    self.add(L, hub, c, w, True)
-                    self._chain(a, g, k, True, L, None, w)
-                for x in [L, *peers]:
-                    if x != hub:
-                        self.add(hub, x, c, w, False)
+                    j = diff.bit_length() - 1
+                moves.append((x, y, j))
+        else:
+            got: set[int] = set()
+            if nxt < nblocks:
+                y = min(range(1, N), key=lambda y: (cnt[y], y))
+                moves.append((0, y, nxt))
+                got.add(y)
+                nxt += 1
+            for x in sorted(range(1, N), key=lambda x: (-cnt[x], x)):
+                best = None
+                for y in range(1, N):
+                    if y in got:
+                        continue
+                    diff = have[x] & ~have[y]
+                    if diff:
+                        key = (cnt[y], y)
+                        if best is None or key < best[0]:
+                            best = (key, y, diff.bit_length() - 1)
+                if best is not None:
+                    moves.append((x, best[1], best[2]))
+                    got.add(best[1])
+            if nxt >= nblocks and not moves:
+                raise AssertionError("broadcast_rounds: no progress")
+        for _, y, j in moves:
+            have[y] |= 1 << j
+            cnt[y] += 1
+        out.append(moves)
+    return out
 
-    def late_node(self, a: int) -> None:
-        G = self.G
-        for k, (first, w) in enumerate(self.runs):
-            for g in range(G):
-                c = g * self.M + first
-                hub = int(self.grid[a, g])
-                for i in range(1, G):
-                    self.add(int(self.grid[a, (g + i) % G]), hub, c, w, True)
-                if self.N > 1:
-                    self._chain(a, g, k, True, hub, hub, w)
-                for x in self.grid[a]:
-                    if int(x) != hub:
-                        self.add(hub, int(x), c, w, False)
+
+def make_groups(nb: int, size: int, head: int, tail: int) -> list[tuple[int, int]]:
+    """NVLink message groups over nb blocks: ``head`` single blocks, groups of ``size`` blocks, ``tail``
+    single blocks (small first and last NVLink messages shorten the pipeline's fill and drain)."""
+    head = min(head, nb)
+    tail = min(tail, nb - head)
+    out = [(j, j + 1) for j in range(head)]
+    out += [(j, min(j + size, nb - tail)) for j in range(head, nb - tail, size)]
+    return out + [(j, j + 1) for j in range(nb - tail, nb)]
+
+
+def ramp_profile(w: int, plateau: int, head: bool = True) -> list[int]:
+    """Block widths (units): 1, 2, 4, ... below w (if ``head``), ``plateau`` blocks of w, then ..., 4, 2, 1."""
+    ramp = []
+    x = 1
+    while x < w:
+        ramp.append(x)
+        x *= 2
+    return (ramp if head else []) + [w] * plateau + ramp[::-1]
 
 
 def make_runs(M: int, run: int, tail: int) -> list[tuple[int, int]]:
@@ -276,28 +480,30 @@ def _model(topology: Any, grid: np.ndarray) -> tuple[float, float, float, float]
 
 def after_arrival_estimate(form: str, N: int, G: int, M: int, runs: list[tuple[int, int]], size: float,
                            model: tuple[float, ...]) -> float:
-    """Alpha-beta estimate of the time after the arrival: every message of a rail chain in turn at its
-    NIC (or the NVLink spread of it, if slower), plus the drain, the chain's other hops at its largest
-    message (the longest path through a pipelined chain), plus the NVLink steps at either end."""
+    """Alpha-beta estimate of the time after the arrival: the blocks in turn at the pace of the slower of
+    a NIC (one message per block) and the NVLink port of the wave's busiest GPU (late GPU: G messages
+    per block; late node: 2(G-1), its node's reduce and spread), then the broadcast's drain (ceil(log2 N)
+    + 1 hops of the last block) and the last NVLink spread."""
     a_nv, b_nv, a_net, b_net = model
     unit = size / (G * M)
+    hops = math.ceil(math.log2(N)) + 1 if N > 1 else 0
+    nv_msgs = G if form == "gpu" else 2 * (G - 1)
+    t = 0.0
+    w = 1
+    for _, w in runs:
+        tau = a_net + w * unit / b_net
+        t += max(tau, nv_msgs * (a_nv + w * unit / b_nv))
+    return t + hops * (a_net + w * unit / b_net) + (G - 1) * (a_nv + w * unit / b_nv)
 
-    def hop(w: int) -> float:
-        return max(a_net + w * unit / b_net, (G - 1) * (a_nv + w * unit / b_nv))
 
-    drain = N - 2 + (1 if form == "node" else 0)
-    big = max(w for _, w in runs)
-    nv = (G - 1) * (a_nv + big * unit / b_nv)
-    return sum(hop(w) for _, w in runs) + drain * hop(big) + 2 * nv
-
-
-UNITS = (16, 24, 32, 48, 64, 96, 128, 192, 256)  # candidate pipeline chunks per part (at least the node count)
+UNITS = (8, 12, 16, 20, 24, 28, 32, 40, 48, 64)  # candidate blocks per part
+AHEAD = 2  # the wave's reductions are emitted this many NVLink groups ahead of the spreads
 
 
 def best_pipeline(form: str, N: int, G: int, size: float,
                   model: tuple[float, ...]) -> tuple[int, list[tuple[int, int]]]:
-    """(M, runs): the M of UNITS (or N) with the least estimate, one message per chunk."""
-    cands = [m for m in UNITS if m >= N and G * m <= MAX_CHUNKS] or [N]
+    """(M, runs): the M of UNITS with the least estimate, one block per unit."""
+    cands = [m for m in UNITS if G * m <= MAX_CHUNKS] or [1]
     M = min(cands, key=lambda m: (after_arrival_estimate(form, N, G, m, make_runs(m, 1, m), size, model), m))
     return M, make_runs(M, 1, M)
 
@@ -322,28 +528,16 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     model = _model(topology, grid)
     if pipeline == "auto":
         M, runs = best_pipeline(form, N, G, s_bytes, model)
-    elif isinstance(pipeline, bool) or not isinstance(pipeline, (int, np.integer)) or not pipeline >= N:
-        raise CollsynthError(f"--pipeline for clusterstraggler must be auto or an integer >= {N} (the nodes), "
-                             f"got {pipeline!r}")
+    elif (isinstance(pipeline, bool) or not isinstance(pipeline, (int, np.integer))
+          or not 1 <= pipeline <= MAX_CHUNKS // G):
+        raise CollsynthError(f"--pipeline for clusterstraggler must be auto or an integer in 1..{MAX_CHUNKS // G} "
+                             f"(blocks per part), got {pipeline!r}")
     else:
         M = int(pipeline)
         runs = make_runs(M, 1, M)
-    plan = _Plan(grid, M, times, s_bytes, model)
-    plan.runs = runs
-    if len(getattr(topology, "classes", ())) > 1:
-        plan.classes = topology.transfer_class
-    if form == "gpu":
-        plan.pre({late[0]})
-        plan.late_gpu(late[0])
-    else:
-        node = int(plan.node[late[0]])
-        plan.pre(set(late))
-        plan.late_node(node)
-    atoms = plan.ordered()
-    steps = pack(atoms, plan.port, times)
-    mv = np.array([x for a in atoms for x in a], np.int64).reshape(-1, 5)
-    nsteps = int(steps.max()) + 1 if len(steps) else 0
-    phases = derived_phases(n, steps, mv[:, 0], mv[:, 1], nsteps)
+    plan = new_plan(topology, n, times, s_bytes, M, runs)
+    plan.pre(set(late))
+    plan.merge(set(late), set(range(n)) - set(late))
     est = after_arrival_estimate(form, N, G, M, runs, s_bytes, model)
     meta: dict[str, object] = {"algorithm": "clusterstraggler", "form": form, "late": late, "nodes": N,
                                "gpus_per_node": G, "pipeline": M, "messages_per_part": len(runs),
@@ -354,6 +548,18 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
         meta["topology"] = spec
     name = f"clusterstraggler_{form}_n{n}_l{late[0]}" if form == "gpu" else f"clusterstraggler_node_n{n}_" \
         f"node{int(plan.node[late[0]])}"
-    return Schedule.from_arrays("allreduce", n, G * M, step=steps, src=mv[:, 0], dst=mv[:, 1], chunk=mv[:, 2],
-                                count=mv[:, 3], reduce=mv[:, 4].astype(bool), nsteps=nsteps, phases=phases,
-                                ports=2, name=name, meta=meta)
+    return plan.to_schedule(name, meta)
+
+
+def new_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int,
+             runs: list[tuple[int, int]] | None = None) -> ClusterPlan:
+    """An empty ClusterPlan for ``topology``'s nodes (``node_grid``: at least 2 nodes of at least 2 GPUs),
+    the arrivals ``times`` (seconds per rank), ``size`` bytes per rank, parts of M units, message blocks
+    ``runs`` ((first unit, units), default one per unit) and one NVLink message per block."""
+    grid = node_grid(topology, n)
+    plan = ClusterPlan(grid, M, np.asarray(times, np.float64), float(size), _model(topology, grid))
+    plan.runs = runs if runs is not None else make_runs(M, 1, M)
+    plan.groups = make_groups(len(plan.runs), 1, 0, 0)
+    if len(getattr(topology, "classes", ())) > 1:
+        plan.classes = topology.transfer_class
+    return plan
