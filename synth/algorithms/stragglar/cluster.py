@@ -122,7 +122,10 @@ class ClusterPlan:
         self.classes: Any = None  # topology.transfer_class where the topology has link classes
         self.class_ids: dict[str, int] = {}
         self.runs: list[tuple[int, int]] = [(k, 1) for k in range(M)]  # message blocks of a part: (first, units)
-        self.groups: list[tuple[int, int]] = [(k, k + 1) for k in range(M)]  # NVLink messages: blocks [j0, j1)
+        self.groups: list[tuple[int, int]] = [(k, k + 1) for k in range(M)]  # NVLink spreads: blocks [j0, j1)
+        self.ggroups: list[tuple[int, int]] = list(self.groups)  # NVLink reduces of the wave and its node's spreads
+        self._gg_of: list[int] = []
+        self._sg_of: list[int] = []
 
     def add(self, src: int, dst: int, chunk: int, count: int, reduce: bool) -> None:
         """Append one move and its start in a list-scheduling model (one NVLink and one NIC port per GPU
@@ -257,51 +260,60 @@ class ClusterPlan:
                             first[j] = r
             p["first"], p["last"] = first, last
             p["emitted"] = 0
-            p["count"] = [[0] * len(self.groups) for _ in p["nodes"]]
-        gi_of = [gi for gi, (j0, j1) in enumerate(self.groups) for _ in range(j0, j1)]
-        ahead = AHEAD
-        ng = len(self.groups)
-        for gi in range(min(ahead, ng)):
+            p["count"] = [[0] * len(self.groups if i else self.ggroups) for i in range(len(p["nodes"]))]
+        gg, sg = self.ggroups, self.groups
+        self._gg_of = [k for k, (j0, j1) in enumerate(gg) for _ in range(j0, j1)]
+        self._sg_of = [k for k, (j0, j1) in enumerate(sg) for _ in range(j0, j1)]
+        ahead = TUNE.get("ahead", AHEAD)
+        for gi in range(min(ahead, len(gg))):
             for g, p in enumerate(plans):
-                self._gather(p, g, *self.groups[gi], gi)
-        for gi, (_, j1) in enumerate(self.groups):
-            if gi + ahead < ng:
+                self._gather(p, g, gi)
+        for gi, (_, j1) in enumerate(gg):
+            if gi + ahead < len(gg):
                 for g, p in enumerate(plans):
-                    self._gather(p, g, *self.groups[gi + ahead], gi + ahead)
+                    self._gather(p, g, gi + ahead)
             for g, p in enumerate(plans):
                 if p["case"] != "B":
                     self._spread(p, g, 0, gi)
                 elif p["side_holder"]:  # case B: the root gets its copy after its last send
-                    self._spread(p, g, 0, gi, skip=self._holder(p, 0, gi))
-            final = gi + 1 == len(self.groups)
+                    self._spread(p, g, 0, gi, skip=self._holder(p, 0, gg[gi][0]))
+            final = gi + 1 == len(gg)
             upto = [len(p["rounds"]) if final else p["first"][j1 - 1] + 1 for p in plans]
             lo = min(p["emitted"] for p in plans)
             for r in range(lo, max(upto)):
                 for g, p in enumerate(plans):
-                    if not p["emitted"] <= r < upto[g]:
-                        continue
-                    raw = p["case"] == "B"
-                    for s_, d_, j in p["rounds"][r]:
-                        c, w = g * self.M + self.runs[j][0], self.runs[j][1]
-                        k = gi_of[j]
-                        src, dst = self._holder(p, s_, k), self._holder(p, d_, k)
-                        self.add(src, dst, c, w, raw and s_ == 0)  # the root holds the wave's sum only
-                        done = [d_]
-                        if raw and s_ == 0 and r == p["last"][j]:  # the final back to the root
-                            done.append(0)
-                            if not p["side_holder"]:
-                                self.add(dst, src, c, w, False)
-                        for i in done:
-                            p["count"][i][k] += 1
-                            if p["count"][i][k] == self.groups[k][1] - self.groups[k][0]:
-                                if i == 0 and p["side_holder"]:
-                                    self.add(p["side_holder"][k], src, g * self.M + self.runs[self.groups[k][0]][0],
-                                             sum(w for _, w in self.runs[self.groups[k][0]:self.groups[k][1]]),
-                                             False)
-                                else:
-                                    self._spread(p, g, i, k)
+                    if p["emitted"] <= r < upto[g]:
+                        self._round(p, g, r)
             for g, p in enumerate(plans):
                 p["emitted"] = max(p["emitted"], upto[g])
+
+    def _round(self, p: dict[str, Any], g: int, r: int) -> None:
+        """The moves of broadcast round r of part g, and the spreads they complete."""
+        raw = p["case"] == "B"
+        for s_, d_, j in p["rounds"][r]:
+            c, w = g * self.M + self.runs[j][0], self.runs[j][1]
+            src, dst = self._holder(p, s_, j), self._holder(p, d_, j)
+            self.add(src, dst, c, w, raw and s_ == 0)  # case B: the root holds the wave's sum only
+            done = [d_]
+            if raw and s_ == 0 and r == p["last"][j]:  # the root's last send of block j
+                done.append(0)
+                if not p["side_holder"]:  # the final block back to the root
+                    self.add(dst, src, c, w, False)
+            for i in done:
+                groups, k = (self.groups, self._sg_of[j]) if i else (self.ggroups, self._gg_of[j])
+                p["count"][i][k] += 1
+                if p["count"][i][k] < groups[k][1] - groups[k][0]:
+                    continue
+                if i == 0 and p["side_holder"]:  # the root's copy from the node peer that spread it
+                    c0, wg = self._span(g, groups[k])
+                    self.add(p["side_holder"][k], src, c0, wg, False)
+                else:
+                    self._spread(p, g, i, k)
+
+    def _span(self, g: int, group: tuple[int, int]) -> tuple[int, int]:
+        """(first chunk, count) of blocks group[0]..group[1]-1 of part g."""
+        j0, j1 = group
+        return g * self.M + self.runs[j0][0], sum(w for _, w in self.runs[j0:j1])
 
     def _part_plan(self, g: int, contrib: list[int], in_node: list[list[int]], act_node: list[list[int]],
                    wave_node: list[list[int]], active: set[int]) -> dict[str, Any]:
@@ -331,24 +343,24 @@ class ClusterPlan:
     def _rot(self, ranks: list[int], k: int) -> int:
         return ranks[k % len(ranks)]
 
-    def _holder(self, p: dict[str, Any], i: int, gi: int) -> int:
-        """The rank of the broadcast's node i that holds part g's group gi: the rail-g GPU where it takes
-        part (the root: case A and B; case C where it holds S'), else a node peer in turn (PXN routes)."""
+    def _holder(self, p: dict[str, Any], i: int, j: int) -> int:
+        """The rank of the broadcast's node i that holds part g's block j: the rail-g GPU where it takes
+        part (the root: case A and B; case C where it holds S'), else a node peer in turn by NVLink
+        group (PXN routes)."""
         b = p["nodes"][i]
         r = p["rail"][b]
         if i == 0 and p["case"] == "C":
-            return r if r in p["act_node"][b] else self._rot(p["act_node"][b], gi)
-        return r if r in p["in_node"][b] else self._rot(p["in_node"][b], gi + p["g"])
+            return r if r in p["act_node"][b] else self._rot(p["act_node"][b], self._gg_of[j])
+        return r if r in p["in_node"][b] else self._rot(p["in_node"][b], self._sg_of[j] + p["g"])
 
-    def _gather(self, p: dict[str, Any], g: int, j0: int, j1: int, gi: int) -> None:
-        """The wave's blocks j0..j1-1 of part g: NVLink reduces inside each contributing node (one message
-        per group) into the root (case A, B) or a collector, which reduces each block into the root
-        (case C); case B with a node peer holding S': the root's sum reduced into it too."""
+    def _gather(self, p: dict[str, Any], g: int, gi: int) -> None:
+        """The wave's blocks of gather group gi of part g: NVLink reduces inside each contributing node (one
+        message per group) into the root (case A, B) or a collector, which reduces each block into the
+        root (case C); case B with a node peer holding S': the root's sum reduced into it too."""
         rail, act_node, wave_node = p["rail"], p["act_node"], p["wave_node"]
-        M, runs = self.M, self.runs
-        c0 = g * M + runs[j0][0]
-        wg = sum(w for _, w in runs[j0:j1])
-        root = self._holder(p, 0, gi)
+        j0, j1 = self.ggroups[gi]
+        c0, wg = self._span(g, (j0, j1))
+        root = self._holder(p, 0, j0)
         for b in p["contrib"]:
             members = wave_node[b]
             t = root if b == p["root_node"] else (rail[b] if rail[b] in members else self._rot(members, gi))
@@ -361,16 +373,16 @@ class ClusterPlan:
                 p["side_holder"][gi] = peer
             if t != root:
                 for j in range(j0, j1):
-                    self.add(t, root, g * M + runs[j][0], runs[j][1], True)
+                    self.add(t, root, g * self.M + self.runs[j][0], self.runs[j][1], True)
 
-    def _spread(self, p: dict[str, Any], g: int, i: int, gi: int, skip: int = -1) -> None:
-        """The NVLink spread of group gi of part g in the broadcast's node i from the rank that holds it to
-        every other rank of the node that takes part."""
-        j0, j1 = self.groups[gi]
-        c0 = g * self.M + self.runs[j0][0]
-        wg = sum(w for _, w in self.runs[j0:j1])
+    def _spread(self, p: dict[str, Any], g: int, i: int, k: int, skip: int = -1) -> None:
+        """The NVLink spread of part g's group k (node i = 0, the root's: gather group; else spread group)
+        in the broadcast's node i from the rank that holds it to every other rank of the node that takes
+        part (but ``skip``)."""
+        group = self.groups[k] if i else self.ggroups[k]
+        c0, wg = self._span(g, group)
         b = p["nodes"][i]
-        h = p["side_holder"][gi] if i == 0 and p["side_holder"] else self._holder(p, i, gi)
+        h = p["side_holder"][k] if i == 0 and p["side_holder"] else self._holder(p, i, group[0])
         for x in p["in_node"][b]:
             if x != h and x != skip:
                 self.add(h, x, c0, wg, False)
@@ -409,7 +421,7 @@ def broadcast_rounds(N: int, nblocks: int) -> list[list[tuple[int, int, int]]]:
                 if not diff:
                     continue
                 if x == 0:
-                    j = r if r < nblocks else (diff & -diff).bit_length() - 1
+                    j = r if r < nblocks else diff.bit_length() - 1
                 else:
                     j = diff.bit_length() - 1
                 moves.append((x, y, j))
@@ -497,6 +509,7 @@ def after_arrival_estimate(form: str, N: int, G: int, M: int, runs: list[tuple[i
 
 
 UNITS = (8, 12, 16, 20, 24, 28, 32, 40, 48, 64)  # candidate blocks per part
+TUNE: dict[str, Any] = {}
 AHEAD = 2  # the wave's reductions are emitted this many NVLink groups ahead of the spreads
 
 
@@ -535,7 +548,18 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     else:
         M = int(pipeline)
         runs = make_runs(M, 1, M)
+    if TUNE.get("widths"):
+        widths = TUNE["widths"]
+        M = sum(widths)
+        runs = list(zip(np.cumsum([0] + widths[:-1]).tolist(), widths))
     plan = new_plan(topology, n, times, s_bytes, M, runs)
+    if TUNE.get("groups"):
+        ed = np.cumsum([0] + TUNE["groups"]).tolist()
+        plan.groups = list(zip(ed[:-1], ed[1:]))
+    plan.ggroups = list(plan.groups)
+    if TUNE.get("ggroups"):
+        ed = np.cumsum([0] + TUNE["ggroups"]).tolist()
+        plan.ggroups = list(zip(ed[:-1], ed[1:]))
     plan.pre(set(late))
     plan.merge(set(late), set(range(n)) - set(late))
     est = after_arrival_estimate(form, N, G, M, runs, s_bytes, model)
@@ -560,6 +584,7 @@ def new_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int,
     plan = ClusterPlan(grid, M, np.asarray(times, np.float64), float(size), _model(topology, grid))
     plan.runs = runs if runs is not None else make_runs(M, 1, M)
     plan.groups = make_groups(len(plan.runs), 1, 0, 0)
+    plan.ggroups = list(plan.groups)
     if len(getattr(topology, "classes", ())) > 1:
         plan.classes = topology.transfer_class
     return plan
