@@ -62,7 +62,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--size", default="1GiB", help="buffer bytes per rank (default 1GiB)")
     c.add_argument("--topology", "-t", default="h100-cluster",
                    help="cluster preset, built for nodes x 8 GPUs (default h100-cluster; options as "
-                        "h100-cluster:fabric=fat-tree)")
+                        "h100-cluster:fabric=fat-tree), or a topology JSON file with --nodes nodes")
+    c.add_argument("--gpus-per-node", type=int, default=8, metavar="G",
+                   help="GPUs per node (default 8, what h100-cluster has; for topology files)")
     c.add_argument("--delay", default="50ms", help="how late the late GPU or node is (default 50ms: hides the work "
                                                    "before its arrival)")
     c.add_argument("--seed", type=int, default=15, help="seed of the random arrival vectors (default 15)")
@@ -172,9 +174,11 @@ def _nodes(text: str | None) -> list[int]:
 
 def cmd_reproduce_cluster(args: argparse.Namespace) -> int:
     nodes = _nodes(args.nodes)
+    if args.gpus_per_node < 2:
+        raise CollsynthError(f"--gpus-per-node must be an integer >= 2, got {args.gpus_per_node}")
     model: dict[str, Any] = {"size": parse_size(args.size, flag="--size"),
                              "delay": parse_time(args.delay, flag="--delay"), "topology": args.topology,
-                             "seed": args.seed}
+                             "seed": args.seed, "gpus_per_node": args.gpus_per_node}
     if not model["delay"] > 0:
         raise CollsynthError(f"--delay must be a positive time (the late GPU or node must be late), got {args.delay!r}")
     if args.plot is not None and not args.plot.lower().endswith(".png"):

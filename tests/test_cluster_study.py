@@ -89,3 +89,28 @@ def test_memory_estimate_refuses_before_work(capsys):
     assert cli_main(["--max-memory", "64MiB", "reproduce", "cluster", "--nodes", "2,128"]) == 2
     err = capsys.readouterr().err
     assert "128 nodes" in err and "largest that fits is" in err, err
+
+
+def _topology_file(path, N, G):
+    """N nodes of G GPUs as a topology JSON: an NVSwitch per node, one NIC per GPU into its rail switch."""
+    links = []
+    for r in range(N * G):
+        links.append({"src": r, "dst": f"nvsw{r // G}", "class": "nvlink", "alpha": "1.7us", "bandwidth": "450GB/s"})
+        links.append({"src": r, "dst": f"rail{r % G}", "class": "net", "alpha": "7us", "bandwidth": "50GB/s"})
+    d = {"name": f"json-{N}x{G}", "gpus": N * G, "links": links, "ports": {"nvlink": 1, "net": 1},
+         "switches": [f"nvsw{a}" for a in range(N)] + [f"rail{g}" for g in range(G)],
+         "nodes": [list(range(a * G, (a + 1) * G)) for a in range(N)], "fabric": "rail"}
+    path.write_text(json.dumps(d))
+    return str(path)
+
+
+def test_topology_file(tmp_path, capsys):
+    f = _topology_file(tmp_path / "t.json", 2, 4)
+    assert cli_main(["reproduce", "cluster", "--nodes", "2", "--gpus-per-node", "4", "-t", f, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["gpus"] for r in rows] == [8, 8, 8] and rows[0]["late_ranks"] == [3] and rows[1]["late_ranks"] == [4, 5,
+                                                                                                                  6, 7]
+    assert all(r["ours_x_bound"] >= 1 and r["sync_x_bound"] >= 1 for r in rows)
+    for argv in (["--nodes", "2"], ["--nodes", "4", "--gpus-per-node", "4"]):
+        assert cli_main(["reproduce", "cluster", *argv, "-t", f]) == 2
+        assert "use --nodes 2 --gpus-per-node 4" in capsys.readouterr().err

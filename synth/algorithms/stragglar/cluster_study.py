@@ -2,7 +2,7 @@
 from built, verified and simulated schedules (not formulas).
 
 For each node count N (N nodes of G GPUs on a cluster topology, default ``h100-cluster``: G = 8, 1 GiB per
-rank) and three arrival cases:
+rank; or a topology JSON file of N nodes) and three arrival cases:
 
 - ``gpu``: one late GPU (rank 5, or the last rank of node 0 when G <= 5), late by ``delay``;
 - ``node``: one late node (node 1, all its G GPUs), late by ``delay``;
@@ -22,6 +22,7 @@ the default node counts stop at 16 (``DEFAULT_NODES``); ``nodes`` takes any list
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,7 +35,7 @@ from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.bounds import allreduce_bound
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
-from collsynth.synth.topology import Topology, make_topology
+from collsynth.synth.topology import Topology, load_topology, make_topology
 from collsynth.synth.verify import check
 
 DEFAULT_NODES = (2, 4, 8, 16)
@@ -55,14 +56,18 @@ def study_bytes(n: int) -> int:
 
 
 def study_topology(spec: str, nodes: int, gpus_per_node: int) -> Topology:
-    """``spec`` (a cluster preset, default h100-cluster) for ``nodes`` x ``gpus_per_node`` GPUs; CollsynthError
-    unless it has that many nodes of that many GPUs."""
-    topo = make_topology(spec, nodes * gpus_per_node)
+    """``spec`` for ``nodes`` x ``gpus_per_node`` GPUs: a cluster preset (default h100-cluster) built for that
+    many, or a topology JSON file with that many nodes (e.g. from `collsynth topology import`); CollsynthError
+    naming what to change unless it has exactly that shape."""
+    is_file = spec.lower().endswith(".json") or os.path.exists(spec)
+    topo = load_topology(spec) if is_file else make_topology(spec, nodes * gpus_per_node)
     shape = node_grid(topo, topo.nranks).shape
     if shape != (nodes, gpus_per_node):
-        raise CollsynthError(f"topology {spec!r} for {nodes * gpus_per_node} GPUs has {shape[0]} node(s) of "
-                             f"{shape[1]} GPUs, not {nodes} of {gpus_per_node}: the cluster study needs a cluster "
-                             f"preset such as h100-cluster")
+        fix = (f"use --nodes {shape[0]} --gpus-per-node {shape[1]}" if is_file and min(shape) >= 2 else
+               "the cluster study needs nodes of 2 or more GPUs: a cluster preset such as h100-cluster or a topology "
+               "file with nodes")
+        raise CollsynthError(f"topology {spec!r} has {shape[0]} node(s) of {shape[1]} GPUs, not {nodes} of "
+                             f"{gpus_per_node}: {fix}")
     return topo
 
 
