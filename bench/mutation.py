@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EQUIVALENT = os.path.join(ROOT, "bench", "mutation_equivalent.json")
@@ -61,7 +62,7 @@ TARGETS: dict[str, tuple[list[str], list[str]]] = {
     "msccl-check": (["backends/msccl/check.py"], ["tests/test_msccl_check.py"]),
     "msccl-execute": (["backends/msccl/execute.py"], ["tests/test_msccl_check.py"]),
     "simulate": (["synth/simulate.py", "synth/arrivals.py"], ["tests/test_simulate.py"]),
-    "topology": (["synth/topology.py"], ["tests/test_topology.py"]),
+    "topology": (sorted(glob.glob("synth/topology/*.py", root_dir=ROOT)), ["tests/test_topology.py"]),
     "bounds-compare": (["synth/bounds.py", "synth/compare.py"], ["tests/test_algorithms.py", "tests/test_cli.py"]),
     "algorithms": (sorted(glob.glob("synth/algorithms/*.py", root_dir=ROOT)), ["tests/test_algorithms.py"]),
     "stragglar": (sorted(glob.glob("synth/algorithms/stragglar/*.py", root_dir=ROOT)),
@@ -79,10 +80,24 @@ TARGETS: dict[str, tuple[list[str], list[str]]] = {
               "tests/test_nccl_plugin.py"]),
     "torch": (sorted(glob.glob("backends/torch/*.py", root_dir=ROOT)),
               ["tests/test_torch_exec.py", "tests/test_torch_faults.py", "tests/test_torch_cmds.py"]),
-    "backends-common": (["backends/layout.py", "backends/render.py", "backends/libraries.py"],
+    "backends-common": (["backends/__init__.py", "backends/layout.py", "backends/render.py", "backends/libraries.py"],
                         ["tests/test_backends.py"]),
+    "topology-import": (sorted(glob.glob("synth/topology_import/*.py", root_dir=ROOT)),
+                        ["tests/test_topology_import.py"]),
+    "topology-view": (["synth/topology_view.py"], ["tests/test_topology_show.py"]),
+    "composition": (["synth/composition.py", "synth/trees.py"], ["tests/test_cluster_algorithms.py"]),
+    "registry": (["synth/registry.py", "synth/__init__.py"],
+                 ["tests/test_algorithms.py", "tests/test_verify.py"]),
 }
 SUBSET = ["verify", "ir", "msccl-check"]
+
+
+def uncovered() -> list[str]:
+    """The modules of synth/ and backends/ that no target mutates (should be none)."""
+    mine = {m for modules, _ in TARGETS.values() for m in modules}
+    every = glob.glob("synth/**/*.py", root_dir=ROOT, recursive=True) + glob.glob("backends/**/*.py", root_dir=ROOT,
+                                                                                   recursive=True)
+    return sorted(set(every) - mine)
 
 
 def _run(cmd: list[str], cwd: str, env: dict[str, str] | None = None, check: bool = True) -> str:
@@ -92,10 +107,10 @@ def _run(cmd: list[str], cwd: str, env: dict[str, str] | None = None, check: boo
     return r.stdout
 
 
-def _copy_tree(dest: str) -> None:
-    """The tracked and untracked-but-not-ignored files of the repository, copied to dest."""
+def _copy_tree(dest: str, keep: Callable[[str], bool] = lambda f: True) -> None:
+    """The tracked and untracked-but-not-ignored files of the repository (those keep accepts), copied to dest."""
     files = _run(["git", "ls-files", "-co", "--exclude-standard", "-z"], ROOT).split("\0")
-    for f in filter(None, files):
+    for f in filter(keep, filter(None, files)):
         src = os.path.join(ROOT, f)
         if not os.path.isfile(src):
             continue
@@ -119,17 +134,8 @@ def run_target(name: str, timeout: float, python: str) -> dict[str, object]:
     _copy_tree(pkg)
     env = dict(os.environ, PYTHONPATH=work, PYTHONDONTWRITEBYTECODE="1")
     bindir = os.path.dirname(python)
-    ops = [o.strip() for o in _run([os.path.join(bindir, "cosmic-ray"), "operators"], pkg).splitlines() if o.strip()]
-    exclude = [f"^{re.escape(o)}$" for o in ops if o.split("/", 1)[-1] not in KEEP]
-    test_cmd = f"{python} -m pytest -x -q -p no:cacheprovider {' '.join(tests)}"
     cfg = os.path.join(work, "config.toml")
-    with open(cfg, "w") as f:
-        f.write("[cosmic-ray]\n")
-        f.write(f"module-path = {json.dumps(modules)}\n")
-        f.write(f"timeout = {timeout}\nexcluded-modules = []\n")
-        f.write(f"test-command = {json.dumps(test_cmd)}\n\n")
-        f.write('[cosmic-ray.distributor]\nname = "local"\n\n')
-        f.write(f"[cosmic-ray.filters.operators-filter]\nexclude-operators = {json.dumps(exclude)}\n")
+    test_cmd = _configure(name, work, pkg, cfg, timeout, python)
     db = os.path.join(work, "session.sqlite")
     t0 = time.perf_counter()
     base = subprocess.run(test_cmd.split(), cwd=pkg, env=env, capture_output=True, text=True)
@@ -142,20 +148,148 @@ def run_target(name: str, timeout: float, python: str) -> dict[str, object]:
     return summarize(name, db, pkg, env, bindir, time.perf_counter() - t0)
 
 
-def rerun_survivors(name: str, timeout: float, python: str) -> dict[str, object]:
+SAMPLE = os.path.join(ROOT, "build", "mutation", "sample")
+
+
+def _configure(name: str, work: str, pkg: str, cfg: str, timeout: float, python: str) -> str:
+    """Writes the cosmic-ray config of target name to cfg (operators outside KEEP excluded); returns
+    the test command."""
+    modules, tests = TARGETS[name]
+    bindir = os.path.dirname(python)
+    ops = [o.strip() for o in _run([os.path.join(bindir, "cosmic-ray"), "operators"], pkg).splitlines() if o.strip()]
+    exclude = [f"^{re.escape(o)}$" for o in ops if o.split("/", 1)[-1] not in KEEP]
+    test_cmd = f"{python} -m pytest -x -q -p no:cacheprovider {' '.join(tests)}"
+    with open(cfg, "w") as f:
+        f.write("[cosmic-ray]\n")
+        f.write(f"module-path = {json.dumps(modules)}\n")
+        f.write(f"timeout = {timeout}\nexcluded-modules = []\n")
+        f.write(f"test-command = {json.dumps(test_cmd)}\n\n")
+        f.write('[cosmic-ray.distributor]\nname = "local"\n\n')
+        f.write(f"[cosmic-ray.filters.operators-filter]\nexclude-operators = {json.dumps(exclude)}\n")
+    return test_cmd
+
+
+def allocate(population: dict[str, int], n: int) -> dict[str, int]:
+    """n split over the strata in proportion to their sizes (largest remainder; ties by name)."""
+    total = sum(population.values())
+    n = min(n, total)
+    exact = {m: n * c / total for m, c in population.items()}
+    alloc = {m: int(e) for m, e in exact.items()}
+    for m in sorted(exact, key=lambda m: (-(exact[m] - alloc[m]), m))[:n - sum(alloc.values())]:
+        alloc[m] += 1
+    return alloc
+
+
+def run_sample(names: list[str], n: int, seed: int, timeout: float, python: str) -> dict[str, object]:
+    """A uniform random sample of n mutants of every module of names, stratified by module in proportion
+    to its mutant count (seeded: the same code, n and seed draw the same mutants), each run against its
+    target's tests. Work in build/mutation/sample: one copy of the tree, TARGET.toml and TARGET.sqlite
+    per target (holding only the sampled mutants), sample.json (the population and the draw)."""
+    import random
+    import sqlite3
+
+    shutil.rmtree(SAMPLE, ignore_errors=True)
+    pkg = os.path.join(SAMPLE, "collsynth")
+    _copy_tree(pkg)
+    env = dict(os.environ, PYTHONPATH=SAMPLE, PYTHONDONTWRITEBYTECODE="1")
+    bindir = os.path.dirname(python)
+    items: dict[str, list[tuple[str, str, tuple[object, ...]]]] = {}  # module -> (target, job id, sort key)
+    test_cmds: dict[str, str] = {}
+    for name in names:
+        cfg, db = os.path.join(SAMPLE, f"{name}.toml"), os.path.join(SAMPLE, f"{name}.sqlite")
+        test_cmds[name] = _configure(name, SAMPLE, pkg, cfg, timeout, python)
+        _run([os.path.join(bindir, "cosmic-ray"), "init", cfg, db], pkg, env)
+        _run([os.path.join(bindir, "cr-filter-operators"), db, cfg], pkg, env)
+        for line in _run([os.path.join(bindir, "cosmic-ray"), "dump", db], pkg, env).splitlines():
+            item, result = json.loads(line)
+            if result is not None:  # skipped by the operator filter
+                continue
+            mut = item["mutations"][0]
+            key = (tuple(mut["start_pos"]), tuple(mut["end_pos"]), mut["operator_name"], mut["occurrence"])
+            items.setdefault(mut["module_path"], []).append((name, item["job_id"], key))
+    population = {m: len(v) for m, v in sorted(items.items())}
+    alloc = allocate(population, n)
+    rng = random.Random(seed)
+    chosen: dict[str, set[str]] = {name: set() for name in names}
+    for m in sorted(items):
+        for name, job, _ in rng.sample(sorted(items[m], key=lambda t: t[2]), alloc[m]):
+            chosen[name].add(job)
+    with open(os.path.join(SAMPLE, "sample.json"), "w") as f:
+        json.dump({"n": sum(alloc.values()), "seed": seed, "targets": names, "population": population,
+                   "sampled": alloc}, f, indent=1, sort_keys=True)
+    print(f"mutation: sample of {sum(alloc.values())} of {sum(population.values())} mutants "
+          f"(seed {seed}) over {len(population)} modules", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    for name in names:
+        cfg, db = os.path.join(SAMPLE, f"{name}.toml"), os.path.join(SAMPLE, f"{name}.sqlite")
+        con = sqlite3.connect(db)
+        con.execute("CREATE TEMP TABLE keep (job_id TEXT PRIMARY KEY)")
+        con.executemany("INSERT INTO keep VALUES (?)", [(j,) for j in chosen[name]])
+        for table in ("work_results", "mutation_specs", "work_items"):
+            con.execute(f"DELETE FROM {table} WHERE job_id NOT IN (SELECT job_id FROM keep)")
+        con.commit()
+        con.close()
+        if not chosen[name]:
+            continue
+        base = subprocess.run(test_cmds[name].split(), cwd=pkg, env=env, capture_output=True, text=True)
+        if base.returncode != 0:
+            raise SystemExit(f"mutation: the tests of target {name} fail before mutating: {base.stdout[-1500:]}")
+        t1 = time.perf_counter()
+        _run([os.path.join(bindir, "cosmic-ray"), "exec", cfg, db], pkg, env)
+        print(f"mutation: {name}: {len(chosen[name])} mutants in {time.perf_counter() - t1:.0f} s "
+              f"({time.perf_counter() - t0:.0f} s so far)", file=sys.stderr, flush=True)
+    return sample_report(python, time.perf_counter() - t0)
+
+
+def sample_report(python: str, seconds: float) -> dict[str, object]:
+    """The last sampled run (build/mutation/sample), per module and in total: its killed / non-equivalent
+    share with a 95% Wilson interval, and each module's and the whole population's mutant count."""
+    with open(os.path.join(SAMPLE, "sample.json")) as f:
+        meta = json.load(f)
+    pkg = os.path.join(SAMPLE, "collsynth")
+    env = dict(os.environ, PYTHONPATH=SAMPLE)
+    bindir = os.path.dirname(python)
+    modules: dict[str, object] = {}
+    tot: dict[str, object] = dict.fromkeys(COUNTS, 0)
+    tot["pending"] = 0
+    for name in meta["targets"]:
+        db = os.path.join(SAMPLE, f"{name}.sqlite")
+        counts = summarize(name, db, pkg, env, bindir, 0.0, os.path.join(SAMPLE, f"{name}-survivors.txt"))
+        for k in (*COUNTS, "pending"):
+            tot[k] += counts[k]  # type: ignore[operator]
+        modules.update(counts["modules"])  # type: ignore[call-overload]
+    for m, pop in meta["population"].items():
+        if m in modules:
+            modules[m] = {"population": pop, **modules[m]}  # type: ignore[dict-item]
+        elif meta["sampled"].get(m):
+            modules[m] = {"population": pop, "pending": meta["sampled"][m]}
+    _score(tot)
+    return {"sample": {"n": meta["n"], "seed": meta["seed"], "population": sum(meta["population"].values()),
+                       "modules": len(meta["population"]), "seconds": round(seconds)},
+            "modules": dict(sorted(modules.items())), "total": tot}
+
+
+def rerun_survivors(name: str, timeout: float, python: str, sampled: bool = False) -> dict[str, object]:
     """Run the last session's survivors again against the target's test list as it is now (killed
     mutants stay killed: tests are only added). While the target's modules are byte-identical to the
     mutated copy, the copy gets the current files; otherwise the copy's own snapshot is measured. Either
-    way the copy must pass its tests unmutated first."""
+    way the copy must pass its tests unmutated first. sampled: the last sampled run's session of the
+    target, whose copy (shared by every target) gets every current file except the modules of
+    synth/ and backends/, which stay as they were sampled."""
     modules, tests = TARGETS[name]
-    work = os.path.join(ROOT, "build", "mutation", name)
+    if sampled:
+        work, cfg, db = SAMPLE, os.path.join(SAMPLE, f"{name}.toml"), os.path.join(SAMPLE, f"{name}.sqlite")
+    else:
+        work = os.path.join(ROOT, "build", "mutation", name)
+        cfg, db = os.path.join(work, "config.toml"), os.path.join(work, "session.sqlite")
     pkg = os.path.join(work, "collsynth")
-    db = os.path.join(work, "session.sqlite")
     same = True
-    for m in modules:
+    for m in [] if sampled else modules:
         with open(os.path.join(ROOT, m), "rb") as a, open(os.path.join(pkg, m), "rb") as b:
             same = same and a.read() == b.read()
-    if same:
+    if sampled:
+        _copy_tree(pkg, keep=lambda f: not f.startswith(("synth/", "backends/")))
+    elif same:
         _copy_tree(pkg)  # the current tests
     else:  # the module moved on: measure the copy's snapshot (its code and its tests) as it is
         print(f"mutation: {name}: modules changed since the last run; re-running on the copy's snapshot",
@@ -165,7 +299,6 @@ def rerun_survivors(name: str, timeout: float, python: str) -> dict[str, object]
     base = subprocess.run(test_cmd.split(), cwd=pkg, env=env, capture_output=True, text=True)
     if base.returncode != 0:
         raise SystemExit(f"mutation: the tests of target {name} fail before mutating: {base.stdout[-1500:]}")
-    cfg = os.path.join(work, "config.toml")
     with open(cfg) as f:
         text = f.read()
     with open(cfg, "w") as f:
@@ -180,50 +313,81 @@ def rerun_survivors(name: str, timeout: float, python: str) -> dict[str, object]
     t0 = time.perf_counter()
     bindir = os.path.dirname(python)
     _run([os.path.join(bindir, "cosmic-ray"), "exec", cfg, db], pkg, env)
-    return summarize(name, db, pkg, env, bindir, time.perf_counter() - t0)
+    survivors = os.path.join(SAMPLE, f"{name}-survivors.txt") if sampled else None
+    return summarize(name, db, pkg, env, bindir, time.perf_counter() - t0, survivors)
 
 
-def summarize(name: str, db: str, pkg: str, env: dict[str, str], bindir: str, seconds: float) -> dict[str, object]:
+COUNTS = ("mutants", "killed", "survived", "incompetent", "timeouts", "equivalent")
+
+
+def _score(counts: dict[str, object]) -> None:
+    """Adds score = killed / (mutants - incompetent - equivalent) and its 95% Wilson interval."""
+    killed = int(counts["killed"])  # type: ignore[call-overload]
+    live = int(counts["mutants"]) - int(counts["incompetent"]) - int(counts["equivalent"])  # type: ignore[call-overload]
+    counts["score"] = round(killed / live, 4) if live else None
+    counts["wilson95"] = [round(b, 4) for b in wilson(killed, live)] if live else None
+
+
+def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """The Wilson score interval of a proportion k/n (95% for the default z): E. B. Wilson, "Probable
+    inference, the law of succession, and statistical inference", JASA 22 (1927)."""
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / den
+    return max(0.0, mid - half), min(1.0, mid + half)
+
+
+def summarize(name: str, db: str, pkg: str, env: dict[str, str], bindir: str, seconds: float,
+              survivors_file: str | None = None) -> dict[str, object]:
+    """Counts of the session in db (cosmic-ray dump), in total and per module ("modules"); writes the
+    survivors with their diff to survivors_file (default: survivors.txt beside the copy)."""
     equivalent: dict[str, str] = {}
     if os.path.exists(EQUIVALENT):
         with open(EQUIVALENT) as f:
             equivalent = json.load(f)
-    counts = {"mutants": 0, "killed": 0, "survived": 0, "incompetent": 0, "timeouts": 0, "equivalent": 0,
-              "skipped": 0, "pending": 0}
+    counts: dict[str, object] = {"mutants": 0, "killed": 0, "survived": 0, "incompetent": 0, "timeouts": 0,
+                                 "equivalent": 0, "skipped": 0, "pending": 0}
+    per: dict[str, dict[str, int]] = {}
     survivors = []
     for line in _run([os.path.join(bindir, "cosmic-ray"), "dump", db], pkg, env).splitlines():
         item, result = json.loads(line)
         if result is None:  # not run yet (an interrupted or unfinished run: see --report-only)
-            counts["pending"] += 1
+            counts["pending"] += 1  # type: ignore[operator]
             continue
         if result.get("worker_outcome") == "skipped":  # an operator outside KEEP
-            counts["skipped"] += 1
+            counts["skipped"] += 1  # type: ignore[operator]
             continue
-        counts["mutants"] += 1
         mut = item["mutations"][0]
+        mod = per.setdefault(mut["module_path"], dict.fromkeys(COUNTS, 0))
         worker, outcome = result["worker_outcome"], result["test_outcome"]
+        hits = ["mutants"]
         if worker == "timeout":  # the tests did not finish: counted as killed (a mutant that hangs is caught)
-            counts["timeouts"] += 1
-            counts["killed"] += 1
+            hits += ["timeouts", "killed"]
         elif outcome == "incompetent" or worker in ("exception", "abnormal"):
-            counts["incompetent"] += 1
+            hits.append("incompetent")
         elif outcome == "killed":
-            counts["killed"] += 1
+            hits.append("killed")
         else:
             diff = result.get("diff") or ""
             key = _key(mut["module_path"], mut["operator_name"].split("/", 1)[-1], diff)
-            if key in equivalent:
-                counts["equivalent"] += 1
-            else:
-                counts["survived"] += 1
+            hits.append("equivalent" if key in equivalent else "survived")
             survivors.append((key in equivalent, key, mut["start_pos"], diff))
-    work = os.path.dirname(pkg)
-    with open(os.path.join(work, "survivors.txt"), "w") as f:
+        for h in hits:
+            counts[h] += 1  # type: ignore[operator]
+            mod[h] += 1
+    path = survivors_file or os.path.join(os.path.dirname(pkg), "survivors.txt")
+    with open(path, "w") as f:
         for eq, key, pos, diff in survivors:
             f.write(f"### {'EQUIVALENT' if eq else 'SURVIVED'} {key} at {pos}\n{diff}\n")
-    live = counts["mutants"] - counts["incompetent"] - counts["equivalent"]
-    counts["score"] = round(counts["killed"] / live, 4) if live else None  # type: ignore[assignment]
+    _score(counts)
     counts["seconds"] = round(seconds)
+    modules: dict[str, object] = {}
+    for m in sorted(per):
+        c: dict[str, object] = dict(per[m])
+        _score(c)
+        modules[m] = c
+    counts["modules"] = modules
     return counts
 
 
@@ -235,16 +399,42 @@ def main() -> int:
     ap.add_argument("--report-only", action="store_true", help="summarize the last run's sessions without running")
     ap.add_argument("--rerun-survivors", action="store_true",
                     help="run the last session's survivors again with the current tests (modules unchanged)")
+    ap.add_argument("--sample", type=int, default=None, metavar="N",
+                    help="run a seeded random sample of N mutants of every module of the targets (stratified by "
+                         "module) instead of all of them; build/mutation/sample")
+    ap.add_argument("--seed", type=int, default=0, help="seed of --sample's draw (default 0)")
+    ap.add_argument("--sampled", action="store_true",
+                    help="with --report-only or --rerun-survivors: the last --sample run")
     args = ap.parse_args()
     if args.list:
-        print(json.dumps({k: {"modules": m, "tests": t} for k, (m, t) in TARGETS.items()}, indent=1))
+        listing: dict[str, object] = {k: {"modules": m, "tests": t} for k, (m, t) in TARGETS.items()}
+        listing["uncovered"] = uncovered()
+        print(json.dumps(listing, indent=1))
         return 0
     names = list(TARGETS) if args.targets is None else [t for t in args.targets.split(",") if t]
     unknown = [t for t in names if t not in TARGETS]
     if unknown:
         print(f"mutation: unknown target(s) {', '.join(unknown)}: use {', '.join(TARGETS)}", file=sys.stderr)
         return 2
+    if args.sample is not None and args.sample < 1:
+        print(f"mutation: --sample {args.sample}: use a positive number of mutants", file=sys.stderr)
+        return 2
     python = sys.executable
+    if args.sampled:
+        if not os.path.exists(os.path.join(SAMPLE, "sample.json")):
+            print("mutation: --sampled: no sampled run in build/mutation/sample: run with --sample N first",
+                  file=sys.stderr)
+            return 2
+        if args.rerun_survivors:
+            with open(os.path.join(SAMPLE, "sample.json")) as f:
+                sampled = json.load(f)["targets"]
+            for name in sampled if args.targets is None else [n for n in names if n in sampled]:
+                rerun_survivors(name, args.timeout, python, sampled=True)
+        print(json.dumps(sample_report(python, 0.0), indent=1))
+        return 0
+    if args.sample is not None:
+        print(json.dumps(run_sample(names, args.sample, args.seed, args.timeout, python), indent=1))
+        return 0
     out: dict[str, object] = {}
     for name in names:
         if args.report_only:

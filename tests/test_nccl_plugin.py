@@ -19,7 +19,12 @@ import nccl_testlib as lib  # noqa: E402
 from shared_paths import vectors  # noqa: E402
 
 from collsynth.backends.msccl.emit import emit_xml  # noqa: E402
-from collsynth.backends.nccl.plugin import generate_msccl_scheduler, render_msccl_scheduler, straggler_of  # noqa: E402
+from collsynth.backends.nccl.plugin import (  # noqa: E402
+    generate_msccl_scheduler,
+    late_set_of,
+    render_msccl_scheduler,
+    straggler_of,
+)
 from collsynth.errors import CollsynthError  # noqa: E402
 from collsynth.synth.registry import build_schedule  # noqa: E402
 
@@ -62,11 +67,23 @@ def plugin(xml_dir, tmp_path_factory):
     return out
 
 
+def _build(xml_dir, out):
+    """The scheduler for ``xml_dir`` built with gcc -Wall -Werror -shared -fPIC, and the harness, in ``out``."""
+    generate_msccl_scheduler(str(xml_dir), str(out))
+    so = out / "libmsccl-scheduler.so"
+    subprocess.run([GCC, "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-fvisibility=hidden",
+                    str(out / "collsynth_msccl_scheduler.c"), "-o", str(so), "-ldl", "-lpthread"],
+                   check=True, capture_output=True)
+    subprocess.run([GCC, "-Wall", "-Werror", "-rdynamic", f"-I{out}", os.path.join(lib.HERE, "sched_harness.c"),
+                    "-o", str(out / "harness"), "-ldl"], check=True, capture_output=True)
+    return out
+
+
 def _ask(plugin, queries, env=None, cwd=None):
     """Run the harness; returns the chosen file per query ('-' = NCCL fallback), the summary line, stderr."""
     text = "".join(" ".join(map(str, q)) + "\n" for q in queries)
     clean = {k: v for k, v in os.environ.items()
-             if k not in ("COLLSYNTH_STRAGGLER", "COLLSYNTH_MSCCL_ALGO_DIR", "CS_FAIL_LOAD")}
+             if k not in ("COLLSYNTH_STRAGGLER", "COLLSYNTH_MSCCL_ALGO_DIR", "CS_FAIL_LOAD", "CS_SET_LATE")}
     r = subprocess.run([str(plugin / "harness"), str(plugin / "libmsccl-scheduler.so")], input=text,
                        capture_output=True, text=True, env={**clean, **(env or {})}, timeout=60, cwd=cwd)
     assert r.returncode == 0, r.stderr
@@ -85,7 +102,7 @@ def test_exports_the_scheduler_symbol(plugin):
     nm = subprocess.run(["nm", "-D", "--defined-only", str(plugin / "libmsccl-scheduler.so")], capture_output=True,
                         text=True).stdout
     exported = {line.split()[-1] for line in nm.splitlines()}
-    assert {"mscclScheduler", "collsynth_msccl_set_straggler"} <= exported
+    assert {"mscclScheduler", "collsynth_msccl_set_straggler", "collsynth_msccl_set_late"} <= exported
     assert not any(s.startswith("cs") for s in exported)  # helpers stay hidden
 
 
@@ -215,7 +232,7 @@ def test_third_party_files_are_accepted(tmp_path):
             pytest.skip("shared MSCCL vectors not present")
         shutil.copy(os.path.join(VECTORS, f), d / f)
     c = render_msccl_scheduler(str(d))["collsynth_msccl_scheduler.c"]
-    assert "mscclFuncAllGather, 8, 32, 1048576ULL, 2097151ULL, 1, 0, -1, 0}" in c
+    assert "mscclFuncAllGather, 8, 32, 1048576ULL, 2097151ULL, 1, 0, -1, 0, 0, 0}" in c
 
 
 # ---------------------------------------------------------------------------------------------- refusals
@@ -274,3 +291,60 @@ def test_straggler_from_the_phase_comment(tmp_path):
     c = render_msccl_scheduler(str(d))["collsynth_msccl_scheduler.c"]
     assert '{"mystery.xml", mscclFuncAllReduce, 4, 3, 0ULL, 0ULL, 1, 1, 2,' in c
     assert '{"plain.xml", mscclFuncAllReduce, 4, 4, 0ULL, 0ULL, 1, 1, -1,' in c  # "phases: none" wins over the name
+
+
+# ---------------------------------------------------------------------------------------------- cluster forms
+CLUSTER_FILES = {"cs_gpu5.xml": {5: 1.0}, "cs_gpu1.xml": {1: 1.0}, "cs_node0.xml": {r: 1.0 for r in range(4)},
+                 "cs_node1.xml": {r: 1.0 for r in range(4, 8)}}
+
+
+@pytest.fixture(scope="module")
+def cluster_plugin(tmp_path_factory):
+    """clusterstraggler on 2 nodes x 4 (late GPU 5, late GPU 1, late node 0, late node 1; files renamed so
+    only the phase comment names the late set) and ring, all for 8 ranks and 8 chunks per loop."""
+    from collsynth.synth.topology import cluster_topology
+
+    if GCC is None:
+        pytest.skip("gcc not found")
+    d = tmp_path_factory.mktemp("cxml")
+    topo = cluster_topology(2, 4)
+    for f, arrivals in CLUSTER_FILES.items():
+        sched = build_schedule("clusterstraggler", 8, topology=topo, arrivals=arrivals, pipeline=2)
+        (d / f).write_text(emit_xml(sched, name=f[:-4]))
+    (d / "ring_n8.xml").write_text(emit_xml(build_schedule("ring", 8)))
+    return _build(d, tmp_path_factory.mktemp("csched") / "plugin")
+
+
+@needs_gcc
+def test_cluster_form_follows_who_is_late(cluster_plugin):
+    for late, want in (("5", "cs_gpu5.xml"), ("1", "cs_gpu1.xml"), ("4-7", "cs_node1.xml"),
+                       ("0,1,2,3", "cs_node0.xml"), ("3,0-2", "cs_node0.xml"), ("4-6", "ring_n8.xml"),
+                       ("6", "ring_n8.xml"), ("0-7", "ring_n8.xml"), ("4-7x", "ring_n8.xml"), ("none", "ring_n8.xml")):
+        got, _, _ = _ask(cluster_plugin, [q(nranks=8, count=8192)], env={"COLLSYNTH_STRAGGLER": late})
+        assert got == [want], late
+    for late, want in (("7,6,5,4", "cs_node1.xml"), ("5,5", "cs_gpu5.xml"), ("0,1,2,3,4", "ring_n8.xml")):
+        got, _, _ = _ask(cluster_plugin, [q(nranks=8, count=8192), q(nranks=8, rank=3, count=8192)],
+                         env={"CS_SET_LATE": late, "COLLSYNTH_STRAGGLER": "1"})  # the call wins over the env
+        assert got == [want] * 2, late
+    got, _, _ = _ask(cluster_plugin, [q(nranks=8, count=8192, straggler=1), q(nranks=8, count=8192, straggler=-3)],
+                     env={"CS_SET_LATE": "4,5,6,7", "COLLSYNTH_STRAGGLER": "0-3"})
+    assert got == ["cs_gpu1.xml", "cs_node0.xml"]  # set_straggler replaces the set; below -1 restores the env
+
+
+def test_cluster_late_sets_from_the_phase_comment(cluster_plugin):
+    c = (cluster_plugin / "collsynth_msccl_scheduler.c").read_text()
+    assert '{"cs_node1.xml", mscclFuncAllReduce, 8, 8, 0ULL, 0ULL, 1, 1, 4, 4,' in c
+    assert '{"cs_gpu5.xml", mscclFuncAllReduce, 8, 8, 0ULL, 0ULL, 1, 1, 5, 1,' in c
+    assert '{"ring_n8.xml", mscclFuncAllReduce, 8, 8, 0ULL, 0ULL, 1, 1, -1, 0,' in c
+    text = (cluster_plugin / "msccl-algorithms" / "cs_node0.xml").read_text()
+    assert late_set_of("x.xml", "x", [text.split("<!-- ")[1].split(" -->")[0]], 8) == (0, 1, 2, 3)
+    assert late_set_of("clusterstraggler_gpu_n16_l9.xml", None) == (9,)
+
+
+def test_explicit_late_set(xml_dir):
+    c = render_msccl_scheduler(str(xml_dir), stragglers={"ring_n4_Simple.xml": [3, 1]})["collsynth_msccl_scheduler.c"]
+    assert '{"ring_n4_Simple.xml", mscclFuncAllReduce, 4, 4, 0ULL, 0ULL, 1, 1, 1, 2,' in c
+    with pytest.raises(CollsynthError, match="a rank or a list of ranks"):
+        render_msccl_scheduler(str(xml_dir), stragglers={"ring_n4_Simple.xml": "1"})
+    with pytest.raises(CollsynthError, match="outside 0..3"):
+        render_msccl_scheduler(str(xml_dir), stragglers={"ring_n4_Simple.xml": [0, 9]})

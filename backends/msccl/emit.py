@@ -221,7 +221,7 @@ def phases_comment(s: Any) -> str:
     parts = []
     for ph in s.phases:
         who = "all" if len(ph.waits_for) == s.nranks else _ranges(ph.waits_for)
-        if any(c in ph.name for c in " ;-<>&") or not ph.name:
+        if any(c in ph.name for c in " ;<>&") or "--" in ph.name or ph.name.startswith("-") or not ph.name:
             return ""
         parts.append(f"{ph.name} {ph.start} {ph.stop} {who}")
     return "collsynth phases: " + ("; ".join(parts) if parts else "none")

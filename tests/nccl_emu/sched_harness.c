@@ -5,7 +5,8 @@
  * Each query line: FUNC NRANKS RANK COUNT DTYPE OP INPLACE STRAGGLER
  *   (FUNC and DTYPE as mscclFunc_t / ncclDataType_t numbers; STRAGGLER -2 = leave as is, else passed to
  *   collsynth_msccl_set_straggler). Prints, per query, the chosen file's name or "-" (NCCL fallback).
- * mscclLoadAlgo fails for paths containing $CS_FAIL_LOAD. Ends with "loads N unloads M".
+ * mscclLoadAlgo fails for paths containing $CS_FAIL_LOAD. $CS_SET_LATE="4,5,6,7" calls
+ * collsynth_msccl_set_late with those ranks once before the queries. Ends with "loads N unloads M".
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -57,6 +58,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   printf("name %s\n", s->name);
+  const char* setLate = getenv("CS_SET_LATE");
+  if (setLate) {
+    int (*setLateFn)(const int*, int) = (int (*)(const int*, int))dlsym(lib, "collsynth_msccl_set_late");
+    int ranks[64], n = 0;
+    char* end;
+    for (const char* p = setLate; *p && n < 64; p = *end ? end + 1 : end) ranks[n++] = (int)strtol(p, &end, 10);
+    if (!setLateFn || setLateFn(ranks, n) != 0) {
+      fprintf(stderr, "collsynth_msccl_set_late missing or failed\n");
+      return 2;
+    }
+  }
   static char buf[1 << 20];
   int func, nranks, rank, dtype, op, inplace, straggler;
   size_t count;

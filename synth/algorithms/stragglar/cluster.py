@@ -12,26 +12,34 @@ a ring AllReduce of part g among the part-g owners of the nodes (rail g; a proxy
 through NVLink and the absent GPU's NIC, NCCL's PXN route), and an AllGather in every node. Every
 present rank then holds S', the sum of all present buffers.
 
-One late GPU L (node a, local l), after it arrives, for each chunk of part g:
+After the arrival, ``merge(wave, active)`` merges a *wave* W of late ranks (any subset) into the ranks
+that hold S' (``active``); afterwards all of them hold S' + the sum of W. Part g is cut into message
+blocks (``runs``); the chunks are block-major (``loc``: block j of all G parts is one contiguous row).
+Per block of part g:
 
-- g != l: L reduces the chunk into its node peer of local g (NVLink), which now holds the final sum;
-  g == l: L reduces it into a node peer (a different one per chunk) over NVLink and sends it raw over
-  its own NIC to the next node on rail l, which adds it to S';
-- the final chunk travels along rail g through the other nodes as a pipelined chain of copies (even
-  chunks in one direction around the nodes, odd chunks in the other);
-- every node spreads it over NVLink from its rail-g GPU (in node a from the peer that holds it, L
-  included), so each GPU overwrites its S' chunk with the final one.
+- case A (W in one node a whose rail-g GPU holds S'): W's members reduce the block into that GPU (the
+  root; one late GPU, g != its local index);
+- case B (W in one node a that holds the rail-g GPU): the other members reduce into it (the root); it
+  sends W's raw sum, so each of its sends is a reduce into S' (the receiver then holds the final block);
+  a node peer holding S' gets W's sum too (reduce) and spreads the final block in node a; without one
+  (a whole late node) the root's partner sends the final block back;
+- case C (W in several nodes): per node a collector sums W's members, each collector reduces into a
+  root on rail g holding S';
+- the root's node broadcasts the final block along rail g to every other node taking part
+  (``broadcast_rounds``: the hypercube exchange, blocks + log2 N - 1 rounds of one message per NIC
+  and direction on 2^k nodes), and every node spreads it over NVLink from the GPU that received it:
+  a node whose G GPUs all take part (G a power of two) spreads the whole row of block j once its G
+  parts are there, by recursive doubling (log2 G messages per GPU instead of G - 1);
+- a whole late node reduces each row by recursive halving (log2 G messages per GPU), its rail-g GPU
+  sends the raw sum, gets the final block back from its broadcast partner, and the node spreads the
+  row by recursive doubling.
 
-L sends s over NVLink and NIC together and receives (G-1)/G s; every other node receives s/G per NIC.
-After the arrival this takes about (M + N - 2)(alpha_net + s/(G M B_net)) plus the NVLink spread, close
-to the bound max(s/(B_nv + B_net), s/(G B_net)).
+One late GPU is the wave of one rank (``late_form``); a late node the wave of one node. Bounds (brief's
+clusters.md section 4): max(s/(B_nv + B_net), s/(G B_net)) and max(s/(G B_net), (G-1)/G s/B_nv).
+After the arrival the estimate (``after_arrival_estimate``) is the blocks at the pace of the slower of a
+NIC and the wave node's NVLink port, plus the broadcast's drain and the last spread.
 
-One late node a (all G GPUs), after it arrives, for each chunk of part g: the node's GPUs reduce it
-into local g (NVLink), which sends it along rail g to the next node (reduce: S' plus the node's sum)
-and the chain of copies continues through the other nodes and back to local g of node a; every node
-spreads it from its rail-g GPU. Bound: max(s/(G B_net), (G-1)/G s/B_nv).
-
-Transfers are listed chunk by chunk and packed into steps (``multi.pack``: at most one NVLink and one
+Transfers are listed block by block and packed into steps (``multi.pack``: at most one NVLink and one
 network message per GPU and direction per step, so the schedule declares ports 2); each step's phase
 is the set of ranks that have taken part so far.
 """
@@ -47,7 +55,7 @@ import numpy as np
 from collsynth.apitypes import Arrivals
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import node_grid, pair_model
-from collsynth.synth.algorithms.stragglar import multi
+from collsynth.synth.algorithms.stragglar import multi, waves
 from collsynth.synth.algorithms.stragglar.multi import Move, pack
 from collsynth.synth.arrivals import arrival_vector, latest_rank
 from collsynth.synth.ir import Schedule, derived_phases
@@ -94,8 +102,10 @@ class _Busy:
         self.hi.insert(i, end)
 
 
-class _Plan:
-    """The atoms of one schedule in order (see the module docstring)."""
+class ClusterPlan:
+    """The moves of one cluster schedule (module docstring): ``pre`` (the AllReduce of the present ranks),
+    ``merge`` (a wave of late ranks into them, as often as needed), then ``to_schedule``. Make one with
+    ``new_plan``."""
 
     def __init__(self, grid: np.ndarray, M: int, times: np.ndarray, size: float,
                  model: tuple[float, float, float, float]) -> None:
@@ -117,43 +127,67 @@ class _Plan:
         self.atoms: list[list[Move]] = []
         self.classes: Any = None  # topology.transfer_class where the topology has link classes
         self.class_ids: dict[str, int] = {}
-        self.runs: list[tuple[int, int]] = [(k, 1) for k in range(M)]
+        self.runs: list[tuple[int, int]] = [(k, 1) for k in range(M)]  # message blocks of a part: (first, units)
+        self._fast = ""  # merge's state: "gpu" / "node" where the wave's node reduces whole rows
+        self._row_nodes: set[int] = set()  # nodes that spread whole rows by recursive doubling
+        self._rowcnt: dict[tuple[int, int], int] = {}  # (node, block) -> parts final there
 
     def add(self, src: int, dst: int, chunk: int, count: int, reduce: bool) -> None:
         """Append one move and its start in a list-scheduling model (one NVLink and one NIC port per GPU
         and direction, data dependencies per location): the order the moves are packed in."""
-        src, dst, chunk, count = int(src), int(dst), int(chunk), int(count)
-        self.atoms.append([(src, dst, chunk, count, reduce)])
-        cs, cr = self.port(src, dst)
+        self.add_atom([(int(src), int(dst), int(chunk), int(count), bool(reduce))])
+
+    def add_atom(self, moves: list[Move]) -> None:
+        """Append moves that share a step (one move, or a two-way exchange: two reduces of one location
+        between two ranks, each landing via scratch) and their common start in the list-scheduling model
+        (one NVLink and one NIC port per GPU and direction, data dependencies per location)."""
+        self.atoms.append(moves)
         a_nv, b_nv, a_net, b_net = self.model
-        net = cs == 1 or cr == 1
-        dur = (a_net if net else a_nv) + count * self.chunk_bytes / (b_net if net else b_nv)
-        start = max(float(self.times[src]), float(self.times[dst]))
-        cells = range(chunk, chunk + count)
-        for c in cells:
-            start = max(start, self.written.get((src, c), 0.0), self.written.get((dst, c), 0.0),
-                        self.read.get((dst, c), 0.0))
-        ps = self.busy.setdefault((src, 0, cs), _Busy())
-        pr = self.busy.setdefault((dst, 1, cr), _Busy())
-        while True:  # the earliest time both ports have a gap of dur
-            t1 = ps.fit(start, dur)
-            t2 = pr.fit(t1, dur)
-            if t2 == t1:
+        start = 0.0
+        ports = []
+        dur = 0.0
+        for src, dst, chunk, count, _ in moves:
+            cs, cr = self.port(src, dst)
+            net = self.node[src] != self.node[dst]
+            dur = max(dur, (a_net if net else a_nv) + count * self.chunk_bytes / (b_net if net else b_nv))
+            start = max(start, float(self.times[src]), float(self.times[dst]))
+            for c in range(chunk, chunk + count):
+                start = max(start, self.written.get((src, c), 0.0), self.written.get((dst, c), 0.0),
+                            self.read.get((dst, c), 0.0))
+            ports += [self.busy.setdefault((src, 0, cs), _Busy()), self.busy.setdefault((dst, 1, cr), _Busy())]
+        while True:  # the earliest time every port has a gap of dur
+            t = start
+            for q in ports:
+                t = q.fit(t, dur)
+            if all(q.fit(t, dur) == t for q in ports):
                 break
-            start = t2
-        start = t1
-        end = start + dur
-        ps.take(start, end)
-        pr.take(start, end)
-        for c in cells:
-            self.written[dst, c] = end
-            self.read[src, c] = max(self.read.get((src, c), 0.0), end)
-        self.est.append(start)
+            start = t
+        end = t + dur
+        for q in ports:
+            q.take(t, end)
+        for src, dst, chunk, count, _ in moves:
+            for c in range(chunk, chunk + count):
+                self.written[dst, c] = end
+                self.read[src, c] = max(self.read.get((src, c), 0.0), end)
+        self.est.append(t)
 
     def ordered(self) -> list[list[Move]]:
         """The moves by modelled start (generation order on ties)."""
         order = sorted(range(len(self.atoms)), key=lambda i: (self.est[i], i))
         return [self.atoms[i] for i in order]
+
+    def to_schedule(self, name: str, meta: dict[str, object]) -> Schedule:
+        """The moves by modelled start, packed into steps (``multi.pack``; ports 2: one NVLink and one
+        network message per GPU and direction per step); phases from the arrivals."""
+        n = self.grid.size
+        atoms = self.ordered()
+        steps = pack(atoms, self.port, self.times)
+        mv = np.array([x for a in atoms for x in a], np.int64).reshape(-1, 5)
+        nsteps = int(steps.max()) + 1 if len(steps) else 0
+        phases = derived_phases(n, steps, mv[:, 0], mv[:, 1], nsteps)
+        return Schedule.from_arrays("allreduce", n, self.G * self.M, step=steps, src=mv[:, 0], dst=mv[:, 1],
+                                    chunk=mv[:, 2], count=mv[:, 3], reduce=mv[:, 4].astype(bool), nsteps=nsteps,
+                                    phases=phases, ports=2, name=name, meta=meta)
 
     def port(self, src: int, dst: int) -> tuple[int, int]:
         """(send, receive) port class: the topology's (``transfer_class``: first and last hop) where it has
@@ -203,59 +237,313 @@ class _Plan:
                         self.add(owner[b, g], dst, g * M, M, False)
 
     # ------------------------------------------------------------------ after the arrival
-    def _chain(self, start: int, g: int, k: int, first_reduce: bool, src: int, back_to: int | None,
-               w: int = 1) -> None:
-        """Chunk (g, k) from ``src`` (in node ``start``) along rail g through the other nodes (direction by
-        the parity of k), the first hop reducing when ``first_reduce``; optionally back to ``back_to``;
-        then every node spreads it from its rail-g GPU."""
-        N, grid = self.N, self.grid
-        c = g * self.M + self.runs[k][0]
-        step = 1 if k % 2 == 0 else -1
-        order = [(start + step * h) % N for h in range(1, N)]
-        prev = src
-        for h, b in enumerate(order):
-            dst = int(grid[b, g])
-            self.add(prev, dst, c, w, first_reduce and h == 0)
-            prev = dst
-        if back_to is not None:
-            self.add(prev, back_to, c, w, False)
-        for b in order:
-            hub = int(grid[b, g])
-            for x in grid[b]:
-                if int(x) != hub:
-                    self.add(hub, int(x), c, w, False)
+    def loc(self, g: int, j: int, parts: int = 1) -> tuple[int, int]:
+        """(first chunk, count) of block j of parts g..g+parts-1. The chunks are block-major: block j of
+        every part is one contiguous row (part g at offset g w_j), so an NVLink message can carry block
+        j of several parts."""
+        f, w = self.runs[j]
+        return self.G * f + g * w, parts * w
 
-    def late_gpu(self, L: int) -> None:
-        a, rail = int(self.node[L]), int(self.local[L])
-        peers = [int(x) for x in self.grid[a] if int(x) != L]
-        for k, (first, w) in enumerate(self.runs):
-            for g in range(self.G):
-                c = g * self.M + first
-                if g != rail:
-                    hub = int(self.grid[a, g])
-                    self.add(L, hub, c, w, True)
-                    self._chain(a, g, k, False, hub, None, w)
-                else:
-                    hub = peers[k % len(peers)]
-                    self.add(L, hub, c, w, True)
-                    self._chain(a, g, k, True, L, None, w)
-                for x in [L, *peers]:
-                    if x != hub:
-                        self.add(hub, x, c, w, False)
+    def merge(self, wave: set[int], active: set[int]) -> None:
+        """Merge the wave W (ranks holding their own buffer) into ``active`` (ranks holding S', the sum of
+        the buffers merged so far): afterwards every rank of W and ``active`` holds S' + sum of W; other
+        ranks are not touched. Per message block of part g (module docstring, "merge a wave"): the wave's
+        data reduced in its node, one reduce into a root holding S', a pipelined broadcast of the final
+        block along rail g (``broadcast_rounds``), an NVLink spread in every node."""
+        N, G, grid = self.N, self.G, self.grid
+        wave = {int(r) for r in wave}
+        active = {int(r) for r in active} - wave
+        if not wave:
+            return
+        if not active:
+            raise CollsynthError("clusterstraggler: a wave can merge only into ranks that hold a sum")
+        both = active | wave
+        in_node = [[int(x) for x in grid[b] if int(x) in both] for b in range(N)]
+        act_node = [[int(x) for x in grid[b] if int(x) in active] for b in range(N)]
+        wave_node = [[int(x) for x in grid[b] if int(x) in wave] for b in range(N)]
+        contrib = [b for b in range(N) if wave_node[b]]
+        nb = len(self.runs)
+        pow2 = G & (G - 1) == 0
+        full = [pow2 and len(in_node[b]) == G for b in range(N)]  # rows spread by recursive doubling
+        # the wave's node reduces whole rows: one late GPU among S' holders, or a whole node
+        fast = ""
+        if len(contrib) == 1 and full[contrib[0]]:
+            a = contrib[0]
+            fast = "gpu" if len(wave_node[a]) == 1 else ("node" if len(wave_node[a]) == G else "")
+            if fast not in TUNE.get("fast", ("node",)):  # one late GPU: star reduces measured faster
+                fast = ""
+        self._fast = fast
+        self._rowcnt = {}
+        plans = [self._part_plan(g, contrib, in_node, act_node, wave_node, active) for g in range(G)]
+        roots = {p["root_node"] for p in plans}
+        # nodes that spread whole rows: full ones that are no part's root, and the wave's node when fast
+        self._row_nodes = {b for b in range(N) if full[b] and b not in roots} | ({contrib[0]} if fast else set())
+        if not TUNE.get("rows", True):
+            self._row_nodes = set()
+        cache: dict[int, list[list[tuple[int, int, int]]]] = {}
+        for p in plans:
+            key = len(p["nodes"])
+            if key not in cache:
+                cache[key] = broadcast_rounds(key, nb)
+            p["rounds"] = cache[key]
+            first = [-1] * nb  # the round in which the root first sends block j
+            last = [-1] * nb  # ... and last
+            for r, moves in enumerate(p["rounds"]):
+                for s_, _, j in moves:
+                    if s_ == 0:
+                        last[j] = r
+                        if first[j] < 0:
+                            first[j] = r
+            p["first"], p["last"] = first, last
+            p["emitted"] = 0
+            p["copyback"] = p["case"] == "B" and not act_node[p["root_node"]]
+        ahead = TUNE.get("ahead", nb if fast == "node" else AHEAD)
+        for j in range(min(ahead, nb)):
+            self._gather_block(plans, j)
+        for j in range(nb):
+            if j + ahead < nb:
+                self._gather_block(plans, j + ahead)
+            final = j + 1 == nb
+            upto = [len(p["rounds"]) if final else p["first"][j] + 1 for p in plans]
+            lo = min(p["emitted"] for p in plans)
+            for r in range(lo, max(upto)):
+                for g, p in enumerate(plans):
+                    if p["emitted"] <= r < upto[g]:
+                        self._round(p, g, r)
+            for g, p in enumerate(plans):
+                p["emitted"] = max(p["emitted"], upto[g])
+            self._root_spreads(plans, j)
 
-    def late_node(self, a: int) -> None:
+    def _gather_block(self, plans: list[dict[str, Any]], j: int) -> None:
+        """Block j of the wave into the roots (``_gather`` per part, or a whole row at once) and the
+        spreads that can follow at once."""
+        if self._fast:
+            self._gather_row(plans, j)
+        else:
+            for g, p in enumerate(plans):
+                self._gather(p, g, j)
+
+    def _root_spreads(self, plans: list[dict[str, Any]], j: int) -> None:
+        """The star spreads of block j in the root's node once the root holds it (not fast)."""
+        if self._fast:
+            return
+        for g, p in enumerate(plans):
+            if p["case"] != "B":
+                self._spread(p, g, 0, j)
+            elif not p["copyback"]:  # case B: the root gets its copy after its last send
+                self._spread(p, g, 0, j, skip=self._holder(p, 0, j))
+
+    def _gather_row(self, plans: list[dict[str, Any]], j: int) -> None:
+        """One late GPU L: L reduces part g of its row j into the part's root (its own part and its pair
+        partner's in one message to that partner). A whole late node: a recursive-halving ReduceScatter
+        of the row (Thakur, Rabenseifner & Gropp, IJHPCA 2005)."""
         G = self.G
-        for k, (first, w) in enumerate(self.runs):
-            for g in range(G):
-                c = g * self.M + first
-                hub = int(self.grid[a, g])
-                for i in range(1, G):
-                    self.add(int(self.grid[a, (g + i) % G]), hub, c, w, True)
-                if self.N > 1:
-                    self._chain(a, g, k, True, hub, hub, w)
-                for x in self.grid[a]:
-                    if int(x) != hub:
-                        self.add(hub, int(x), c, w, False)
+        a = plans[0]["contrib"][0]
+        row = [int(x) for x in self.grid[a]]
+        if self._fast == "gpu":
+            l_ = int(self.local[plans[0]["wave_node"][a][0]])
+            for g in range(G):  # L reduces part g into its root; its own part goes with its pair's
+                if g == l_ ^ 1:
+                    self.add(row[l_], row[g], *self.loc(min(g, l_), j, 2), True)
+                elif g != l_:
+                    self.add(row[l_], row[g], *self.loc(g, j), True)
+            for g in range(G):  # case A parts are final at their root now
+                if g != l_:
+                    self._row_done(plans, 0, a, j, 1)
+        else:
+            b = G // 2
+            while b >= 1:
+                for h in range(G):
+                    q = h ^ b
+                    self.add(row[h], row[q], *self.loc((q // b) * b, j, b), True)
+                b //= 2
+
+    def _row_done(self, plans: list[dict[str, Any]], i: int, node: int, j: int, parts: int) -> None:
+        """``parts`` more parts of block j are final in ``node`` (the broadcast's node i of every part);
+        when all G are, the node spreads the row by recursive doubling."""
+        key = (node, j)
+        self._rowcnt[key] = self._rowcnt.get(key, 0) + parts
+        if self._rowcnt[key] < self.G:
+            return
+        row = [int(x) for x in self.grid[node]]
+        G = self.G
+        l_ = -1
+        if self._fast == "gpu" and i == 0:
+            l_ = int(self.local[plans[0]["wave_node"][node][0]])
+        b = 1
+        while b < G:
+            for h in range(G):
+                lo, cnt, src = (h // b) * b, b, h
+                if h == l_:  # L sends nothing (its NVLink carried its buffer): a holder of its block does
+                    if b == 1:
+                        continue
+                    src = l_ ^ (b - 1)
+                if b == 1 and (h ^ 1) == l_:  # L's pair holds L's part too
+                    lo, cnt = (h // 2) * 2, 2
+                self.add(row[src], row[h ^ b], *self.loc(lo, j, cnt), False)
+            b *= 2
+
+    def _round(self, p: dict[str, Any], g: int, r: int) -> None:
+        """The moves of broadcast round r of part g, and the spreads they complete."""
+        raw = p["case"] == "B"
+        for s_, d_, j in p["rounds"][r]:
+            src, dst = self._holder(p, s_, j), self._holder(p, d_, j)
+            c, w = self.loc(g, j)
+            if raw and s_ == 0 and p["copyback"] and r == p["first"][j]:
+                # the root's first send of block j: a two-way exchange (its partner's S' comes back in
+                # the same step; the partner sends nothing else to the root), both then hold the final
+                self.add_atom([(src, dst, c, w, True), (dst, src, c, w, True)])
+                self._arrived(p, g, d_, j)
+                self._arrived(p, g, 0, j)
+                continue
+            self.add(src, dst, c, w, raw and s_ == 0 and not p["copyback"])  # case B: the root's raw sum
+            self._arrived(p, g, d_, j)
+            if raw and s_ == 0 and r == p["last"][j] and not p["copyback"]:  # the root's last send of j
+                if self._fast:
+                    self._row_done([p], 0, p["nodes"][0], j, 1)
+                else:  # the root's copy from the node peer that spread it
+                    self.add(p["side_holder"][j], src, c, w, False)
+
+    def _arrived(self, p: dict[str, Any], g: int, i: int, j: int) -> None:
+        """Block j of part g is final at the broadcast's node i."""
+        b = p["nodes"][i]
+        if b in self._row_nodes:
+            self._row_done([p], i, b, j, 1)
+        else:
+            self._spread(p, g, i, j)
+
+    def _part_plan(self, g: int, contrib: list[int], in_node: list[list[int]], act_node: list[list[int]],
+                   wave_node: list[list[int]], active: set[int]) -> dict[str, Any]:
+        """Who does what for part g (module docstring, "merge a wave"): case A, one node holds the whole
+        wave and its rail-g GPU holds S' (the root, it reduces the wave); case B, one node holds the wave
+        and its rail-g GPU is in it (the root, it collects the wave's sum and sends it raw: every send
+        from the root is a reduce into S'; a node peer holding S' reduces a copy and spreads it, or
+        without one the root gets each final block back); case C, otherwise (the wave in several
+        nodes): per node a collector, each sends its sum to a root on rail g holding S'."""
+        N, grid = self.N, self.grid
+        rail = [int(grid[b, g]) for b in range(N)]
+        b0 = contrib[0]
+        if len(contrib) == 1 and rail[b0] in active:
+            case, root_node = "A", b0
+        elif len(contrib) == 1 and rail[b0] in wave_node[b0]:
+            case, root_node = "B", b0
+        else:
+            cands = [(b0 + i) % N for i in range(N)]
+            cands = [b for b in cands if act_node[b]]
+            with_rail = [b for b in cands if rail[b] in active]
+            case, root_node = "C", (with_rail[0] if with_rail else cands[0])
+        nodes = [root_node] + [(root_node + i) % N for i in range(1, N) if in_node[(root_node + i) % N]]
+        return {"g": g, "case": case, "root_node": root_node, "nodes": nodes, "contrib": contrib,
+                "in_node": in_node, "act_node": act_node, "wave_node": wave_node, "rail": rail,
+                "side_holder": {}}
+
+    def _rot(self, ranks: list[int], k: int) -> int:
+        return ranks[k % len(ranks)]
+
+    def _holder(self, p: dict[str, Any], i: int, j: int) -> int:
+        """The rank of the broadcast's node i that holds part g's block j: the rail-g GPU where it takes
+        part (the root: case A and B; case C where it holds S'), else a node peer in turn (PXN routes)."""
+        b = p["nodes"][i]
+        r = p["rail"][b]
+        if i == 0 and p["case"] == "C":
+            return r if r in p["act_node"][b] else self._rot(p["act_node"][b], j)
+        return r if r in p["in_node"][b] else self._rot(p["in_node"][b], j + p["g"])
+
+    def _gather(self, p: dict[str, Any], g: int, j: int) -> None:
+        """The wave's block j of part g: NVLink reduces inside each contributing node into the root (case
+        A, B) or a collector, which reduces it into the root (case C); case B with a node peer holding
+        S': the root's sum reduced into it too."""
+        rail, act_node, wave_node = p["rail"], p["act_node"], p["wave_node"]
+        c, w = self.loc(g, j)
+        root = self._holder(p, 0, j)
+        for b in p["contrib"]:
+            members = wave_node[b]
+            t = root if b == p["root_node"] else (rail[b] if rail[b] in members else self._rot(members, j))
+            for x in members:
+                if x != t:
+                    self.add(x, t, c, w, True)
+            if p["case"] == "B" and act_node[b]:
+                peer = self._rot(act_node[b], j + 1)
+                self.add(t, peer, c, w, True)
+                p["side_holder"][j] = peer
+            if t != root:
+                self.add(t, root, c, w, True)
+
+    def _spread(self, p: dict[str, Any], g: int, i: int, j: int, skip: int = -1) -> None:
+        """The NVLink spread of part g's block j in the broadcast's node i from the rank that holds it to
+        every other rank of the node that takes part (but ``skip``), one message each."""
+        c, w = self.loc(g, j)
+        b = p["nodes"][i]
+        h = p["side_holder"][j] if i == 0 and p["side_holder"] else self._holder(p, i, j)
+        for x in p["in_node"][b]:
+            if x != h and x != skip:
+                self.add(h, x, c, w, False)
+
+
+def broadcast_rounds(N: int, nblocks: int) -> list[list[tuple[int, int, int]]]:
+    """Rounds of a pipelined broadcast of ``nblocks`` blocks from node 0 to nodes 1..N-1, each node
+    sending at most one block and receiving at most one per round: (src, dst, block) per move.
+
+    N a power of two: the hypercube exchange (round r pairs x with x xor 2^(r mod log2 N); the root
+    sends block r, every other node the newest block its partner lacks), nblocks + log2 N rounds
+    (one more than the optimum nblocks - 1 + ceil(log2 N) of the one-port model; Bar-Noy & Kipnis,
+    Math. Systems Theory 1994). Otherwise a greedy rule (the root sends the next block to the node
+    with the fewest; every other node, most blocks first, sends its newest block a receiver lacks to
+    the receiver with the fewest). Deterministic."""
+    full = (1 << nblocks) - 1
+    have = [0] * N
+    have[0] = full
+    out: list[list[tuple[int, int, int]]] = []
+    if N <= 1:
+        return out
+    k = N.bit_length() - 1
+    cube = (1 << k) == N
+    nxt = 0
+    cnt = [0] * N
+    while any(h != full for h in have[1:]):
+        moves: list[tuple[int, int, int]] = []
+        r = len(out)
+        if cube:
+            d = 1 << (r % k)
+            for x in range(N):
+                y = x ^ d
+                if y == 0:
+                    continue
+                diff = have[x] & ~have[y]
+                if not diff:
+                    continue
+                if x == 0:
+                    j = r if r < nblocks else diff.bit_length() - 1
+                else:
+                    j = diff.bit_length() - 1
+                moves.append((x, y, j))
+        else:
+            got: set[int] = set()
+            if nxt < nblocks:
+                y = min(range(1, N), key=lambda y: (cnt[y], y))
+                moves.append((0, y, nxt))
+                got.add(y)
+                nxt += 1
+            for x in sorted(range(1, N), key=lambda x: (-cnt[x], x)):
+                best = None
+                for y in range(1, N):
+                    if y in got:
+                        continue
+                    diff = have[x] & ~have[y]
+                    if diff:
+                        key = (cnt[y], y)
+                        if best is None or key < best[0]:
+                            best = (key, y, diff.bit_length() - 1)
+                if best is not None:
+                    moves.append((x, best[1], best[2]))
+                    got.add(best[1])
+            if nxt >= nblocks and not moves:
+                raise AssertionError("broadcast_rounds: no progress")
+        for _, y, j in moves:
+            have[y] |= 1 << j
+            cnt[y] += 1
+        out.append(moves)
+    return out
 
 
 def make_runs(M: int, run: int, tail: int) -> list[tuple[int, int]]:
@@ -276,28 +564,37 @@ def _model(topology: Any, grid: np.ndarray) -> tuple[float, float, float, float]
 
 def after_arrival_estimate(form: str, N: int, G: int, M: int, runs: list[tuple[int, int]], size: float,
                            model: tuple[float, ...]) -> float:
-    """Alpha-beta estimate of the time after the arrival: every message of a rail chain in turn at its
-    NIC (or the NVLink spread of it, if slower), plus the drain, the chain's other hops at its largest
-    message (the longest path through a pipelined chain), plus the NVLink steps at either end."""
+    """Alpha-beta estimate of the time after the arrival. Late GPU: the blocks in turn at the pace of
+    the slower of a NIC (one message per block) and the late GPU's NVLink port (G messages per block),
+    then the broadcast's drain (log2 N hops of the last block) and the last row's spread. Late node:
+    the larger of its GPUs' NVLink work (a ReduceScatter and an AllGather of every row: 2(G-1)/G s and
+    2 log2 G messages per row) and the NIC path (the first row's reduction, the broadcast's blocks +
+    log2 N rounds, the last row's spread)."""
     a_nv, b_nv, a_net, b_net = model
     unit = size / (G * M)
+    hops = math.ceil(math.log2(N)) if N > 1 else 0
+    steps = math.ceil(math.log2(G)) if G > 1 else 0
+    w_last = runs[-1][1] if runs else 1
+    if form == "node":
+        nv = sum(2 * steps * a_nv + 2 * (G - 1) * w * unit / b_nv for _, w in runs)
+        row = steps * a_nv + (G - 1) * runs[0][1] * unit / b_nv
+        nic = sum(a_net + w * unit / b_net for _, w in runs) + hops * (a_net + w_last * unit / b_net)
+        return max(nv, 2 * row + nic)
+    t = 0.0
+    for _, w in runs:
+        t += max(a_net + w * unit / b_net, G * (a_nv + w * unit / b_nv))
+    return t + hops * (a_net + w_last * unit / b_net) + steps * a_nv + (G - 1) * w_last * unit / b_nv
 
-    def hop(w: int) -> float:
-        return max(a_net + w * unit / b_net, (G - 1) * (a_nv + w * unit / b_nv))
 
-    drain = N - 2 + (1 if form == "node" else 0)
-    big = max(w for _, w in runs)
-    nv = (G - 1) * (a_nv + big * unit / b_nv)
-    return sum(hop(w) for _, w in runs) + drain * hop(big) + 2 * nv
-
-
-UNITS = (16, 24, 32, 48, 64, 96, 128, 192, 256)  # candidate pipeline chunks per part (at least the node count)
+UNITS = (4, 6, 8, 9, 10, 12, 16, 20, 24, 28, 32, 40, 48, 64)  # candidate blocks per part
+TUNE: dict[str, Any] = {}
+AHEAD = 2  # the wave's reductions are emitted this many blocks ahead of the broadcast (a late node: all)
 
 
 def best_pipeline(form: str, N: int, G: int, size: float,
                   model: tuple[float, ...]) -> tuple[int, list[tuple[int, int]]]:
-    """(M, runs): the M of UNITS (or N) with the least estimate, one message per chunk."""
-    cands = [m for m in UNITS if m >= N and G * m <= MAX_CHUNKS] or [N]
+    """(M, runs): the M of UNITS with the least estimate, one block per unit."""
+    cands = [m for m in UNITS if G * m <= MAX_CHUNKS] or [1]
     M = min(cands, key=lambda m: (after_arrival_estimate(form, N, G, m, make_runs(m, 1, m), size, model), m))
     return M, make_runs(M, 1, M)
 
@@ -318,32 +615,26 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
         return multi.build(n, collective, arrivals, "auto", size, None, None, topology)
     times = arrival_vector(arrivals, n)
     form, late = late_form(grid, times)
+    if form == "gpu" and int(np.count_nonzero(times > times.min())) >= 2:  # several late ranks (waves.py)
+        return waves.build(n, arrivals, size, topology, pipeline)
     s_bytes = DEFAULT_SIZE if size is None else float(parse_size(size) if isinstance(size, str) else size)
     model = _model(topology, grid)
     if pipeline == "auto":
         M, runs = best_pipeline(form, N, G, s_bytes, model)
-    elif isinstance(pipeline, bool) or not isinstance(pipeline, (int, np.integer)) or not pipeline >= N:
-        raise CollsynthError(f"--pipeline for clusterstraggler must be auto or an integer >= {N} (the nodes), "
-                             f"got {pipeline!r}")
+    elif (isinstance(pipeline, bool) or not isinstance(pipeline, (int, np.integer))
+          or not 1 <= pipeline <= MAX_CHUNKS // G):
+        raise CollsynthError(f"--pipeline for clusterstraggler must be auto or an integer in 1..{MAX_CHUNKS // G} "
+                             f"(blocks per part), got {pipeline!r}")
     else:
         M = int(pipeline)
         runs = make_runs(M, 1, M)
-    plan = _Plan(grid, M, times, s_bytes, model)
-    plan.runs = runs
-    if len(getattr(topology, "classes", ())) > 1:
-        plan.classes = topology.transfer_class
-    if form == "gpu":
-        plan.pre({late[0]})
-        plan.late_gpu(late[0])
-    else:
-        node = int(plan.node[late[0]])
-        plan.pre(set(late))
-        plan.late_node(node)
-    atoms = plan.ordered()
-    steps = pack(atoms, plan.port, times)
-    mv = np.array([x for a in atoms for x in a], np.int64).reshape(-1, 5)
-    nsteps = int(steps.max()) + 1 if len(steps) else 0
-    phases = derived_phases(n, steps, mv[:, 0], mv[:, 1], nsteps)
+    if TUNE.get("widths"):
+        widths = TUNE["widths"]
+        M = sum(widths)
+        runs = list(zip(np.cumsum([0] + widths[:-1]).tolist(), widths))
+    plan = new_plan(topology, n, times, s_bytes, M, runs)
+    plan.pre(set(late))
+    plan.merge(set(late), set(range(n)) - set(late))
     est = after_arrival_estimate(form, N, G, M, runs, s_bytes, model)
     meta: dict[str, object] = {"algorithm": "clusterstraggler", "form": form, "late": late, "nodes": N,
                                "gpus_per_node": G, "pipeline": M, "messages_per_part": len(runs),
@@ -354,6 +645,17 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
         meta["topology"] = spec
     name = f"clusterstraggler_{form}_n{n}_l{late[0]}" if form == "gpu" else f"clusterstraggler_node_n{n}_" \
         f"node{int(plan.node[late[0]])}"
-    return Schedule.from_arrays("allreduce", n, G * M, step=steps, src=mv[:, 0], dst=mv[:, 1], chunk=mv[:, 2],
-                                count=mv[:, 3], reduce=mv[:, 4].astype(bool), nsteps=nsteps, phases=phases,
-                                ports=2, name=name, meta=meta)
+    return plan.to_schedule(name, meta)
+
+
+def new_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int,
+             runs: list[tuple[int, int]] | None = None) -> ClusterPlan:
+    """An empty ClusterPlan for ``topology``'s nodes (``node_grid``: at least 2 nodes of at least 2 GPUs),
+    the arrivals ``times`` (seconds per rank), ``size`` bytes per rank, parts of M units, message blocks
+    ``runs`` ((first unit, units), default one per unit) and one NVLink message per block."""
+    grid = node_grid(topology, n)
+    plan = ClusterPlan(grid, M, np.asarray(times, np.float64), float(size), _model(topology, grid))
+    plan.runs = runs if runs is not None else make_runs(M, 1, M)
+    if len(getattr(topology, "classes", ())) > 1:
+        plan.classes = topology.transfer_class
+    return plan
