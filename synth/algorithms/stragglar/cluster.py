@@ -55,7 +55,7 @@ import numpy as np
 from collsynth.apitypes import Arrivals
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import node_grid, pair_model
-from collsynth.synth.algorithms.stragglar import multi
+from collsynth.synth.algorithms.stragglar import multi, waves
 from collsynth.synth.algorithms.stragglar.multi import Move, pack
 from collsynth.synth.arrivals import arrival_vector, latest_rank
 from collsynth.synth.ir import Schedule, derived_phases
@@ -135,33 +135,41 @@ class ClusterPlan:
     def add(self, src: int, dst: int, chunk: int, count: int, reduce: bool) -> None:
         """Append one move and its start in a list-scheduling model (one NVLink and one NIC port per GPU
         and direction, data dependencies per location): the order the moves are packed in."""
-        src, dst, chunk, count = int(src), int(dst), int(chunk), int(count)
-        self.atoms.append([(src, dst, chunk, count, reduce)])
-        cs, cr = self.port(src, dst)
+        self.add_atom([(int(src), int(dst), int(chunk), int(count), bool(reduce))])
+
+    def add_atom(self, moves: list[Move]) -> None:
+        """Append moves that share a step (one move, or a two-way exchange: two reduces of one location
+        between two ranks, each landing via scratch) and their common start in the list-scheduling model
+        (one NVLink and one NIC port per GPU and direction, data dependencies per location)."""
+        self.atoms.append(moves)
         a_nv, b_nv, a_net, b_net = self.model
-        net = cs == 1 or cr == 1
-        dur = (a_net if net else a_nv) + count * self.chunk_bytes / (b_net if net else b_nv)
-        start = max(float(self.times[src]), float(self.times[dst]))
-        cells = range(chunk, chunk + count)
-        for c in cells:
-            start = max(start, self.written.get((src, c), 0.0), self.written.get((dst, c), 0.0),
-                        self.read.get((dst, c), 0.0))
-        ps = self.busy.setdefault((src, 0, cs), _Busy())
-        pr = self.busy.setdefault((dst, 1, cr), _Busy())
-        while True:  # the earliest time both ports have a gap of dur
-            t1 = ps.fit(start, dur)
-            t2 = pr.fit(t1, dur)
-            if t2 == t1:
+        start = 0.0
+        ports = []
+        dur = 0.0
+        for src, dst, chunk, count, _ in moves:
+            cs, cr = self.port(src, dst)
+            net = self.node[src] != self.node[dst]
+            dur = max(dur, (a_net if net else a_nv) + count * self.chunk_bytes / (b_net if net else b_nv))
+            start = max(start, float(self.times[src]), float(self.times[dst]))
+            for c in range(chunk, chunk + count):
+                start = max(start, self.written.get((src, c), 0.0), self.written.get((dst, c), 0.0),
+                            self.read.get((dst, c), 0.0))
+            ports += [self.busy.setdefault((src, 0, cs), _Busy()), self.busy.setdefault((dst, 1, cr), _Busy())]
+        while True:  # the earliest time every port has a gap of dur
+            t = start
+            for q in ports:
+                t = q.fit(t, dur)
+            if all(q.fit(t, dur) == t for q in ports):
                 break
-            start = t2
-        start = t1
-        end = start + dur
-        ps.take(start, end)
-        pr.take(start, end)
-        for c in cells:
-            self.written[dst, c] = end
-            self.read[src, c] = max(self.read.get((src, c), 0.0), end)
-        self.est.append(start)
+            start = t
+        end = t + dur
+        for q in ports:
+            q.take(t, end)
+        for src, dst, chunk, count, _ in moves:
+            for c in range(chunk, chunk + count):
+                self.written[dst, c] = end
+                self.read[src, c] = max(self.read.get((src, c), 0.0), end)
+        self.est.append(t)
 
     def ordered(self) -> list[list[Move]]:
         """The moves by modelled start (generation order on ties)."""
@@ -289,7 +297,7 @@ class ClusterPlan:
             p["first"], p["last"] = first, last
             p["emitted"] = 0
             p["copyback"] = p["case"] == "B" and not act_node[p["root_node"]]
-        ahead = TUNE.get("ahead", AHEAD)
+        ahead = TUNE.get("ahead", nb if fast == "node" else AHEAD)
         for j in range(min(ahead, nb)):
             self._gather_block(plans, j)
         for j in range(nb):
@@ -381,13 +389,17 @@ class ClusterPlan:
         for s_, d_, j in p["rounds"][r]:
             src, dst = self._holder(p, s_, j), self._holder(p, d_, j)
             c, w = self.loc(g, j)
-            self.add(src, dst, c, w, raw and s_ == 0)  # case B: the root holds the wave's sum only
+            if raw and s_ == 0 and p["copyback"] and r == p["first"][j]:
+                # the root's first send of block j: a two-way exchange (its partner's S' comes back in
+                # the same step; the partner sends nothing else to the root), both then hold the final
+                self.add_atom([(src, dst, c, w, True), (dst, src, c, w, True)])
+                self._arrived(p, g, d_, j)
+                self._arrived(p, g, 0, j)
+                continue
+            self.add(src, dst, c, w, raw and s_ == 0 and not p["copyback"])  # case B: the root's raw sum
             self._arrived(p, g, d_, j)
-            if raw and s_ == 0 and r == p["last"][j]:  # the root's last send of block j
-                if p["copyback"]:  # the final block back to the root
-                    self.add(dst, src, c, w, False)
-                    self._arrived(p, g, 0, j)
-                elif self._fast:
+            if raw and s_ == 0 and r == p["last"][j] and not p["copyback"]:  # the root's last send of j
+                if self._fast:
                     self._row_done([p], 0, p["nodes"][0], j, 1)
                 else:  # the root's copy from the node peer that spread it
                     self.add(p["side_holder"][j], src, c, w, False)
@@ -552,25 +564,31 @@ def _model(topology: Any, grid: np.ndarray) -> tuple[float, float, float, float]
 
 def after_arrival_estimate(form: str, N: int, G: int, M: int, runs: list[tuple[int, int]], size: float,
                            model: tuple[float, ...]) -> float:
-    """Alpha-beta estimate of the time after the arrival: the blocks in turn at the pace of the slower of
-    a NIC (one message per block) and the NVLink port of the wave's busiest GPU (late GPU: G messages
-    per block; late node: 2(G-1), its node's reduce and spread), then the broadcast's drain (ceil(log2 N)
-    + 1 hops of the last block) and the last NVLink spread."""
+    """Alpha-beta estimate of the time after the arrival. Late GPU: the blocks in turn at the pace of
+    the slower of a NIC (one message per block) and the late GPU's NVLink port (G messages per block),
+    then the broadcast's drain (log2 N hops of the last block) and the last row's spread. Late node:
+    the larger of its GPUs' NVLink work (a ReduceScatter and an AllGather of every row: 2(G-1)/G s and
+    2 log2 G messages per row) and the NIC path (the first row's reduction, the broadcast's blocks +
+    log2 N rounds, the last row's spread)."""
     a_nv, b_nv, a_net, b_net = model
     unit = size / (G * M)
-    hops = math.ceil(math.log2(N)) + 1 if N > 1 else 0
-    nv_msgs = G if form == "gpu" else 2 * (G - 1)
+    hops = math.ceil(math.log2(N)) if N > 1 else 0
+    steps = math.ceil(math.log2(G)) if G > 1 else 0
+    w_last = runs[-1][1] if runs else 1
+    if form == "node":
+        nv = sum(2 * steps * a_nv + 2 * (G - 1) * w * unit / b_nv for _, w in runs)
+        row = steps * a_nv + (G - 1) * runs[0][1] * unit / b_nv
+        nic = sum(a_net + w * unit / b_net for _, w in runs) + hops * (a_net + w_last * unit / b_net)
+        return max(nv, 2 * row + nic)
     t = 0.0
-    w = 1
     for _, w in runs:
-        tau = a_net + w * unit / b_net
-        t += max(tau, nv_msgs * (a_nv + w * unit / b_nv))
-    return t + hops * (a_net + w * unit / b_net) + (G - 1) * (a_nv + w * unit / b_nv)
+        t += max(a_net + w * unit / b_net, G * (a_nv + w * unit / b_nv))
+    return t + hops * (a_net + w_last * unit / b_net) + steps * a_nv + (G - 1) * w_last * unit / b_nv
 
 
-UNITS = (8, 12, 16, 20, 24, 28, 32, 40, 48, 64)  # candidate blocks per part
+UNITS = (4, 6, 8, 9, 10, 12, 16, 20, 24, 28, 32, 40, 48, 64)  # candidate blocks per part
 TUNE: dict[str, Any] = {}
-AHEAD = 2  # the wave's reductions are emitted this many NVLink groups ahead of the spreads
+AHEAD = 2  # the wave's reductions are emitted this many blocks ahead of the broadcast (a late node: all)
 
 
 def best_pipeline(form: str, N: int, G: int, size: float,
@@ -597,6 +615,8 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
         return multi.build(n, collective, arrivals, "auto", size, None, None, topology)
     times = arrival_vector(arrivals, n)
     form, late = late_form(grid, times)
+    if form == "gpu" and int(np.count_nonzero(times > times.min())) >= 2:  # several late ranks (waves.py)
+        return waves.build(n, arrivals, size, topology, pipeline)
     s_bytes = DEFAULT_SIZE if size is None else float(parse_size(size) if isinstance(size, str) else size)
     model = _model(topology, grid)
     if pipeline == "auto":
