@@ -1,0 +1,153 @@
+"""Tests for behaviour of synth/ that mutants of the sampled mutation run (docs/mutation.md) changed
+with every other test still passing: exact boundaries, the first offending item a message names, the
+ranges messages quote, read-only results and per-class ports."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from collsynth import budget, progress
+from collsynth.errors import CollsynthError
+from collsynth.synth import verify as verify_module
+from collsynth.synth.algorithms import hierarchical
+from collsynth.synth.arrivals import arrival_vector
+from collsynth.synth.bounds import allreduce_bound, min_route_alpha
+from collsynth.synth.compare import compare
+from collsynth.synth.ir import Schedule
+from collsynth.synth.simulate import simulate
+from collsynth.synth.topology import Topology, cluster_topology, make_topology, topology_from_dict
+from collsynth.synth.verify import verify
+GiB = 2**30
+
+
+# ---------------------------------------------------------------------- verify
+def test_auto_verifies_flat_up_to_exactly_flat_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = hierarchical.build(24, topology=cluster_topology(3, 8), size=GiB, pipeline=2)
+    monkeypatch.setattr(verify_module, "flat_bytes", lambda _s: 256 * 2**20)  # exactly the threshold: flat
+    assert verify(s).stats.get("method") is None
+    monkeypatch.setattr(verify_module, "flat_bytes", lambda _s: 256 * 2**20 + 1)  # above it: composed
+    assert verify(s).stats.get("method") == "composed"
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("transfers,shown", [(499_999, False), (500_000, True)])
+def test_progress_line_from_half_a_million_transfers(monkeypatch: pytest.MonkeyPatch, transfers: int,
+                                                     shown: bool) -> None:
+    notes: list[str] = []
+    monkeypatch.setattr(progress, "note", notes.append)
+
+    def stop(*_a: object) -> None:  # the memory check follows the progress line: stop there
+        raise _Stop
+
+    monkeypatch.setattr(budget, "check", stop)
+    z = np.zeros(transfers, np.int64)
+    s = Schedule.from_arrays("allgather", 2, 1, step=z, src=z, dst=z + 1, chunk=z)
+    with pytest.raises(_Stop):
+        verify(s, method="flat")
+    assert bool(notes) == shown
+
+
+# ---------------------------------------------------------------------- ir, simulate: ranks out of range
+def _bad_ranks() -> Schedule:
+    return Schedule.from_arrays("allgather", 4, 4, step=[0, 0, 0, 1], src=[0, 9, 1, 7], dst=[1, 0, 2, 3],
+                                chunk=[0, 0, 0, 0])
+
+
+def test_bytes_sent_names_the_first_bad_transfer_and_the_rank_range() -> None:
+    with pytest.raises(CollsynthError, match=r"^transfer #1 has src 9, not a rank \(0\.\.3\)"):
+        _bad_ranks().bytes_sent_per_rank()
+
+
+def test_simulate_names_the_rank_range() -> None:
+    with pytest.raises(CollsynthError, match=r"names a rank outside 0\.\.3$"):
+        simulate(_bad_ranks(), 2**20, "nvswitch")
+
+
+# ---------------------------------------------------------------------- simulate
+def _two_class_box(net_ports: int) -> Topology:
+    return topology_from_dict({
+        "gpus": 3, "switches": ["sw"], "ports": {"nvlink": 2, "net": net_ports},
+        "links": [*({"src": g, "dst": "sw", "class": "nvlink"} for g in range(3)),
+                  {"src": 0, "dst": 1, "class": "net"}, {"src": 0, "dst": 2, "class": "net"}]})
+
+
+def test_a_class_with_fewer_ports_serializes_its_messages() -> None:
+    s = Schedule.from_arrays("allgather", 3, 3, step=[0, 0], src=[0, 0], dst=[1, 2], chunk=[0, 0])
+    one = simulate(s, 3 * 2**20, _two_class_box(1))  # rank 0's two net sends share its one net port
+    assert one.start_s[0] == 0 and one.start_s[1] == pytest.approx(one.end_s[0])
+    assert np.isfinite(one.completion_s)
+    two = simulate(s, 3 * 2**20, _two_class_box(2))
+    assert list(two.start_s) == [0, 0] and two.completion_s == pytest.approx(one.end_s[0])
+
+
+def test_simulated_times_are_read_only() -> None:
+    s = Schedule.from_arrays("allgather", 2, 2, step=[0, 0], src=[0, 1], dst=[1, 0], chunk=[0, 1])
+    r = simulate(s, 2**20, "nvswitch")
+    for a in (r.start_s, r.end_s):
+        with pytest.raises(ValueError):
+            a[0] = 1.0
+
+
+# ---------------------------------------------------------------------- arrivals, compare, bounds
+@pytest.mark.parametrize("bad", [None, [1], {}])
+def test_an_arrival_that_is_not_a_time_is_bad_input(bad: object) -> None:
+    with pytest.raises(CollsynthError, match="arrival of rank 1 must be a time"):
+        arrival_vector({1: bad}, 4)  # type: ignore[dict-item]
+
+
+def test_compare_clusterstraggler_on_one_node_has_no_cluster_note() -> None:
+    rows = compare(4, "1MiB", "nvswitch", arrivals={3: 1e-3}, algorithms=["ring", "clusterstraggler"])
+    row = next(r for r in rows if r["algorithm"] == "clusterstraggler")
+    assert "late" not in row["note"]  # the one-node fallback (multistraggler) has no cluster form
+
+
+def test_min_route_alpha_without_routes_is_zero() -> None:
+    assert min_route_alpha(Topology("none", 2, [], [], [], [])) == 0.0
+
+
+def test_bound_numbers_print_microseconds() -> None:
+    b = allreduce_bound(make_topology("nvswitch", 4, alpha=3e-6), 2**20)
+    assert " + 3 us + " in b.numbers
+
+
+# ---------------------------------------------------------------------- topology files and presets
+def _file(**extra: object) -> dict[str, object]:
+    return {"gpus": 4, "links": [{"src": g, "dst": (g + 1) % 4, "class": "nvlink" if g % 2 else "net"}
+                                 for g in range(4)], **extra}
+
+
+def test_topology_file_nodes_message_quotes_the_gpu_range() -> None:
+    with pytest.raises(CollsynthError, match=r"\"nodes\"\[1\] names 7; use GPUs 0\.\.3$"):
+        topology_from_dict(_file(ports={"nvlink": 1, "net": 1}, nodes=[[0, 1], [2, 7]]))
+
+
+def test_topology_file_ports_of_one_per_class_are_accepted() -> None:
+    t = topology_from_dict(_file(ports={"nvlink": 1, "net": 1}))
+    assert t.class_ports == {"nvlink": 1, "net": 1}
+    with pytest.raises(CollsynthError, match="must be an integer >= 1, got 0"):
+        topology_from_dict(_file(ports={"nvlink": 0, "net": 1}))
+
+
+def test_topology_file_link_to_an_unlisted_switch_is_refused() -> None:
+    d = {"gpus": 2, "switches": ["sw"], "links": [{"src": 0, "dst": "sw"}, {"src": 1, "dst": "nosuch"}]}
+    with pytest.raises(CollsynthError, match="link 1 names node 'nosuch'"):
+        topology_from_dict(d)
+
+
+def test_cluster_preset_options() -> None:
+    t = make_topology("h100-cluster:fabric=fat-tree", 16)
+    assert t.fabric == "fat-tree" and t.name == "h100-cluster-fat-tree"
+    for bad in ("h100-cluster:=fat-tree", "h100-cluster:fabric=", "h100-cluster:fabric"):
+        with pytest.raises(CollsynthError, match="write options as NAME:key=value"):
+            make_topology(bad, 16)
+
+
+def test_node_zero_and_empty_routes() -> None:
+    t = cluster_topology(2, 4)
+    assert t.node_gpus(0) == (0, 1, 2, 3)
+    first, last = t.route_classes([], [])
+    assert first.shape == (0,) and last.shape == (0,)
