@@ -51,21 +51,25 @@ KEEP = {
     "ReplaceBreakWithContinue", "ReplaceContinueWithBreak", "NumberReplacer", "ZeroIterationForLoop",
 }
 
+KS = "tests/test_mutation_kills_synth.py"  # tests for survivors of the sampled run (synth/)
+KB = "tests/test_mutation_kills_backends.py"  # (backends/)
+
 # target -> (modules, tests that cover them); the first three are the representative subset
 TARGETS: dict[str, tuple[list[str], list[str]]] = {
     "verify": (["synth/verify.py"], ["tests/test_verify.py", "tests/test_cluster_topology.py",
-                                     "tests/test_cluster_algorithms.py", "tests/test_mutation_kills_synth.py"]),
+                                     "tests/test_cluster_algorithms.py", KS]),
     "ir": (["synth/ir.py"], ["tests/test_ir.py", "tests/test_verify.py",
                              "tests/test_bad_input.py::test_schedule_fields_are_range_checked_before_use",
                              "tests/test_bad_input.py::test_info_on_an_out_of_range_rank_is_bad_input_and_verify_a_verdict",
                              "tests/test_bad_input.py::test_verify_estimates_its_memory_before_allocating",
-                             "tests/test_mutation_kills_synth.py"]),
+                             KS]),
     "msccl-check": (["backends/msccl/check.py"], ["tests/test_msccl_check.py"]),
     "msccl-execute": (["backends/msccl/execute.py"], ["tests/test_msccl_check.py"]),
-    "simulate": (["synth/simulate.py", "synth/arrivals.py"], ["tests/test_simulate.py", "tests/test_mutation_kills_synth.py"]),
-    "topology": (sorted(glob.glob("synth/topology/*.py", root_dir=ROOT)), ["tests/test_topology.py", "tests/test_cluster_topology.py", "tests/test_mutation_kills_synth.py"]),
+    "simulate": (["synth/simulate.py", "synth/arrivals.py"], ["tests/test_simulate.py", KS]),
+    "topology": (sorted(glob.glob("synth/topology/*.py", root_dir=ROOT)),
+                 ["tests/test_topology.py", "tests/test_cluster_topology.py", KS]),
     "bounds-compare": (["synth/bounds.py", "synth/compare.py"], ["tests/test_algorithms.py", "tests/test_cli.py",
-                                                             "tests/test_bounds.py", "tests/test_mutation_kills_synth.py"]),
+                                                             "tests/test_bounds.py", KS]),
     "algorithms": (sorted(glob.glob("synth/algorithms/*.py", root_dir=ROOT)), ["tests/test_algorithms.py"]),
     "stragglar": (sorted(glob.glob("synth/algorithms/stragglar/*.py", root_dir=ROOT)),
                   ["tests/test_stragglar.py", "tests/test_stragglar_pipeline.py"]),

@@ -18,6 +18,7 @@ from collsynth.synth.ir import Schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import Topology, cluster_topology, make_topology, topology_from_dict
 from collsynth.synth.verify import verify
+
 GiB = 2**30
 
 
