@@ -10,7 +10,8 @@ import pytest
 from collsynth import budget, progress
 from collsynth.errors import CollsynthError
 from collsynth.synth import verify as verify_module
-from collsynth.synth.algorithms import hierarchical
+from collsynth.synth.algorithms import hierarchical, tree
+from collsynth.synth.algorithms.layout import cycle_in
 from collsynth.synth.arrivals import arrival_vector
 from collsynth.synth.bounds import allreduce_bound, min_route_alpha
 from collsynth.synth.compare import compare
@@ -152,3 +153,47 @@ def test_node_zero_and_empty_routes() -> None:
     assert t.node_gpus(0) == (0, 1, 2, 3)
     first, last = t.route_classes([], [])
     assert first.shape == (0,) and last.shape == (0,)
+
+
+# ---------------------------------------------------------------------- algorithms: layout, hierarchical, tree
+def _graph(n: int, edges: list[tuple[int, int]]) -> Topology:
+    return topology_from_dict({"gpus": n, "links": [{"src": a, "dst": b} for a, b in edges]})
+
+
+def test_cycle_in_on_a_switch_keeps_the_identity_ring() -> None:
+    ring, bw = cycle_in(make_topology("nvswitch", 4), np.arange(4))
+    assert ring == [0, 1, 2, 3] and bw > 0  # every pair has the one (best) bandwidth: the first level fits
+
+
+@pytest.mark.parametrize("n,edges", [
+    (4, [(0, 2), (2, 1), (1, 3), (3, 0)]),  # the ring 0 2 1 3
+    (5, [(0, 2), (2, 4), (4, 1), (1, 3), (3, 0)]),
+    # a search that first finds the Hamiltonian path 0 4 1 2 3, which does not close (3 is not next to 0)
+    (5, [(0, 1), (0, 4), (1, 2), (1, 3), (1, 4), (2, 3), (2, 4)]),
+])
+def test_cycle_in_finds_a_ring_of_direct_links(n: int, edges: list[tuple[int, int]]) -> None:
+    ring, bw = cycle_in(_graph(n, edges), np.arange(n))
+    adjacent = {frozenset(e) for e in edges}
+    assert sorted(ring) == list(range(n)) and bw > 0
+    assert all(frozenset((ring[i], ring[(i + 1) % n])) in adjacent for i in range(n)), ring
+
+
+def test_hierarchical_defaults_are_the_nvswitch_preset_and_one_gib() -> None:
+    model = hierarchical.build(8).meta["model_s"]
+    assert model == pytest.approx(hierarchical.build(8, topology=make_topology("nvswitch", 8)).meta["model_s"])
+    assert model == pytest.approx(hierarchical.build(8, size=GiB).meta["model_s"])
+
+
+@pytest.mark.parametrize("N,G", [(2, 8), (3, 4)])
+def test_hierarchical_budget_estimate_counts_the_schedule(monkeypatch: pytest.MonkeyPatch, N: int, G: int) -> None:
+    seen: list[str] = []
+    monkeypatch.setattr(budget, "check", lambda _b, what, hint="": seen.append(what))
+    s = hierarchical.build(N * G, topology=cluster_topology(N, G), size=GiB)
+    assert seen == [f"hierarchical on {N * G} ranks ({s.ntransfers} transfers, {s.nchunks} chunks)"]
+    assert s.meta["gpus_per_node"] == G
+
+
+@pytest.mark.parametrize("bad", [0, -1, "x", 1.5, True])
+def test_tree_pipeline_must_be_a_positive_integer(bad: object) -> None:
+    with pytest.raises(CollsynthError, match="--pipeline must be a positive integer or auto"):
+        tree.build(4, pipeline=bad)  # type: ignore[arg-type]
