@@ -63,7 +63,7 @@ TARGETS: dict[str, tuple[list[str], list[str]]] = {
                              "tests/test_bad_input.py::test_info_on_an_out_of_range_rank_is_bad_input_and_verify_a_verdict",
                              "tests/test_bad_input.py::test_verify_estimates_its_memory_before_allocating",
                              KS]),
-    "msccl-check": (["backends/msccl/check.py"], ["tests/test_msccl_check.py"]),
+    "msccl-check": (["backends/msccl/check.py"], ["tests/test_msccl_check.py", KB]),
     "msccl-execute": (["backends/msccl/execute.py"], ["tests/test_msccl_check.py"]),
     "simulate": (["synth/simulate.py", "synth/arrivals.py"], ["tests/test_simulate.py", KS]),
     "topology": (sorted(glob.glob("synth/topology/*.py", root_dir=ROOT)),
