@@ -248,9 +248,76 @@ def run_sample(names: list[str], n: int, seed: int, timeout: float, python: str)
     return sample_report(python, time.perf_counter() - t0)
 
 
+def thin_and_resume(python: str, keep: float | None, timeout: float) -> float:
+    """Finish the last sampled run: with ``keep``, first drop a seeded random share 1 - keep of each module's
+    mutants not run yet (for a run that cannot finish in time; the report weights each module by its
+    population over the mutants it ran), then run the pending mutants of every target. Returns seconds."""
+    import random
+    import sqlite3
+
+    with open(os.path.join(SAMPLE, "sample.json")) as f:
+        meta = json.load(f)
+    pkg = os.path.join(SAMPLE, "collsynth")
+    env = dict(os.environ, PYTHONPATH=SAMPLE, PYTHONDONTWRITEBYTECODE="1")
+    bindir = os.path.dirname(python)
+    # the draw again (rng.sample picks by position, so each module's population count replays it) for the
+    # sessions of targets the interrupted run had not yet cut down to their sampled mutants
+    draw, pos = random.Random(meta["seed"]), {}
+    for m in sorted(meta["population"]):
+        pos[m] = set(draw.sample(range(meta["population"][m]), meta["sampled"][m]))
+    rng = random.Random(meta["seed"] + 1)
+    t0 = time.perf_counter()
+    for name in meta["targets"]:
+        cfg, db = os.path.join(SAMPLE, f"{name}.toml"), os.path.join(SAMPLE, f"{name}.sqlite")
+        con = sqlite3.connect(db)
+        if con.execute("SELECT COUNT(*) FROM work_results WHERE worker_outcome = 'SKIPPED'").fetchone()[0]:
+            every: dict[str, list[tuple[tuple[object, ...], str]]] = {}
+            for job, mod, r0, c0, r1, c1, op, occ in con.execute(
+                    "SELECT m.job_id, m.module_path, m.start_pos_row, m.start_pos_col, m.end_pos_row, m.end_pos_col, "
+                    "m.operator_name, m.occurrence FROM mutation_specs m LEFT JOIN work_results r "
+                    "ON m.job_id = r.job_id WHERE r.job_id IS NULL"):
+                every.setdefault(mod, []).append((((r0, c0), (r1, c1), op, occ), job))
+            chosen = [job for mod, items in every.items()
+                      for i, (_, job) in enumerate(sorted(items)) if i in pos[mod]]
+            con.execute("CREATE TEMP TABLE keep (job_id TEXT PRIMARY KEY)")
+            con.executemany("INSERT INTO keep VALUES (?)", [(j,) for j in chosen])
+            for table in ("work_results", "mutation_specs", "work_items"):
+                con.execute(f"DELETE FROM {table} WHERE job_id NOT IN (SELECT job_id FROM keep)")
+            con.commit()
+        rows = con.execute("SELECT m.job_id, m.module_path, m.start_pos_row, m.start_pos_col, m.operator_name, "
+                           "m.occurrence FROM mutation_specs m LEFT JOIN work_results r ON m.job_id = r.job_id "
+                           "WHERE r.job_id IS NULL").fetchall()
+        if keep is not None:
+            per: dict[str, list[tuple[object, ...]]] = {}
+            for row in sorted(rows, key=lambda r: r[1:]):
+                per.setdefault(str(row[1]), []).append(row)
+            for m, items in sorted(per.items()):
+                k = min(len(items), max(1, round(keep * len(items))))
+                drop = [r[0] for r in items if r not in rng.sample(items, k)] if k < len(items) else []
+                for table in ("mutation_specs", "work_items"):
+                    con.executemany(f"DELETE FROM {table} WHERE job_id = ?", [(j,) for j in drop])
+                meta.setdefault("dropped", {})[m] = meta.get("dropped", {}).get(m, 0) + len(drop)
+                rows = [r for r in rows if r[0] not in set(drop)]
+        con.commit()
+        con.close()
+        if rows:
+            print(f"mutation: {name}: {len(rows)} pending mutants", file=sys.stderr, flush=True)
+            _run([os.path.join(bindir, "cosmic-ray"), "exec", cfg, db], pkg, env)
+    if keep is not None:
+        meta["keep"] = keep
+        with open(os.path.join(SAMPLE, "sample.json"), "w") as f:
+            json.dump(meta, f, indent=1, sort_keys=True)
+    return time.perf_counter() - t0
+
+
 def sample_report(python: str, seconds: float) -> dict[str, object]:
     """The last sampled run (build/mutation/sample), per module and in total: its killed / non-equivalent
-    share with a 95% Wilson interval, and each module's and the whole population's mutant count."""
+    share with a 95% Wilson interval, and each module's and the whole population's mutant count.
+
+    "weighted" in the total counts each run mutant of module m as population(m) / mutants run of m (the
+    combined ratio estimator of a sample stratified by module): equal to the plain totals while every
+    module ran its proportional share, and the unbiased figure once ``--thin`` dropped some. Its interval
+    is Wilson's with Kish's effective sample size (sum of weights)^2 / sum of squared weights."""
     with open(os.path.join(SAMPLE, "sample.json")) as f:
         meta = json.load(f)
     pkg = os.path.join(SAMPLE, "collsynth")
@@ -265,14 +332,29 @@ def sample_report(python: str, seconds: float) -> dict[str, object]:
         for k in (*COUNTS, "pending"):
             tot[k] += counts[k]  # type: ignore[operator]
         modules.update(counts["modules"])  # type: ignore[call-overload]
+    wk = wl = w2 = 0.0
     for m, pop in meta["population"].items():
         if m in modules:
-            modules[m] = {"population": pop, **modules[m]}  # type: ignore[dict-item]
+            c: dict[str, int] = modules[m]  # type: ignore[assignment]
+            live = c["mutants"] - c["incompetent"] - c["equivalent"]
+            w = pop / c["mutants"]
+            wk, wl, w2 = wk + w * c["killed"], wl + w * live, w2 + w * w * live
+            modules[m] = {"population": pop, **c}
+            if meta.get("dropped", {}).get(m):
+                modules[m]["dropped"] = meta["dropped"][m]  # type: ignore[index]
         elif meta["sampled"].get(m):
             modules[m] = {"population": pop, "pending": meta["sampled"][m]}
     _score(tot)
+    if wl:
+        n_eff = wl * wl / w2
+        lo, hi = wilson(round(wk / wl * n_eff), round(n_eff))
+        tot["weighted"] = {"score": round(wk / wl, 4), "n_eff": round(n_eff, 1),
+                           "wilson95": [round(lo, 4), round(hi, 4)]}
+    unrun = sorted(m for m, k in meta["sampled"].items() if k and m not in modules)
     return {"sample": {"n": meta["n"], "seed": meta["seed"], "population": sum(meta["population"].values()),
-                       "modules": len(meta["population"]), "seconds": round(seconds)},
+                       "modules": len(meta["population"]), "keep": meta.get("keep"),
+                       "dropped": sum(meta.get("dropped", {}).values()), "modules_not_run": unrun,
+                       "seconds": round(seconds)},
             "modules": dict(sorted(modules.items())), "total": tot}
 
 
@@ -302,6 +384,7 @@ def rerun_survivors(name: str, timeout: float, python: str, sampled: bool = Fals
         print(f"mutation: {name}: modules changed since the last run; re-running on the copy's snapshot",
               file=sys.stderr, flush=True)
     env = dict(os.environ, PYTHONPATH=work, PYTHONDONTWRITEBYTECODE="1")
+    tests = sorted(tests, key=lambda t: t not in (KS, KB))  # the tests written for survivors first: fail fast
     test_cmd = f"{python} -m pytest -x -q -p no:cacheprovider {' '.join(tests)}"
     base = subprocess.run(test_cmd.split(), cwd=pkg, env=env, capture_output=True, text=True)
     if base.returncode != 0:
@@ -411,7 +494,11 @@ def main() -> int:
                          "module) instead of all of them; build/mutation/sample")
     ap.add_argument("--seed", type=int, default=0, help="seed of --sample's draw (default 0)")
     ap.add_argument("--sampled", action="store_true",
-                    help="with --report-only or --rerun-survivors: the last --sample run")
+                    help="with --report-only, --rerun-survivors or --resume: the last --sample run")
+    ap.add_argument("--resume", action="store_true", help="with --sampled: run its pending mutants")
+    ap.add_argument("--thin", type=float, default=None, metavar="KEEP",
+                    help="with --sampled --resume: first keep only this share (0..1] of each module's pending "
+                         "mutants (seeded); the report weights modules by population / mutants run")
     args = ap.parse_args()
     if args.list:
         listing: dict[str, object] = {k: {"modules": m, "tests": t} for k, (m, t) in TARGETS.items()}
@@ -432,12 +519,15 @@ def main() -> int:
             print("mutation: --sampled: no sampled run in build/mutation/sample: run with --sample N first",
                   file=sys.stderr)
             return 2
+        seconds = 0.0
+        if args.resume:
+            seconds = thin_and_resume(python, args.thin, args.timeout)
         if args.rerun_survivors:
             with open(os.path.join(SAMPLE, "sample.json")) as f:
                 sampled = json.load(f)["targets"]
             for name in sampled if args.targets is None else [n for n in names if n in sampled]:
                 rerun_survivors(name, args.timeout, python, sampled=True)
-        print(json.dumps(sample_report(python, 0.0), indent=1))
+        print(json.dumps(sample_report(python, seconds), indent=1))
         return 0
     if args.sample is not None:
         print(json.dumps(run_sample(names, args.sample, args.seed, args.timeout, python), indent=1))
