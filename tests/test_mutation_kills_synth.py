@@ -12,6 +12,8 @@ from collsynth.errors import CollsynthError
 from collsynth.synth import verify as verify_module
 from collsynth.synth.algorithms import hierarchical, tree
 from collsynth.synth.algorithms.layout import cycle_in
+from collsynth.synth.algorithms.stragglar import cluster as clusterstraggler
+from collsynth.synth.algorithms.stragglar.phase2 import phase2_plan
 from collsynth.synth.arrivals import arrival_vector
 from collsynth.synth.bounds import allreduce_bound, min_route_alpha
 from collsynth.synth.compare import compare
@@ -197,3 +199,24 @@ def test_hierarchical_budget_estimate_counts_the_schedule(monkeypatch: pytest.Mo
 def test_tree_pipeline_must_be_a_positive_integer(bad: object) -> None:
     with pytest.raises(CollsynthError, match="--pipeline must be a positive integer or auto"):
         tree.build(4, pipeline=bad)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------- stragglar: phase 2, clusterstraggler
+@pytest.mark.parametrize("n,k", [(4, 1), (8, 2), (4, 3)])
+def test_phase2_plan_chunk_count_is_the_chunks_it_moves(n: int, k: int) -> None:
+    plan = phase2_plan(n, k=k)
+    assert plan.nchunks == k * (n - 1) == len({mv[3] for mv in plan.moves()})
+
+
+@pytest.mark.parametrize("N,G,late", [(2, 4, {3: 1e-3}), (3, 2, {0: 1e-3, 1: 1e-3})])
+def test_clusterstraggler_before_the_arrival_verifies(N: int, G: int, late: dict[int, float]) -> None:
+    s = clusterstraggler.build(N * G, arrivals=late, topology=cluster_topology(N, G), size=2**20)
+    assert verify(s).ok  # the present ranks' ring AllReduce along the rails, then the late part
+
+
+@pytest.mark.parametrize("form", ["gpu", "node"])
+def test_clusterstraggler_estimate_is_of_the_per_block_size(form: str) -> None:
+    size, nic = float(GiB), 50e9
+    est = clusterstraggler.after_arrival_estimate(form, 2, 8, 8, [(f, 1) for f in range(8)], size,
+                                                  (3e-6, 450e9, 14e-6, nic))
+    assert size / (8 * nic) <= est <= size / nic  # at least one GPU's part through a NIC, at most the buffer
