@@ -267,6 +267,7 @@ def thin_and_resume(python: str, keep: float | None, timeout: float) -> float:
         pos[m] = set(draw.sample(range(meta["population"][m]), meta["sampled"][m]))
     rng = random.Random(meta["seed"] + 1)
     t0 = time.perf_counter()
+    todo: list[tuple[int, str, str, str]] = []
     for name in meta["targets"]:
         cfg, db = os.path.join(SAMPLE, f"{name}.toml"), os.path.join(SAMPLE, f"{name}.sqlite")
         con = sqlite3.connect(db)
@@ -301,12 +302,14 @@ def thin_and_resume(python: str, keep: float | None, timeout: float) -> float:
         con.commit()
         con.close()
         if rows:
-            print(f"mutation: {name}: {len(rows)} pending mutants", file=sys.stderr, flush=True)
-            _run([os.path.join(bindir, "cosmic-ray"), "exec", cfg, db], pkg, env)
+            todo.append((len(rows), name, cfg, db))
     if keep is not None:
         meta["keep"] = keep
         with open(os.path.join(SAMPLE, "sample.json"), "w") as f:
             json.dump(meta, f, indent=1, sort_keys=True)
+    for k, name, cfg, db in sorted(todo):  # the smallest first: an interrupted resume has reached most targets
+        print(f"mutation: {name}: {k} pending mutants", file=sys.stderr, flush=True)
+        _run([os.path.join(bindir, "cosmic-ray"), "exec", cfg, db], pkg, env)
     return time.perf_counter() - t0
 
 
