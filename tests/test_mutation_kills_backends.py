@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from collsynth.backends import emit
+from collsynth.backends.layout import Layout
 from collsynth.backends.msccl import check_xml_text
+from collsynth.errors import CollsynthError
+from collsynth.synth.ir import Schedule
 
 HEAD = ('<algo name="t" proto="Simple" nchannels="1" nchunksperloop="2" ngpus="2" coll="allreduce" inplace="1" '
         'outofplace="1" minBytes="0" maxBytes="0">')
@@ -34,3 +38,20 @@ def test_msccl_offsets_up_to_int16_max_are_only_bounds_checked(off: int, kind: s
     assert r.ok == (kind is None) and (kind is None or r.kind == kind), r.message
     if kind == "limit":
         assert "srcoff=32768 exceeds 32767" in r.message
+
+
+# ---------------------------------------------------------------------- emit options, layouts
+def _ring2() -> Schedule:
+    return Schedule.from_arrays("allgather", 2, 2, step=[0, 0], src=[0, 1], dst=[1, 0], chunk=[0, 1])
+
+
+def test_unknown_emit_option_lists_the_options_or_none() -> None:
+    with pytest.raises(CollsynthError, match=r"takes no 'bogus' option \(it takes name, dtypes\)$"):
+        emit(_ring2(), "nccl-cuda", bogus=1)
+    with pytest.raises(CollsynthError, match=r"takes no 'bogus' option \(it takes none\)$"):
+        emit(_ring2(), "mscclpp-selector", bogus=1)
+
+
+def test_allgather_layout_starts_with_each_rank_holding_its_own_blocks() -> None:
+    assert Layout("allgather", 2, 4).written0().tolist() == [[True, True, False, False], [False, False, True, True]]
+    assert not Layout("allreduce", 2, 4).written0().any()

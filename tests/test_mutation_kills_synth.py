@@ -4,6 +4,10 @@ ranges messages quote, read-only results and per-class ports."""
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -20,6 +24,8 @@ from collsynth.synth.compare import compare
 from collsynth.synth.ir import Schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import Topology, cluster_topology, make_topology, topology_from_dict
+from collsynth.synth.topology_import import read_node
+from collsynth.synth.trees import trees
 from collsynth.synth.verify import verify
 
 GiB = 2**30
@@ -220,3 +226,25 @@ def test_clusterstraggler_estimate_is_of_the_per_block_size(form: str) -> None:
     est = clusterstraggler.after_arrival_estimate(form, 2, 8, 8, [(f, 1) for f in range(8)], size,
                                                   (3e-6, 450e9, 14e-6, nic))
     assert size / (8 * nic) <= est <= size / nic  # at least one GPU's part through a NIC, at most the buffer
+
+
+# ---------------------------------------------------------------------- double binary trees, topology import
+@pytest.mark.parametrize("m", [3, 5, 7, 9])
+def test_second_tree_of_an_odd_count_is_the_first_shifted_by_one(m: int) -> None:
+    t1, t2 = trees(m)
+    for q in range(m):
+        assert t2[(q + 1) % m] == (-1 if t1[q] < 0 else (t1[q] + 1) % m)
+
+
+@pytest.mark.parametrize("m", [2, 4, 6])
+def test_second_tree_of_an_even_count_is_the_first_mirrored(m: int) -> None:
+    t1, t2 = trees(m)
+    for q in range(m):
+        assert t2[m - 1 - q] == (-1 if t1[q] < 0 else m - 1 - t1[q])
+
+
+def test_imported_node_is_named_after_the_file(tmp_path: Path) -> None:
+    src = os.path.join(os.path.dirname(__file__), "fixtures", "topologies", "dgx_h100_8nic.xml")
+    path = tmp_path / "my.box.xml"
+    shutil.copy(src, path)
+    assert read_node(str(path)).name == "my.box"
