@@ -23,6 +23,8 @@ from collsynth.synth.bounds import allreduce_bound, min_route_alpha
 from collsynth.synth.compare import compare
 from collsynth.synth.ir import Schedule
 from collsynth.synth.simulate import simulate
+from collsynth.synth.solver.grid import make_grid, normalize_arrivals, to_schedule
+from collsynth.synth.solver.model import build_model, slot_lower_bound, solve_model
 from collsynth.synth.topology import Topology, cluster_topology, make_topology, topology_from_dict
 from collsynth.synth.topology_import import read_node
 from collsynth.synth.trees import trees
@@ -248,3 +250,17 @@ def test_imported_node_is_named_after_the_file(tmp_path: Path) -> None:
     path = tmp_path / "my.box.xml"
     shutil.copy(src, path)
     assert read_node(str(path)).name == "my.box"
+
+
+# ---------------------------------------------------------------------- solver
+@pytest.mark.parametrize("C", [1, 2])
+def test_milp_two_ranks_exchange_from_the_first_slot(C: int) -> None:
+    """Two ranks finish each chunk with one exchange, which needs no earlier reduction (n - 2 = 0 of
+    them): the optimum meets the slot lower bound's lb - 1 like larger n do."""
+    t = make_topology("nvswitch", 2)
+    a = normalize_arrivals({}, 2)
+    lb = slot_lower_bound(make_grid(2, C, GiB, t, a, final_slots=2 * C + 10))
+    g = make_grid(2, C, GiB, t, a, final_slots=lb + 2)
+    res = solve_model(build_model(g), "cbc", 20, warm=False)
+    assert res.status == "optimal" and res.objective == pytest.approx(lb - 1)
+    assert verify(to_schedule(g, res.placed, {})).ok
