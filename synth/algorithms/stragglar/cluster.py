@@ -55,7 +55,7 @@ import numpy as np
 from collsynth.apitypes import Arrivals
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import node_grid, pair_model
-from collsynth.synth.algorithms.stragglar import multi
+from collsynth.synth.algorithms.stragglar import multi, waves
 from collsynth.synth.algorithms.stragglar.multi import Move, pack
 from collsynth.synth.arrivals import arrival_vector, latest_rank
 from collsynth.synth.ir import Schedule, derived_phases
@@ -615,6 +615,8 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
         return multi.build(n, collective, arrivals, "auto", size, None, None, topology)
     times = arrival_vector(arrivals, n)
     form, late = late_form(grid, times)
+    if form == "gpu" and int(np.count_nonzero(times > times.min())) >= 2:  # several late ranks (waves.py)
+        return waves.build(n, arrivals, size, topology, pipeline)
     s_bytes = DEFAULT_SIZE if size is None else float(parse_size(size) if isinstance(size, str) else size)
     model = _model(topology, grid)
     if pipeline == "auto":
