@@ -1,4 +1,5 @@
-"""`collsynth reproduce stragglar`: the StragglAR paper's analytic study from simulated schedules."""
+"""`collsynth reproduce stragglar`: the StragglAR paper's analytic study from simulated schedules;
+`collsynth reproduce cluster`: straggler-aware AllReduce on clusters of 2 to 128 nodes (issue 15)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collsynth.commands.common import print_json, print_table
 from collsynth.errors import CollsynthError, require_extra
 from collsynth.fileio import check_output
 from collsynth.synth.algorithms.stragglar.analysis import DEFAULT_NS, plot, reproduce
+from collsynth.synth.algorithms.stragglar.cluster_study import ALL_NODES, DEFAULT_NODES, plot_cluster, reproduce_cluster
 from collsynth.units import format_time, parse_count, parse_rate, parse_size, parse_time
 
 
@@ -42,6 +44,34 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--json", action="store_true", help="print JSON instead of a table")
     q.add_argument("--plot", metavar="FILE.png", default=None, help="also plot speedup over ring against n")
     q.set_defaults(func=cmd_reproduce_stragglar)
+    c = rsub.add_parser(
+        "cluster", help="straggler-aware AllReduce on clusters: a late GPU, a late node, random arrivals (issue 15)",
+        description="For each node count (nodes of 8 GPUs on h100-cluster, 1 GiB per rank) and each case (one "
+                    "late GPU, one late node, a seeded random arrival vector of 2 to 8 late ranks with delays in "
+                    "0-10 ms): the time after the last arrival of the best synchronous schedule (fastest of ring, "
+                    "multiring, hierarchical, tree), of ours (clusterstraggler; for random arrivals the faster of "
+                    "clusterstraggler and multistraggler) and the proven lower bound, with the ratios. Every "
+                    "schedule is built, verified and simulated.",
+        epilog="example:\n  collsynth reproduce cluster --nodes 2,4 --json\n"
+               "  collsynth reproduce cluster --plot cluster.png\n"
+               f"  collsynth reproduce cluster --nodes {','.join(map(str, ALL_NODES))}   # minutes at 64-128 nodes",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("--nodes", "-N", default=None,
+                   help=f"comma-separated node counts >= 2 (default {','.join(map(str, DEFAULT_NODES))}; up to 128 "
+                        f"and beyond, slower)")
+    c.add_argument("--size", default="1GiB", help="buffer bytes per rank (default 1GiB)")
+    c.add_argument("--topology", "-t", default="h100-cluster",
+                   help="cluster preset, built for nodes x 8 GPUs (default h100-cluster; options as "
+                        "h100-cluster:fabric=fat-tree), or a topology JSON file with --nodes nodes")
+    c.add_argument("--gpus-per-node", type=int, default=8, metavar="G",
+                   help="GPUs per node (default 8, what h100-cluster has; for topology files)")
+    c.add_argument("--delay", default="50ms", help="how late the late GPU or node is (default 50ms: hides the work "
+                                                   "before its arrival)")
+    c.add_argument("--seed", type=int, default=15, help="seed of the random arrival vectors (default 15)")
+    c.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    c.add_argument("--plot", metavar="FILE.png", default=None,
+                   help="also plot the times after the last arrival against the node count")
+    c.set_defaults(func=cmd_reproduce_cluster)
     p.set_defaults(func=show_help(p))
 
 
@@ -122,6 +152,58 @@ def cmd_reproduce_stragglar(args: argparse.Namespace) -> int:
     print("ring/rhd/direct take the same time in both cases (every step waits for every rank); "
           "speedup = ring / stragglar" + ("; (K) = pipelined with K(n-1) chunks, floor = s/B + alpha"
                                           if "pipeline" in model else ""))
+    if args.plot is not None:
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def _nodes(text: str | None) -> list[int]:
+    if text is None:
+        return list(DEFAULT_NODES)
+    out = []
+    for part in text.split(","):
+        try:
+            n = int(part)
+        except ValueError:
+            raise CollsynthError(f"--nodes must be comma-separated integers >= 2, got {text!r}") from None
+        if n < 2:
+            raise CollsynthError(f"--nodes values must be >= 2 (the study compares nodes), got {n}")
+        out.append(n)
+    return out
+
+
+def cmd_reproduce_cluster(args: argparse.Namespace) -> int:
+    nodes = _nodes(args.nodes)
+    if args.gpus_per_node < 2:
+        raise CollsynthError(f"--gpus-per-node must be an integer >= 2, got {args.gpus_per_node}")
+    model: dict[str, Any] = {"size": parse_size(args.size, flag="--size"),
+                             "delay": parse_time(args.delay, flag="--delay"), "topology": args.topology,
+                             "seed": args.seed, "gpus_per_node": args.gpus_per_node}
+    if not model["delay"] > 0:
+        raise CollsynthError(f"--delay must be a positive time (the late GPU or node must be late), got {args.delay!r}")
+    if args.plot is not None and not args.plot.lower().endswith(".png"):
+        raise CollsynthError(f"--plot writes PNG: give a file name ending in .png, got {args.plot!r}")
+    if args.plot is not None:
+        check_output(args.plot, flag="--plot", inputs=[args.topology])
+        require_extra("matplotlib", "plot", "--plot")
+    rows = reproduce_cluster(nodes, **model)
+    if args.plot is not None:
+        plot_cluster(rows, args.plot)
+    if args.json:
+        print_json({"study": "cluster", "size_bytes": model["size"], "topology": args.topology,
+                    "delay_s": model["delay"], "seed": args.seed, "rows": rows})
+        return 0
+    print(f"Cluster straggler study: {args.size} per rank, {args.topology}, late GPU/node {args.delay} late, "
+          f"random seed {args.seed}; times after the last arrival")
+    table = [{"nodes": r["nodes"], "gpus": r["gpus"], "case": r["case"],
+              "late": len(r["late_ranks"]), "sync": f"{r['best_sync']} {format_time(r['sync_after_s'])}",
+              "ours": f"{r['ours']} {format_time(r['ours_after_s'])}", "bound": format_time(r["bound_after_s"]),
+              "speedup": f"{r['speedup']:.3f}", "ours_x": f"{r['ours_x_bound']:.3f}",
+              "sync_x": f"{r['sync_x_bound']:.3f}"} for r in rows]
+    print_table(table, ["nodes", "gpus", "case", "late", "sync", "ours", "bound", "speedup", "ours_x", "sync_x"],
+                ["nodes", "GPUs", "late", "late ranks", "best synchronous", "ours", "bound", "speedup",
+                 "ours/bound", "sync/bound"])
+    print("speedup = best synchronous / ours; bound = synth.bounds.allreduce_bound after the last arrival")
     if args.plot is not None:
         print(f"wrote {args.plot}")
     return 0

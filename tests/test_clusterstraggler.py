@@ -99,3 +99,47 @@ def test_runs_cover_each_part_once():
 def test_bad_input(params, match):
     with pytest.raises(CollsynthError, match=match):
         build_schedule("clusterstraggler", 8, topology=cluster(2, 4), **params)
+
+
+@pytest.mark.parametrize("N,G,waves", [
+    (2, 4, [{5}]),                      # one late GPU (case A for the other parts, B for its own)
+    (2, 4, [{4, 5, 6, 7}]),             # a whole node (rows reduced by recursive halving)
+    (4, 4, [{5, 6}]),                   # two GPUs of one node
+    (3, 2, [{1}, {4, 5}]),              # two waves: a GPU, then a whole node
+    (4, 2, [{1, 6}]),                   # one wave in two nodes (collectors, a root on each rail)
+    (4, 4, [{2}, {9, 14}, {7}]),        # three waves, one of them across nodes
+    (3, 3, [{0, 4}, {8}]),              # G not a power of two: star spreads
+])
+def test_merge_waves_verify(N, G, waves):
+    """ClusterPlan.merge: any waves merged one after the other give a verified AllReduce; ranks of later
+    waves are untouched until their own merge."""
+    import numpy as np
+
+    from collsynth.synth.algorithms.stragglar.cluster import new_plan
+
+    t = cluster(N, G)
+    n = N * G
+    times = np.zeros(n)
+    late = set().union(*waves)
+    for k, w in enumerate(waves):
+        times[list(w)] = 0.01 * (k + 1)
+    plan = new_plan(t, n, times, GiB, 6)
+    plan.pre(late)
+    active = set(range(n)) - late
+    for w in waves:
+        plan.merge(w, active)
+        active |= w
+    s = plan.to_schedule("waves", {"gpus_per_node": G})
+    r = verify(s, topology=t)
+    assert r.ok, r.message
+    assert simulate(s, GiB, t, times.tolist()).completion_s > times.max()
+
+
+def test_merge_needs_a_sum_to_merge_into():
+    import numpy as np
+
+    from collsynth.synth.algorithms.stragglar.cluster import new_plan
+
+    plan = new_plan(cluster(2, 2), 4, np.zeros(4), GiB, 2)
+    with pytest.raises(CollsynthError, match="hold a sum"):
+        plan.merge({0}, set())

@@ -14,7 +14,8 @@ present rank then holds S', the sum of all present buffers.
 
 After the arrival, ``merge(wave, active)`` merges a *wave* W of late ranks (any subset) into the ranks
 that hold S' (``active``); afterwards all of them hold S' + the sum of W. Part g is cut into message
-blocks (``runs``) and NVLink messages cover one or more blocks (``groups``). Per block of part g:
+blocks (``runs``); the chunks are block-major (``loc``: block j of all G parts is one contiguous row).
+Per block of part g:
 
 - case A (W in one node a whose rail-g GPU holds S'): W's members reduce the block into that GPU (the
   root; one late GPU, g != its local index);
@@ -25,8 +26,13 @@ blocks (``runs``) and NVLink messages cover one or more blocks (``groups``). Per
 - case C (W in several nodes): per node a collector sums W's members, each collector reduces into a
   root on rail g holding S';
 - the root's node broadcasts the final block along rail g to every other node taking part
-  (``broadcast_rounds``: the hypercube exchange, about blocks + log2 N rounds of one message per NIC
-  and direction), and every node spreads it over NVLink from the GPU that received it.
+  (``broadcast_rounds``: the hypercube exchange, blocks + log2 N - 1 rounds of one message per NIC
+  and direction on 2^k nodes), and every node spreads it over NVLink from the GPU that received it:
+  a node whose G GPUs all take part (G a power of two) spreads the whole row of block j once its G
+  parts are there, by recursive doubling (log2 G messages per GPU instead of G - 1);
+- a whole late node reduces each row by recursive halving (log2 G messages per GPU), its rail-g GPU
+  sends the raw sum, gets the final block back from its broadcast partner, and the node spreads the
+  row by recursive doubling.
 
 One late GPU is the wave of one rank (``late_form``); a late node the wave of one node. Bounds (brief's
 clusters.md section 4): max(s/(B_nv + B_net), s/(G B_net)) and max(s/(G B_net), (G-1)/G s/B_nv).
@@ -49,7 +55,7 @@ import numpy as np
 from collsynth.apitypes import Arrivals
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import node_grid, pair_model
-from collsynth.synth.algorithms.stragglar import multi
+from collsynth.synth.algorithms.stragglar import multi, waves
 from collsynth.synth.algorithms.stragglar.multi import Move, pack
 from collsynth.synth.arrivals import arrival_vector, latest_rank
 from collsynth.synth.ir import Schedule, derived_phases
@@ -122,38 +128,48 @@ class ClusterPlan:
         self.classes: Any = None  # topology.transfer_class where the topology has link classes
         self.class_ids: dict[str, int] = {}
         self.runs: list[tuple[int, int]] = [(k, 1) for k in range(M)]  # message blocks of a part: (first, units)
-        self.groups: list[tuple[int, int]] = [(k, k + 1) for k in range(M)]  # NVLink messages: blocks [j0, j1)
+        self._fast = ""  # merge's state: "gpu" / "node" where the wave's node reduces whole rows
+        self._row_nodes: set[int] = set()  # nodes that spread whole rows by recursive doubling
+        self._rowcnt: dict[tuple[int, int], int] = {}  # (node, block) -> parts final there
 
     def add(self, src: int, dst: int, chunk: int, count: int, reduce: bool) -> None:
         """Append one move and its start in a list-scheduling model (one NVLink and one NIC port per GPU
         and direction, data dependencies per location): the order the moves are packed in."""
-        src, dst, chunk, count = int(src), int(dst), int(chunk), int(count)
-        self.atoms.append([(src, dst, chunk, count, reduce)])
-        cs, cr = self.port(src, dst)
+        self.add_atom([(int(src), int(dst), int(chunk), int(count), bool(reduce))])
+
+    def add_atom(self, moves: list[Move]) -> None:
+        """Append moves that share a step (one move, or a two-way exchange: two reduces of one location
+        between two ranks, each landing via scratch) and their common start in the list-scheduling model
+        (one NVLink and one NIC port per GPU and direction, data dependencies per location)."""
+        self.atoms.append(moves)
         a_nv, b_nv, a_net, b_net = self.model
-        net = cs == 1 or cr == 1
-        dur = (a_net if net else a_nv) + count * self.chunk_bytes / (b_net if net else b_nv)
-        start = max(float(self.times[src]), float(self.times[dst]))
-        cells = range(chunk, chunk + count)
-        for c in cells:
-            start = max(start, self.written.get((src, c), 0.0), self.written.get((dst, c), 0.0),
-                        self.read.get((dst, c), 0.0))
-        ps = self.busy.setdefault((src, 0, cs), _Busy())
-        pr = self.busy.setdefault((dst, 1, cr), _Busy())
-        while True:  # the earliest time both ports have a gap of dur
-            t1 = ps.fit(start, dur)
-            t2 = pr.fit(t1, dur)
-            if t2 == t1:
+        start = 0.0
+        ports = []
+        dur = 0.0
+        for src, dst, chunk, count, _ in moves:
+            cs, cr = self.port(src, dst)
+            net = self.node[src] != self.node[dst]
+            dur = max(dur, (a_net if net else a_nv) + count * self.chunk_bytes / (b_net if net else b_nv))
+            start = max(start, float(self.times[src]), float(self.times[dst]))
+            for c in range(chunk, chunk + count):
+                start = max(start, self.written.get((src, c), 0.0), self.written.get((dst, c), 0.0),
+                            self.read.get((dst, c), 0.0))
+            ports += [self.busy.setdefault((src, 0, cs), _Busy()), self.busy.setdefault((dst, 1, cr), _Busy())]
+        while True:  # the earliest time every port has a gap of dur
+            t = start
+            for q in ports:
+                t = q.fit(t, dur)
+            if all(q.fit(t, dur) == t for q in ports):
                 break
-            start = t2
-        start = t1
-        end = start + dur
-        ps.take(start, end)
-        pr.take(start, end)
-        for c in cells:
-            self.written[dst, c] = end
-            self.read[src, c] = max(self.read.get((src, c), 0.0), end)
-        self.est.append(start)
+            start = t
+        end = t + dur
+        for q in ports:
+            q.take(t, end)
+        for src, dst, chunk, count, _ in moves:
+            for c in range(chunk, chunk + count):
+                self.written[dst, c] = end
+                self.read[src, c] = max(self.read.get((src, c), 0.0), end)
+        self.est.append(t)
 
     def ordered(self) -> list[list[Move]]:
         """The moves by modelled start (generation order on ties)."""
@@ -221,6 +237,13 @@ class ClusterPlan:
                         self.add(owner[b, g], dst, g * M, M, False)
 
     # ------------------------------------------------------------------ after the arrival
+    def loc(self, g: int, j: int, parts: int = 1) -> tuple[int, int]:
+        """(first chunk, count) of block j of parts g..g+parts-1. The chunks are block-major: block j of
+        every part is one contiguous row (part g at offset g w_j), so an NVLink message can carry block
+        j of several parts."""
+        f, w = self.runs[j]
+        return self.G * f + g * w, parts * w
+
     def merge(self, wave: set[int], active: set[int]) -> None:
         """Merge the wave W (ranks holding their own buffer) into ``active`` (ranks holding S', the sum of
         the buffers merged so far): afterwards every rank of W and ``active`` holds S' + sum of W; other
@@ -240,7 +263,23 @@ class ClusterPlan:
         wave_node = [[int(x) for x in grid[b] if int(x) in wave] for b in range(N)]
         contrib = [b for b in range(N) if wave_node[b]]
         nb = len(self.runs)
+        pow2 = G & (G - 1) == 0
+        full = [pow2 and len(in_node[b]) == G for b in range(N)]  # rows spread by recursive doubling
+        # the wave's node reduces whole rows: one late GPU among S' holders, or a whole node
+        fast = ""
+        if len(contrib) == 1 and full[contrib[0]]:
+            a = contrib[0]
+            fast = "gpu" if len(wave_node[a]) == 1 else ("node" if len(wave_node[a]) == G else "")
+            if fast not in TUNE.get("fast", ("node",)):  # one late GPU: star reduces measured faster
+                fast = ""
+        self._fast = fast
+        self._rowcnt = {}
         plans = [self._part_plan(g, contrib, in_node, act_node, wave_node, active) for g in range(G)]
+        roots = {p["root_node"] for p in plans}
+        # nodes that spread whole rows: full ones that are no part's root, and the wave's node when fast
+        self._row_nodes = {b for b in range(N) if full[b] and b not in roots} | ({contrib[0]} if fast else set())
+        if not TUNE.get("rows", True):
+            self._row_nodes = set()
         cache: dict[int, list[list[tuple[int, int, int]]]] = {}
         for p in plans:
             key = len(p["nodes"])
@@ -257,51 +296,121 @@ class ClusterPlan:
                             first[j] = r
             p["first"], p["last"] = first, last
             p["emitted"] = 0
-            p["count"] = [[0] * len(self.groups) for _ in p["nodes"]]
-        gi_of = [gi for gi, (j0, j1) in enumerate(self.groups) for _ in range(j0, j1)]
-        ahead = AHEAD
-        ng = len(self.groups)
-        for gi in range(min(ahead, ng)):
-            for g, p in enumerate(plans):
-                self._gather(p, g, *self.groups[gi], gi)
-        for gi, (_, j1) in enumerate(self.groups):
-            if gi + ahead < ng:
-                for g, p in enumerate(plans):
-                    self._gather(p, g, *self.groups[gi + ahead], gi + ahead)
-            for g, p in enumerate(plans):
-                if p["case"] != "B":
-                    self._spread(p, g, 0, gi)
-                elif p["side_holder"]:  # case B: the root gets its copy after its last send
-                    self._spread(p, g, 0, gi, skip=self._holder(p, 0, gi))
-            final = gi + 1 == len(self.groups)
-            upto = [len(p["rounds"]) if final else p["first"][j1 - 1] + 1 for p in plans]
+            p["copyback"] = p["case"] == "B" and not act_node[p["root_node"]]
+        ahead = TUNE.get("ahead", nb if fast == "node" else AHEAD)
+        for j in range(min(ahead, nb)):
+            self._gather_block(plans, j)
+        for j in range(nb):
+            if j + ahead < nb:
+                self._gather_block(plans, j + ahead)
+            final = j + 1 == nb
+            upto = [len(p["rounds"]) if final else p["first"][j] + 1 for p in plans]
             lo = min(p["emitted"] for p in plans)
             for r in range(lo, max(upto)):
                 for g, p in enumerate(plans):
-                    if not p["emitted"] <= r < upto[g]:
-                        continue
-                    raw = p["case"] == "B"
-                    for s_, d_, j in p["rounds"][r]:
-                        c, w = g * self.M + self.runs[j][0], self.runs[j][1]
-                        k = gi_of[j]
-                        src, dst = self._holder(p, s_, k), self._holder(p, d_, k)
-                        self.add(src, dst, c, w, raw and s_ == 0)  # the root holds the wave's sum only
-                        done = [d_]
-                        if raw and s_ == 0 and r == p["last"][j]:  # the final back to the root
-                            done.append(0)
-                            if not p["side_holder"]:
-                                self.add(dst, src, c, w, False)
-                        for i in done:
-                            p["count"][i][k] += 1
-                            if p["count"][i][k] == self.groups[k][1] - self.groups[k][0]:
-                                if i == 0 and p["side_holder"]:
-                                    self.add(p["side_holder"][k], src, g * self.M + self.runs[self.groups[k][0]][0],
-                                             sum(w for _, w in self.runs[self.groups[k][0]:self.groups[k][1]]),
-                                             False)
-                                else:
-                                    self._spread(p, g, i, k)
+                    if p["emitted"] <= r < upto[g]:
+                        self._round(p, g, r)
             for g, p in enumerate(plans):
                 p["emitted"] = max(p["emitted"], upto[g])
+            self._root_spreads(plans, j)
+
+    def _gather_block(self, plans: list[dict[str, Any]], j: int) -> None:
+        """Block j of the wave into the roots (``_gather`` per part, or a whole row at once) and the
+        spreads that can follow at once."""
+        if self._fast:
+            self._gather_row(plans, j)
+        else:  # the roots first, the node peer that only spreads in the wave's node (case B) last
+            for g, p in sorted(enumerate(plans), key=lambda x: (x[1]["case"] == "B", x[0])):
+                self._gather(p, g, j)
+
+    def _root_spreads(self, plans: list[dict[str, Any]], j: int) -> None:
+        """The star spreads of block j in the root's node once the root holds it (not fast)."""
+        if self._fast:
+            return
+        for g, p in enumerate(plans):
+            if p["case"] != "B":
+                self._spread(p, g, 0, j)
+            elif not p["copyback"]:  # case B: the root gets its copy after its last send
+                self._spread(p, g, 0, j, skip=self._holder(p, 0, j))
+
+    def _gather_row(self, plans: list[dict[str, Any]], j: int) -> None:
+        """One late GPU L: L reduces part g of its row j into the part's root (its own part and its pair
+        partner's in one message to that partner). A whole late node: a recursive-halving ReduceScatter
+        of the row (Thakur, Rabenseifner & Gropp, IJHPCA 2005)."""
+        G = self.G
+        a = plans[0]["contrib"][0]
+        row = [int(x) for x in self.grid[a]]
+        if self._fast == "gpu":
+            l_ = int(self.local[plans[0]["wave_node"][a][0]])
+            for g in range(G):  # L reduces part g into its root; its own part goes with its pair's
+                if g == l_ ^ 1:
+                    self.add(row[l_], row[g], *self.loc(min(g, l_), j, 2), True)
+                elif g != l_:
+                    self.add(row[l_], row[g], *self.loc(g, j), True)
+            for g in range(G):  # case A parts are final at their root now
+                if g != l_:
+                    self._row_done(plans, 0, a, j, 1)
+        else:
+            b = G // 2
+            while b >= 1:
+                for h in range(G):
+                    q = h ^ b
+                    self.add(row[h], row[q], *self.loc((q // b) * b, j, b), True)
+                b //= 2
+
+    def _row_done(self, plans: list[dict[str, Any]], i: int, node: int, j: int, parts: int) -> None:
+        """``parts`` more parts of block j are final in ``node`` (the broadcast's node i of every part);
+        when all G are, the node spreads the row by recursive doubling."""
+        key = (node, j)
+        self._rowcnt[key] = self._rowcnt.get(key, 0) + parts
+        if self._rowcnt[key] < self.G:
+            return
+        row = [int(x) for x in self.grid[node]]
+        G = self.G
+        l_ = -1
+        if self._fast == "gpu" and i == 0:
+            l_ = int(self.local[plans[0]["wave_node"][node][0]])
+        b = 1
+        while b < G:
+            for h in range(G):
+                lo, cnt, src = (h // b) * b, b, h
+                if h == l_:  # L sends nothing (its NVLink carried its buffer): a holder of its block does
+                    if b == 1:
+                        continue
+                    src = l_ ^ (b - 1)
+                if b == 1 and (h ^ 1) == l_:  # L's pair holds L's part too
+                    lo, cnt = (h // 2) * 2, 2
+                self.add(row[src], row[h ^ b], *self.loc(lo, j, cnt), False)
+            b *= 2
+
+    def _round(self, p: dict[str, Any], g: int, r: int) -> None:
+        """The moves of broadcast round r of part g, and the spreads they complete."""
+        raw = p["case"] == "B"
+        for s_, d_, j in p["rounds"][r]:
+            src, dst = self._holder(p, s_, j), self._holder(p, d_, j)
+            c, w = self.loc(g, j)
+            if raw and s_ == 0 and p["copyback"] and r == p["first"][j]:
+                # the root's first send of block j: a two-way exchange (its partner's S' comes back in
+                # the same step; the partner sends nothing else to the root), both then hold the final
+                self.add_atom([(src, dst, c, w, True), (dst, src, c, w, True)])
+                self._arrived(p, g, d_, j)
+                self._arrived(p, g, 0, j)
+                continue
+            self.add(src, dst, c, w, raw and s_ == 0 and not p["copyback"])  # case B: the root's raw sum
+            self._arrived(p, g, d_, j)
+            if raw and s_ == 0 and r == p["last"][j] and not p["copyback"]:  # the root's last send of j
+                if self._fast:
+                    self._row_done([p], 0, p["nodes"][0], j, 1)
+                else:  # the root's copy from the node peer that spread it
+                    self.add(p["side_holder"][j], src, c, w, False)
+
+    def _arrived(self, p: dict[str, Any], g: int, i: int, j: int) -> None:
+        """Block j of part g is final at the broadcast's node i."""
+        b = p["nodes"][i]
+        if b in self._row_nodes:
+            self._row_done([p], i, b, j, 1)
+        else:
+            self._spread(p, g, i, j)
 
     def _part_plan(self, g: int, contrib: list[int], in_node: list[list[int]], act_node: list[list[int]],
                    wave_node: list[list[int]], active: set[int]) -> dict[str, Any]:
@@ -331,49 +440,44 @@ class ClusterPlan:
     def _rot(self, ranks: list[int], k: int) -> int:
         return ranks[k % len(ranks)]
 
-    def _holder(self, p: dict[str, Any], i: int, gi: int) -> int:
-        """The rank of the broadcast's node i that holds part g's group gi: the rail-g GPU where it takes
+    def _holder(self, p: dict[str, Any], i: int, j: int) -> int:
+        """The rank of the broadcast's node i that holds part g's block j: the rail-g GPU where it takes
         part (the root: case A and B; case C where it holds S'), else a node peer in turn (PXN routes)."""
         b = p["nodes"][i]
         r = p["rail"][b]
         if i == 0 and p["case"] == "C":
-            return r if r in p["act_node"][b] else self._rot(p["act_node"][b], gi)
-        return r if r in p["in_node"][b] else self._rot(p["in_node"][b], gi + p["g"])
+            return r if r in p["act_node"][b] else self._rot(p["act_node"][b], j)
+        return r if r in p["in_node"][b] else self._rot(p["in_node"][b], j + p["g"])
 
-    def _gather(self, p: dict[str, Any], g: int, j0: int, j1: int, gi: int) -> None:
-        """The wave's blocks j0..j1-1 of part g: NVLink reduces inside each contributing node (one message
-        per group) into the root (case A, B) or a collector, which reduces each block into the root
-        (case C); case B with a node peer holding S': the root's sum reduced into it too."""
+    def _gather(self, p: dict[str, Any], g: int, j: int) -> None:
+        """The wave's block j of part g: NVLink reduces inside each contributing node into the root (case
+        A, B) or a collector, which reduces it into the root (case C); case B with a node peer holding
+        S': the root's sum reduced into it too."""
         rail, act_node, wave_node = p["rail"], p["act_node"], p["wave_node"]
-        M, runs = self.M, self.runs
-        c0 = g * M + runs[j0][0]
-        wg = sum(w for _, w in runs[j0:j1])
-        root = self._holder(p, 0, gi)
+        c, w = self.loc(g, j)
+        root = self._holder(p, 0, j)
         for b in p["contrib"]:
             members = wave_node[b]
-            t = root if b == p["root_node"] else (rail[b] if rail[b] in members else self._rot(members, gi))
+            t = root if b == p["root_node"] else (rail[b] if rail[b] in members else self._rot(members, j))
             for x in members:
                 if x != t:
-                    self.add(x, t, c0, wg, True)
+                    self.add(x, t, c, w, True)
             if p["case"] == "B" and act_node[b]:
-                peer = self._rot(act_node[b], gi + 1)
-                self.add(t, peer, c0, wg, True)
-                p["side_holder"][gi] = peer
+                peer = self._rot(act_node[b], j + 1)
+                self.add(t, peer, c, w, True)
+                p["side_holder"][j] = peer
             if t != root:
-                for j in range(j0, j1):
-                    self.add(t, root, g * M + runs[j][0], runs[j][1], True)
+                self.add(t, root, c, w, True)
 
-    def _spread(self, p: dict[str, Any], g: int, i: int, gi: int, skip: int = -1) -> None:
-        """The NVLink spread of group gi of part g in the broadcast's node i from the rank that holds it to
-        every other rank of the node that takes part."""
-        j0, j1 = self.groups[gi]
-        c0 = g * self.M + self.runs[j0][0]
-        wg = sum(w for _, w in self.runs[j0:j1])
+    def _spread(self, p: dict[str, Any], g: int, i: int, j: int, skip: int = -1) -> None:
+        """The NVLink spread of part g's block j in the broadcast's node i from the rank that holds it to
+        every other rank of the node that takes part (but ``skip``), one message each."""
+        c, w = self.loc(g, j)
         b = p["nodes"][i]
-        h = p["side_holder"][gi] if i == 0 and p["side_holder"] else self._holder(p, i, gi)
+        h = p["side_holder"][j] if i == 0 and p["side_holder"] else self._holder(p, i, j)
         for x in p["in_node"][b]:
             if x != h and x != skip:
-                self.add(h, x, c0, wg, False)
+                self.add(h, x, c, w, False)
 
 
 def broadcast_rounds(N: int, nblocks: int) -> list[list[tuple[int, int, int]]]:
@@ -409,7 +513,7 @@ def broadcast_rounds(N: int, nblocks: int) -> list[list[tuple[int, int, int]]]:
                 if not diff:
                     continue
                 if x == 0:
-                    j = r if r < nblocks else (diff & -diff).bit_length() - 1
+                    j = r if r < nblocks else diff.bit_length() - 1
                 else:
                     j = diff.bit_length() - 1
                 moves.append((x, y, j))
@@ -442,26 +546,6 @@ def broadcast_rounds(N: int, nblocks: int) -> list[list[tuple[int, int, int]]]:
     return out
 
 
-def make_groups(nb: int, size: int, head: int, tail: int) -> list[tuple[int, int]]:
-    """NVLink message groups over nb blocks: ``head`` single blocks, groups of ``size`` blocks, ``tail``
-    single blocks (small first and last NVLink messages shorten the pipeline's fill and drain)."""
-    head = min(head, nb)
-    tail = min(tail, nb - head)
-    out = [(j, j + 1) for j in range(head)]
-    out += [(j, min(j + size, nb - tail)) for j in range(head, nb - tail, size)]
-    return out + [(j, j + 1) for j in range(nb - tail, nb)]
-
-
-def ramp_profile(w: int, plateau: int, head: bool = True) -> list[int]:
-    """Block widths (units): 1, 2, 4, ... below w (if ``head``), ``plateau`` blocks of w, then ..., 4, 2, 1."""
-    ramp = []
-    x = 1
-    while x < w:
-        ramp.append(x)
-        x *= 2
-    return (ramp if head else []) + [w] * plateau + ramp[::-1]
-
-
 def make_runs(M: int, run: int, tail: int) -> list[tuple[int, int]]:
     """Messages over a part's M units: runs of ``run`` units, then the last ``tail`` units one by one (a
     chain's drain costs its last message times the hops, so the last messages are small)."""
@@ -480,24 +564,31 @@ def _model(topology: Any, grid: np.ndarray) -> tuple[float, float, float, float]
 
 def after_arrival_estimate(form: str, N: int, G: int, M: int, runs: list[tuple[int, int]], size: float,
                            model: tuple[float, ...]) -> float:
-    """Alpha-beta estimate of the time after the arrival: the blocks in turn at the pace of the slower of
-    a NIC (one message per block) and the NVLink port of the wave's busiest GPU (late GPU: G messages
-    per block; late node: 2(G-1), its node's reduce and spread), then the broadcast's drain (ceil(log2 N)
-    + 1 hops of the last block) and the last NVLink spread."""
+    """Alpha-beta estimate of the time after the arrival. Late GPU: the blocks in turn at the pace of
+    the slower of a NIC (one message per block) and the late GPU's NVLink port (G messages per block),
+    then the broadcast's drain (log2 N hops of the last block) and the last row's spread. Late node:
+    the larger of its GPUs' NVLink work (a ReduceScatter and an AllGather of every row: 2(G-1)/G s and
+    2 log2 G messages per row) and the NIC path (the first row's reduction, the broadcast's blocks +
+    log2 N - 1 rounds, the last row's spread)."""
     a_nv, b_nv, a_net, b_net = model
     unit = size / (G * M)
-    hops = math.ceil(math.log2(N)) + 1 if N > 1 else 0
-    nv_msgs = G if form == "gpu" else 2 * (G - 1)
+    hops = math.ceil(math.log2(N)) if N > 1 else 0
+    steps = math.ceil(math.log2(G)) if G > 1 else 0
+    w_last = runs[-1][1] if runs else 1
+    if form == "node":
+        nv = sum(2 * steps * a_nv + 2 * (G - 1) * w * unit / b_nv for _, w in runs)
+        row = steps * a_nv + (G - 1) * runs[0][1] * unit / b_nv
+        nic = sum(a_net + w * unit / b_net for _, w in runs) + (hops - 1) * (a_net + w_last * unit / b_net)
+        return max(nv, 2 * row + nic)
     t = 0.0
-    w = 1
     for _, w in runs:
-        tau = a_net + w * unit / b_net
-        t += max(tau, nv_msgs * (a_nv + w * unit / b_nv))
-    return t + hops * (a_net + w * unit / b_net) + (G - 1) * (a_nv + w * unit / b_nv)
+        t += max(a_net + w * unit / b_net, G * (a_nv + w * unit / b_nv))
+    return t + hops * (a_net + w_last * unit / b_net) + steps * a_nv + (G - 1) * w_last * unit / b_nv
 
 
-UNITS = (8, 12, 16, 20, 24, 28, 32, 40, 48, 64)  # candidate blocks per part
-AHEAD = 2  # the wave's reductions are emitted this many NVLink groups ahead of the spreads
+UNITS = (4, 6, 8, 9, 10, 12, 16, 20, 24, 28, 32, 40, 48, 64)  # candidate blocks per part
+TUNE: dict[str, Any] = {}
+AHEAD = 2  # the wave's reductions are emitted this many blocks ahead of the broadcast (a late node: all)
 
 
 def best_pipeline(form: str, N: int, G: int, size: float,
@@ -524,6 +615,8 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
         return multi.build(n, collective, arrivals, "auto", size, None, None, topology)
     times = arrival_vector(arrivals, n)
     form, late = late_form(grid, times)
+    if form == "gpu" and int(np.count_nonzero(times > times.min())) >= 2:  # several late ranks (waves.py)
+        return waves.build(n, arrivals, size, topology, pipeline)
     s_bytes = DEFAULT_SIZE if size is None else float(parse_size(size) if isinstance(size, str) else size)
     model = _model(topology, grid)
     if pipeline == "auto":
@@ -535,6 +628,10 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     else:
         M = int(pipeline)
         runs = make_runs(M, 1, M)
+    if TUNE.get("widths"):
+        widths = TUNE["widths"]
+        M = sum(widths)
+        runs = list(zip(np.cumsum([0] + widths[:-1]).tolist(), widths))
     plan = new_plan(topology, n, times, s_bytes, M, runs)
     plan.pre(set(late))
     plan.merge(set(late), set(range(n)) - set(late))
@@ -559,7 +656,6 @@ def new_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int,
     grid = node_grid(topology, n)
     plan = ClusterPlan(grid, M, np.asarray(times, np.float64), float(size), _model(topology, grid))
     plan.runs = runs if runs is not None else make_runs(M, 1, M)
-    plan.groups = make_groups(len(plan.runs), 1, 0, 0)
     if len(getattr(topology, "classes", ())) > 1:
         plan.classes = topology.transfer_class
     return plan

@@ -7,8 +7,9 @@ after another computes). Each gets the earliest start that the model allows:
 - after the end of the last move writing any chunk it reads or writes, and (for a copy or a reduce)
   after the end of the last move reading any chunk it writes (a move never overtakes one it depends on);
 - when its src's send port and its dst's receive port of the route's first and last link class (NVLink,
-  network, ...: topology.route_classes) both have a free gap of its duration (one message per port at a
-  time; a later move may fill an earlier gap: list scheduling with backfill).
+  network, ...: topology.route_classes) and every other link of its route (a PXN route crosses another
+  GPU's NVLink and NIC) all have a free gap of its duration (one message per port and link at a time; a
+  later move may fill an earlier gap: list scheduling with backfill).
 
 A move's duration is what synth/simulate.py charges a lone message: the route's alpha sum plus its bytes
 over the route's bottleneck bandwidth. Ordering the moves by modelled start and packing them into steps
@@ -44,7 +45,8 @@ class Timeline:
         self.read = [0.0] * (self.n * self.C)
         self.lo: dict[int, list[float]] = {}  # port key (2 * (rank * K + class) + send 0 / receive 1) -> starts
         self.hi: dict[int, list[float]] = {}  # ... -> ends (the intervals are disjoint, sorted)
-        self.pairs: dict[int, tuple[int, int, float, float]] = {}  # src * n + dst -> (send key, recv key, alpha, bw)
+        # src * n + dst -> (resources: send port, receive port, inner links; alpha; bandwidth)
+        self.pairs: dict[int, tuple[tuple[int, ...], float, float]] = {}
         self.moves: list[Move] = []
         self.start: list[float] = []
         self.end: list[float] = []
@@ -66,11 +68,15 @@ class Timeline:
         first, last = self.topo.route_classes(s, d)
         sk = 2 * (s * self.K + first)
         rk = 2 * (d * self.K + last) + 1
-        for k, a, b, c, e in zip(key.tolist(), sk.tolist(), rk.tolist(), alpha.tolist(), bw.tolist()):
-            self.pairs[k] = (a, b, c, e)
+        nh = ok.sum(axis=1).tolist()
+        base = 2 * self.n * self.K  # link keys follow the port keys
+        rows = links.tolist()
+        for i, (k, a, b, c, e) in enumerate(zip(key.tolist(), sk.tolist(), rk.tolist(), alpha.tolist(),
+                                                bw.tolist())):
+            self.pairs[k] = ((a, b, *(base + x for x in rows[i][1:nh[i] - 1])), c, e)
 
-    def pair(self, src: int, dst: int) -> tuple[int, int, float, float]:
-        """(send port key, receive port key, alpha, bandwidth) of src -> dst."""
+    def pair(self, src: int, dst: int) -> tuple[tuple[int, ...], float, float]:
+        """(resource keys: send port, receive port, inner route links; alpha; bandwidth) of src -> dst."""
         got = self.pairs.get(src * self.n + dst)
         if got is None:
             self.prime([src], [dst])
@@ -79,12 +85,12 @@ class Timeline:
 
     def classes(self, src: int, dst: int) -> tuple[int, int]:
         """(send, receive) link class index of src -> dst (multi.pack's ``port``)."""
-        sk, rk, _, _ = self.pair(src, dst)
-        return (sk // 2) % self.K, (rk // 2) % self.K
+        res = self.pair(src, dst)[0]
+        return (res[0] // 2) % self.K, (res[1] // 2) % self.K
 
     def duration(self, src: int, dst: int, count: int) -> float:
         """Modelled time of one message of ``count`` chunks from src to dst."""
-        _, _, a, bw = self.pair(src, dst)
+        _, a, bw = self.pair(src, dst)
         return a + count * self.chunk_bytes / bw
 
     # ------------------------------------------------------------------ moves
@@ -116,7 +122,7 @@ class Timeline:
 
     def add(self, src: int, dst: int, chunk: int, count: int, reduce: bool, after: float = 0.0) -> float:
         """Append one move (not before ``after``); returns its modelled start."""
-        sk, rk, a, bw = self.pair(src, dst)
+        res, a, bw = self.pair(src, dst)
         dur = a + count * self.chunk_bytes / bw
         arr = self.arrival
         t = max(arr[src], arr[dst], after)
@@ -126,15 +132,17 @@ class Timeline:
             t = max(t, w[ls], w[ld], r[ld])
         else:
             t = max(t, max(w[ls:ls + count]), max(w[ld:ld + count]), max(r[ld:ld + count]))
-        while True:  # the earliest time both ports have a gap of dur
-            t1 = self._fit(sk, t, dur)
-            t2 = self._fit(rk, t1, dur)
-            if t2 == t1:
-                break
-            t = t2
-        end = t1 + dur
-        self._take(sk, t1, end)
-        self._take(rk, t1, end)
+        fit = self._fit
+        moved = True
+        while moved:  # the earliest time every resource has a gap of dur
+            moved = False
+            for x in res:
+                t2 = fit(x, t, dur)
+                if t2 > t:
+                    t, moved = t2, True
+        t1, end = t, t + dur
+        for x in res:
+            self._take(x, t1, end)
         if count == 1:
             w[ld] = end
             if r[ls] < end:

@@ -1,0 +1,447 @@
+"""Several late ranks on a cluster (issue 15, point 3): merge them in waves as they arrive, on the rails.
+
+Our construction (docs/stragglar.md section 10; the bounds are the brief's clusters.md section 4). N nodes
+of G GPUs (synth/algorithms/layout.py ``node_grid``; GPU r of node b with local index g is grid[b, g], and
+the GPUs with local index g form rail g); s bytes per rank; the buffer is G parts of M units (part g is
+units [g M, (g+1) M)). The ranks that arrive first are *punctual*, the others *late*, taken in arrival order.
+
+1. ``pre``: the punctual ranks AllReduce, pipelined by pieces: in every node a ReduceScatter of part g
+   into its owner (local g, or a punctual proxy in the node), a ring AllReduce of part g along rail g
+   among the nodes with punctual ranks (P pieces per part, Patarasuk & Yuan), an AllGather in every node;
+   each piece moves on as soon as it is ready (the list-scheduling model below).
+2. Rail passes. Each part is walked unit run by unit run, again and again, until every late rank is in
+   every unit. A run of units that already holds the sum over the punctual ranks and the first q late
+   ranks (its *holders* are those ranks) takes in the *wave* W: every late rank not yet in it that has
+   arrived by the time the rail can start the run in the model (at least the next one, waited for). So a
+   rank that arrives in the middle of a pass joins the rest of that pass, and the next pass covers the
+   units it missed: after the last arrival about one pass remains, the late-GPU form's work.
+   For a run (part g) and its wave W:
+   - in every node b with wave members W_b, they reduce their units into a collector x_b (the member on
+     rail g if any) over NVLink (late ranks of one node combine for free);
+   - the collectors of the contributing nodes form a chain along rail g (the shortest arc of the ring of
+     nodes, direction alternating per run) that adds up the wave's delta; the last one reduces the delta
+     into a holder (its own node's, over NVLink; when it sits on rail g also raw over its NIC into the
+     next node's holder, so two nodes have the final sum at once), or, in a node without holders, into
+     the next node's holder;
+   - the final sum travels to every other node that has holders or wave members: a pipelined chain
+     along the rail, or two alternating in-order binary trees over those nodes (every node is interior in
+     about one tree: it sends about once per unit; depth log2 N instead of N);
+   - every node spreads it over NVLink from the GPU that received it to its other holders and wave members.
+
+Moves are placed by a list-scheduling model (listsched.Timeline: one message per port and link class at
+a time, data dependencies per (rank, unit)), ordered by modelled start and packed into steps (multi.pack:
+one NVLink and one network message per GPU and direction per step; ports 2); each step's phase is the
+set of ranks that have taken part so far (ir.derived_phases), so nothing waits for a rank it does not need.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from collsynth.apitypes import Arrivals
+from collsynth.errors import CollsynthError
+from collsynth.synth.algorithms import hierarchical
+from collsynth.synth.algorithms.layout import node_grid
+from collsynth.synth.algorithms.stragglar.listsched import Timeline
+from collsynth.synth.algorithms.stragglar.multi import pack, retime
+from collsynth.synth.arrivals import arrival_vector
+from collsynth.synth.ir import Schedule, derived_phases
+from collsynth.synth.simulate import simulate
+from collsynth.units import parse_size
+
+DEFAULT_SIZE = float(2**30)
+MAX_CHUNKS = 4096
+SEARCH_MAX_GPUS = 256  # up to this many GPUs "auto" simulates several (M, broadcast) choices and keeps the best
+
+
+def _inorder(lo: int, hi: int, parent: int, out: list[tuple[int, int]]) -> None:
+    """Edges (parent, child) of the in-order binary tree over positions lo..hi, breadth first per call."""
+    if lo > hi:
+        return
+    mid = (lo + hi + 1) // 2
+    out.append((parent, mid))
+    _inorder(mid + 1, hi, mid, out)  # the larger half first: it has the longer path
+    _inorder(lo, mid - 1, mid, out)
+
+
+def tree_edges(R: int, mirror: bool) -> list[tuple[int, int]]:
+    """Edges (parent, child) over receiver positions 0..R-1 (-1 is the source): the in-order binary tree,
+    or its mirror image (interior positions of one are mostly leaves of the other: the two-tree idea of
+    Sanders, Speck and Traeff, Parallel Computing 2009)."""
+    out: list[tuple[int, int]] = []
+    _inorder(0, R - 1, -1, out)
+    if mirror:
+        out = [(-1 if p < 0 else R - 1 - p, R - 1 - c) for p, c in out]
+    return sorted(out, key=lambda e: _depth(e[1], out))
+
+
+def _depth(pos: int, edges: list[tuple[int, int]]) -> int:
+    par = {c: p for p, c in edges}
+    d = 0
+    while pos >= 0:
+        pos = par[pos]
+        d += 1
+    return d
+
+
+class _Waves:
+    """One schedule under construction (module docstring)."""
+
+    def __init__(self, grid: np.ndarray, times: np.ndarray, M: int, size: float, topology: Any,
+                 tree: bool, cutoff: float | None = None) -> None:
+        self.grid, self.M, self.times, self.tree = grid, M, times, tree
+        self.N, self.G = grid.shape
+        n = grid.size
+        self.tl = Timeline(topology, self.G * M, times, size / (self.G * M))
+        node = np.repeat(np.arange(self.N), self.G)
+        ranks = grid.reshape(-1)
+        same_node = np.repeat(grid, self.G, axis=0).reshape(-1)
+        same_rail = np.repeat(grid.T, self.N, axis=0).reshape(-1)
+        self.tl.prime(np.concatenate([np.repeat(ranks, self.G), np.repeat(grid.T.reshape(-1), self.N)]),
+                      np.concatenate([same_node, same_rail]))
+        self.node_of = np.empty(n, np.int64)
+        self.node_of[ranks] = node
+        t0 = float(times.min()) if cutoff is None else max(float(times.min()), cutoff)
+        self.punctual = [r for r in range(n) if times[r] <= t0]  # the AllReduce before the passes waits for them
+        self.late = sorted((r for r in range(n) if times[r] > t0), key=lambda r: (float(times[r]), r))
+        self.passes = 0
+
+    # ------------------------------------------------------------------ before the first late rank
+    def pre(self) -> None:
+        """Pipelined hierarchical AllReduce of the punctual ranks (module docstring, 1)."""
+        tl, grid, N, G, M = self.tl, self.grid, self.N, self.G, self.M
+        hold = set(self.punctual)
+        nodes = [b for b in range(N) if any(int(x) in hold for x in grid[b])]
+        present = {b: [int(x) for x in grid[b] if int(x) in hold] for b in nodes}
+        local_of = np.empty(grid.size, np.int64)
+        local_of[grid.reshape(-1)] = np.tile(np.arange(G), N)
+        ring: list[list[int]] = []  # per part: the nodes whose rail-g GPU is punctual (all nodes if none is)
+        edges: list[list[int]] = []
+        for g in range(G):
+            full = [b for b in nodes if int(grid[b, g]) in hold] or nodes
+            ring.append(full)
+            edges.append([g * M + (M * j) // len(full) for j in range(len(full) + 1)])
+
+        def owner(b: int, g: int, j: int) -> int:
+            """Holder of piece j of part g in node b: its rail GPU, else a punctual GPU of the node (the
+            pieces of an absent GPU's part spread over the node: NIC receive load)."""
+            r = int(grid[b, g])
+            return r if r in hold else present[b][(g + j) % len(present[b])]
+
+        def piece(g: int, j: int) -> tuple[int, int]:
+            return edges[g][j], edges[g][j + 1] - edges[g][j]
+
+        def local(b: int, j_of: Any, reduce: bool) -> None:
+            """ReduceScatter (``reduce``) or AllGather of the pieces in node b, the t-th piece of each part
+            (``j_of``) at a time, in rounds that pair each punctual GPU with one other (a permutation, so
+            no port waits for another even where an absent GPU's part is spread over the node)."""
+            pres = present[b]
+            m = len(pres)
+            T = max(len(r) for r in ring)
+            for t in range(T):
+                owned: dict[int, list[tuple[int, int]]] = {}
+                for g in range(G):
+                    if t < len(ring[g]):
+                        j = j_of(g, t)
+                        owned.setdefault(owner(b, g, j), []).append(piece(g, j))
+                for sh in range(1, m):
+                    for i in range(m):
+                        y = pres[i]
+                        o = pres[(i + sh) % m] if reduce else pres[(i - sh) % m]
+                        for lo, cnt in owned.get(o, ()):
+                            if cnt:
+                                tl.add(y, o, lo, cnt, True) if reduce else tl.add(o, y, lo, cnt, False)
+
+        def attach_in(b: int, t: int) -> None:
+            """Node b off rail g's ring: its piece (t-th in its order) of part g into the ring node R where the
+            piece ends. Its holder o (on rail h) copies it over its own NIC into R's rail-h GPU, whose copy
+            of that piece is spent (sent in R's ReduceScatter, overwritten by the AllGather), which reduces
+            it into R's owner over NVLink; through the absent GPU's NIC (PXN) if R's rail-h GPU is absent."""
+            for g in range(G):
+                P = len(ring[g])
+                if b in ring[g] or t >= P:
+                    continue
+                j = (-t - 1) % P
+                lo, cnt = piece(g, j)
+                if not cnt:
+                    continue
+                o = owner(b, g, j)
+                R = ring[g][j]
+                mid = int(grid[R, int(local_of[o])])
+                if mid in hold and mid != owner(R, g, j):
+                    tl.add(o, mid, lo, cnt, False)
+                    tl.add(mid, owner(R, g, j), lo, cnt, True)
+                else:
+                    tl.add(o, owner(R, g, j), lo, cnt, True)
+
+        def pos(b: int, g: int) -> int:  # a node's place in rail g's ring (attached nodes: the next one's)
+            return ring[g].index(b) if b in ring[g] else 0
+
+        def out() -> None:
+            """The final pieces back to the nodes off the ring (piece j is final first at ring node R = j): R's
+            owner copies it over NVLink to R's GPU on the rail of the receiving holder (a spent piece there,
+            the AllGather writes the same), which sends it over its NIC; PXN if that GPU is absent."""
+            for g in range(G):
+                for j in range(len(ring[g])):
+                    R = ring[g][j]
+                    lo, cnt = piece(g, j)
+                    for b in nodes:
+                        if b in ring[g] or not cnt:
+                            continue
+                        o = owner(b, g, j)
+                        mid = int(grid[R, int(local_of[o])])
+                        if mid in hold and mid != owner(R, g, j):
+                            tl.add(owner(R, g, j), mid, lo, cnt, False)
+                            tl.add(mid, o, lo, cnt, False)
+                        else:
+                            tl.add(owner(R, g, j), o, lo, cnt, False)
+
+        for b in nodes:  # ReduceScatter in every node, pieces in the order its ring needs them
+            local(b, lambda g, t, b=b: (pos(b, g) - t - 1) % len(ring[g]), True)
+        for t in range(max(len(r) for r in ring)):  # (after every node's: the copies land on spent pieces)
+            for b in nodes:
+                attach_in(b, t)
+        for rs in (True, False):  # ring AllReduce of part g along rail g (Patarasuk & Yuan)
+            if not rs:
+                out()
+            for t in range(max(len(r) for r in ring) - 1):
+                for g in range(G):
+                    P = len(ring[g])
+                    if t >= P - 1:
+                        continue
+                    for i in range(P):
+                        j = (i - t - 1) % P if rs else (i - t) % P
+                        lo, cnt = piece(g, j)
+                        if cnt:
+                            tl.add(owner(ring[g][i], g, j), owner(ring[g][(i + 1) % P], g, j), lo, cnt, rs)
+        for b in nodes:  # AllGather in every node, pieces in the order the ring finishes them there
+            local(b, lambda g, t, b=b: (pos(b, g) - t) % len(ring[g]), False)
+
+    # ------------------------------------------------------------------ the late ranks
+    def merge(self, run: int) -> None:
+        """Rail passes until every late rank is in every unit (module docstring, 2); ``run`` units per run."""
+        G, M, L = self.G, self.M, len(self.late)
+        if not L:
+            return
+        q = [[0] * M for _ in range(G)]  # late ranks (in arrival order) already in each unit
+        cursor = [0] * G
+        count = [0] * G
+        pipe = [0.0] * G  # when rail g can start its next run (the model)
+        arr = [float(self.times[r]) for r in self.late]
+        touched = [[0] * M for _ in range(G)]
+        while True:
+            busy = False
+            for g in range(G):
+                qs = q[g]
+                u = cursor[g]
+                for _ in range(M):
+                    if qs[u] < L:
+                        break
+                    u = (u + 1) % M
+                else:
+                    continue
+                busy = True
+                w = 1
+                while w < run and u + w < M and qs[u + w] == qs[u]:
+                    w += 1
+                q0 = qs[u]
+                t_dec = max(pipe[g], self._ready(g, u, q0))
+                q1 = q0 + 1  # the wave: late ranks arrived by t_dec (at least the next one)
+                while q1 < L and (arr[q1] <= t_dec or arr[q1] <= arr[q0]):
+                    q1 += 1
+                pipe[g] = self._run(g, u, w, q0, q1, count[g])
+                for x in range(u, u + w):
+                    qs[x] = q1
+                    touched[g][x] += 1
+                cursor[g] = (u + w) % M
+                count[g] += 1
+            if not busy:
+                break
+        self.passes = max(max(t) for t in touched)
+
+    def _holders(self, q: int) -> list[list[int]]:
+        hold: list[list[int]] = [[] for _ in range(self.N)]
+        for r in sorted(self.punctual + self.late[:q]):
+            hold[int(self.node_of[r])].append(r)
+        return hold
+
+    def _ready(self, g: int, u: int, q: int) -> float:
+        """When unit u of part g holds its state at the holders on rail g (the model)."""
+        c = g * self.M + u
+        hold = self._holders(q)
+        t = 0.0
+        for b in range(self.N):
+            if hold[b]:
+                hub = int(self.grid[b, g]) if int(self.grid[b, g]) in hold[b] else hold[b][0]
+                t = max(t, self.tl.ready(hub, c))
+        return t
+
+    def _run(self, g: int, f: int, w: int, q0: int, q1: int, k: int) -> float:
+        """Merge late ranks q0..q1-1 into units f..f+w-1 of part g; returns when rail g is free again."""
+        tl, grid, N = self.tl, self.grid, self.N
+        c = g * self.M + f
+        hold = self._holders(q0)
+        wave: list[list[int]] = [[] for _ in range(N)]
+        for r in self.late[q0:q1]:
+            wave[int(self.node_of[r])].append(r)
+        active = [b for b in range(N) if hold[b] or wave[b]]
+        rail = [int(grid[b, g]) for b in range(N)]
+        i0 = len(tl.moves)
+        # collectors: the rail-g GPU of a contributing node if it is a wave member or a holder (a holder's
+        # copy of the state is not needed there: its node's other holders keep it, and the final sum
+        # overwrites it), else a wave member
+        x: dict[int, int] = {}
+        for b in active:
+            if wave[b]:
+                x[b] = rail[b] if rail[b] in wave[b] or rail[b] in hold[b] else wave[b][k % len(wave[b])]
+        keep = {b: [y for y in hold[b] if y != x.get(b)] for b in active}  # holders that keep the state
+        if not any(keep.values()):  # the state must survive somewhere: one collector stays a wave member
+            b = next(b for b in x if hold[b])
+            x[b] = wave[b][0]
+            keep[b] = hold[b]
+        for b, xb in x.items():
+            if xb in hold[b]:
+                tl.add(wave[b][0], xb, c, w, False)  # the first member's units replace the state there
+            for y in wave[b]:  # the wave's members in a node combine over NVLink
+                if y != xb and not (xb in hold[b] and y == wave[b][0]):
+                    tl.add(y, xb, c, w, True)
+
+        def hub(b: int) -> int:
+            return rail[b] if rail[b] in keep[b] else keep[b][(g + k) % len(keep[b])]
+
+        d = 1 if k % 2 == 0 else -1
+        pos = {b: (d * b) % N for b in active}
+        contrib = sorted(x, key=lambda b: pos[b])
+        if len(contrib) > 1:  # start after the largest gap: the shortest arc, so the next node has the state
+            gaps = [(pos[contrib[(i + 1) % len(contrib)]] - pos[contrib[i]]) % N for i in range(len(contrib))]
+            i = int(np.argmax(gaps))
+            contrib = contrib[i + 1:] + contrib[:i + 1]
+        for a, b in zip(contrib, contrib[1:]):  # the wave's sum along the rail
+            tl.add(x[a], x[b], c, w, True)
+        last = contrib[-1]
+        seq = [b for b in ((last + d * h) % N for h in range(1, N)) if b in pos]
+        final: dict[int, int] = {}
+        nxt = next((i for i, b in enumerate(seq) if keep[b]), None)
+        if keep[last] and x[last] == rail[last] and seq and seq[0] not in x and rail[seq[0]] in keep[seq[0]]:
+            nb = seq[0]  # the wave's sum raw over the NIC into the next node's state, and into its own node's
+            tl.add(x[last], hub(nb), c, w, True)
+            tl.add(x[last], hub(last), c, w, True)
+            final[last], final[nb] = hub(last), hub(nb)
+            src, rest = hub(nb), seq[1:]
+        elif keep[last]:
+            tl.add(x[last], hub(last), c, w, True)
+            final[last] = hub(last)
+            src, rest = hub(last), seq
+            if x[last] == rail[last] != hub(last):  # the final sum back to the rail GPU, which sends it on
+                tl.add(hub(last), x[last], c, w, False)
+                src = x[last]
+        else:
+            assert nxt is not None  # the punctual ranks keep the state somewhere
+            nb = seq[nxt]
+            tl.add(x[last], hub(nb), c, w, True)
+            final[nb] = hub(nb)
+            src, rest = hub(nb), seq[nxt + 1:] + [last] + seq[:nxt]
+        recv = [x[b] if b in x and x[b] == rail[b] else (hub(b) if keep[b] else x[b]) for b in rest]
+        if self.tree and len(rest) > 2:
+            for p, ch in tree_edges(len(rest), k % 2 == 1):
+                tl.add(src if p < 0 else recv[p], recv[ch], c, w, False)
+        else:
+            prev = src
+            for r in recv:
+                tl.add(prev, r, c, w, False)
+                prev = r
+        final.update(zip(rest, recv))
+        for b in active:  # spread over NVLink
+            fb = final[b]
+            for y in hold[b] + wave[b]:
+                if y != fb and not (y == src and b == last):
+                    tl.add(fb, y, c, w, False)
+        nodes = self.node_of
+        ends = [tl.end[i] for i in range(i0, len(tl.moves))
+                if nodes[tl.moves[i][0]] != nodes[tl.moves[i][1]]]
+        return min(ends) if ends else tl.end[-1]
+
+    def schedule(self, n: int, meta: dict[str, object], name: str) -> Schedule:
+        atoms = self.tl.ordered()
+        steps = pack(atoms, self.tl.classes, self.times)
+        mv = np.array([a[0] for a in atoms], np.int64).reshape(-1, 5)
+        nsteps = int(steps.max()) + 1 if len(steps) else 0
+        phases = derived_phases(n, steps, mv[:, 0], mv[:, 1], nsteps)
+        return Schedule.from_arrays("allreduce", n, self.G * self.M, step=steps, src=mv[:, 0], dst=mv[:, 1],
+                                    chunk=mv[:, 2], count=mv[:, 3], reduce=mv[:, 4].astype(bool), nsteps=nsteps,
+                                    phases=phases, ports=2, name=name, meta=meta)
+
+
+def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, run: int = 1,
+              tree: bool = True, cutoff: float | None = None) -> Schedule:
+    """One schedule for a given M (units per part), ``run`` (units per message), broadcast (tree or chain)
+    and ``cutoff``: the late ranks arriving by then count as punctual (the first AllReduce waits for them)."""
+    grid = node_grid(topology, n)
+    times = arrival_vector(arrivals, n)
+    plan = _Waves(grid, times, M, size, topology, tree, cutoff)
+    plan.pre()
+    plan.merge(run)
+    meta: dict[str, object] = {"algorithm": "clusterstraggler", "form": "waves",
+                               "late": [[r, float(times[r])] for r in plan.late], "punctual": len(plan.punctual),
+                               "nodes": int(grid.shape[0]), "gpus_per_node": int(grid.shape[1]), "pipeline": M,
+                               "broadcast": "two-tree" if tree else "chain", "passes": plan.passes,
+                               "topology_name": topology.name}
+    spec = getattr(topology, "spec", None)
+    if spec is not None:
+        meta["topology"] = spec
+    return plan.schedule(n, meta, f"clusterstraggler_waves_n{n}_l{len(plan.late)}")
+
+
+def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = None, topology: Any = None,
+          pipeline: int | str = "auto") -> Schedule:
+    """Waves of late ranks on a cluster topology (module docstring). ``pipeline`` is M (units per part) or
+    "auto". Up to SEARCH_MAX_GPUS GPUs the fastest simulated of: every cutoff (no late rank absorbed into the
+    first AllReduce, or all up to one arrival time) with M = 32 and chains, then at the best cutoff M = 16
+    with chains and with two trees, each also retimed (multi.retime: its moves reordered by their simulated
+    start), and the synchronous ``hierarchical`` schedule (form "synchronous") when
+    it is faster still; above it M = 16, chains, nothing absorbed."""
+    grid = node_grid(topology, n)
+    N, G = grid.shape
+    if N < 2:
+        raise CollsynthError("the waves form of clusterstraggler needs a topology with at least 2 nodes")
+    s_bytes = DEFAULT_SIZE if size is None else float(parse_size(size) if isinstance(size, str) else size)
+    if pipeline != "auto":
+        if isinstance(pipeline, bool) or not isinstance(pipeline, (int, np.integer)) or pipeline < 1 \
+                or G * int(pipeline) > MAX_CHUNKS:
+            raise CollsynthError(f"--pipeline for clusterstraggler must be auto or an integer from 1 to "
+                                 f"{MAX_CHUNKS // G}, got {pipeline!r}")
+        return construct(n, arrivals, s_bytes, topology, int(pipeline), tree=False)
+    if n > SEARCH_MAX_GPUS:
+        return construct(n, arrivals, s_bytes, topology, 16, tree=False)
+    times = arrival_vector(arrivals, n)
+    best: tuple[float, int, Schedule] | None = None
+    tried = 0
+
+    def consider(M: int, tree: bool, cutoff: float | None) -> None:
+        nonlocal best, tried
+        s = construct(n, arrivals, s_bytes, topology, M, 1, tree, cutoff)
+        s = s.replace(meta={**s.meta, "cutoff_s": float(times.min()) if cutoff is None else cutoff})
+        sim = simulate(s, s_bytes, topology, times)
+        assert sim.start_s is not None
+        again = retime(s, sim.start_s)  # the moves reordered by their simulated start, repacked
+        for cand, t in ((s, sim.completion_s), (again, simulate(again, s_bytes, topology, times).completion_s)):
+            tried += 1
+            if best is None or t < best[0] * (1 - 1e-12):
+                best = (t, tried, cand if cand is s else cand.replace(meta={**cand.meta, "retimed": True}))
+
+    late = sorted(set(float(t) for t in times if t > times.min()))
+    for cut in [None, *late]:  # the last: everybody in one AllReduce
+        consider(32, False, cut)
+    assert best is not None
+    cut = float(best[2].meta["cutoff_s"])  # type: ignore[arg-type]
+    consider(16, False, cut)
+    consider(16, True, cut)
+    sync = hierarchical.build(n, topology=topology, size=s_bytes)  # when waiting for everyone is faster
+    t = simulate(sync, s_bytes, topology, times).completion_s
+    if t < best[0] * (1 - 1e-12):
+        return sync.replace(meta={**sync.meta, "algorithm": "clusterstraggler", "form": "synchronous",
+                                  "synchronous": "hierarchical", "late": [[r, float(times[r])] for r in
+                                                                          range(n) if times[r] > times.min()]})
+    return best[2]

@@ -1,0 +1,116 @@
+"""`collsynth reproduce cluster` (issue 15 point 6): rows checked against independently built, verified and
+simulated schedules and the bound, the plot, determinism and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from collsynth.cli import main as cli_main
+from collsynth.synth.algorithms.layout import node_grid
+from collsynth.synth.algorithms.stragglar.cluster_study import DEFAULT_NODES, case_arrivals, cluster_row
+from collsynth.synth.bounds import allreduce_bound
+from collsynth.synth.registry import build_schedule
+from collsynth.synth.simulate import simulate
+from collsynth.synth.topology import make_topology
+from collsynth.synth.verify import check
+
+GiB = 2**30
+
+
+def test_arrival_cases_on_two_nodes():
+    grid = node_grid(make_topology("h100-cluster", 16), 16)
+    assert case_arrivals("gpu", grid, 0.05, 15) == {5: 0.05}
+    assert case_arrivals("node", grid, 0.05, 15) == {r: 0.05 for r in range(8, 16)}
+    rnd = case_arrivals("random", grid, 0.05, 15)
+    assert 2 <= len(rnd) <= 8 and all(0 <= t < 10e-3 for t in rnd.values())
+    assert rnd == case_arrivals("random", grid, 0.05, 15) != case_arrivals("random", grid, 0.05, 16)
+
+
+@pytest.mark.parametrize("case", ["gpu", "node"])
+def test_row_matches_schedules_simulated_independently(case):
+    row = cluster_row(2, case)
+    topo = make_topology("h100-cluster", 16)
+    arr = {5: 0.05} if case == "gpu" else {r: 0.05 for r in range(8, 16)}
+    assert row["late_ranks"] == sorted(arr) and row["ours"] == "clusterstraggler"
+    s = check(build_schedule("clusterstraggler", 16, topology=topo, arrivals=arr, size=GiB))
+    ours = simulate(s, GiB, topo, arr)
+    assert row["ours_after_s"] == pytest.approx(ours.after_last_arrival_s, rel=1e-12)
+    sync = {}
+    for a in ("ring", "multiring", "hierarchical", "tree"):
+        params = {"topology": topo, **({"size": GiB} if a in ("hierarchical", "tree") else {})}
+        sync[a] = simulate(check(build_schedule(a, 16, **params)), GiB, topo, arr).after_last_arrival_s
+    assert row["sync_after_s"] == pytest.approx(min(sync.values()), rel=1e-12)
+    assert row["best_sync"] == min(sync, key=sync.get)
+    times = np.zeros(16)
+    times[list(arr)] = 0.05
+    assert row["bound_after_s"] == pytest.approx(allreduce_bound(topo, GiB, times).after_last_arrival_s, rel=1e-12)
+    assert row["speedup"] == pytest.approx(row["sync_after_s"] / row["ours_after_s"])
+    assert row["ours_x_bound"] >= 1 and row["sync_x_bound"] >= 1  # nothing beats a proven bound
+    if case == "gpu":
+        assert row["speedup"] > 1  # one late GPU: ours is faster after its arrival than any synchronous schedule
+
+
+def test_cli_json_plot_and_determinism(tmp_path, capsys):
+    png = tmp_path / "c.png"
+    assert cli_main(["reproduce", "cluster", "--nodes", "2", "--json", "--plot", str(png)]) == 0
+    first = capsys.readouterr().out
+    d = json.loads(first)
+    assert d["study"] == "cluster" and d["size_bytes"] == GiB and [r["case"] for r in d["rows"]] == ["gpu", "node",
+                                                                                                      "random"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rnd = d["rows"][2]
+    assert rnd["ours"] in ("clusterstraggler", "multistraggler") and rnd["ours_x_bound"] >= 1
+    assert cli_main(["reproduce", "cluster", "--nodes", "2", "--json"]) == 0
+    assert capsys.readouterr().out == first  # byte-identical reruns
+    assert tuple(DEFAULT_NODES) == (2, 4, 8, 16)
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--nodes", "1"], "--nodes values must be >= 2"),
+    (["--nodes", "2,x"], "--nodes must be comma-separated"),
+    (["--delay", "0"], "--delay must be a positive"),
+    (["--delay", "nan"], "--delay"),
+    (["--delay", "1e400s"], "--delay"),
+    (["--size", "-1"], "--size"),
+    (["--plot", "out.jpg"], "PNG"),
+    (["-t", "nvswitch"], "nvswitch"),
+])
+def test_bad_input_is_one_line_exit_2(argv, msg, capsys):
+    assert cli_main(["reproduce", "cluster", "--nodes", "2", *argv] if "--nodes" not in argv
+                    else ["reproduce", "cluster", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and msg in err, err
+
+
+def test_memory_estimate_refuses_before_work(capsys):
+    assert cli_main(["--max-memory", "64MiB", "reproduce", "cluster", "--nodes", "2,128"]) == 2
+    err = capsys.readouterr().err
+    assert "128 nodes" in err and "largest that fits is" in err, err
+
+
+def _topology_file(path, N, G):
+    """N nodes of G GPUs as a topology JSON: an NVSwitch per node, one NIC per GPU into its rail switch."""
+    links = []
+    for r in range(N * G):
+        links.append({"src": r, "dst": f"nvsw{r // G}", "class": "nvlink", "alpha": "1.7us", "bandwidth": "450GB/s"})
+        links.append({"src": r, "dst": f"rail{r % G}", "class": "net", "alpha": "7us", "bandwidth": "50GB/s"})
+    d = {"name": f"json-{N}x{G}", "gpus": N * G, "links": links, "ports": {"nvlink": 1, "net": 1},
+         "switches": [f"nvsw{a}" for a in range(N)] + [f"rail{g}" for g in range(G)],
+         "nodes": [list(range(a * G, (a + 1) * G)) for a in range(N)], "fabric": "rail"}
+    path.write_text(json.dumps(d))
+    return str(path)
+
+
+def test_topology_file(tmp_path, capsys):
+    f = _topology_file(tmp_path / "t.json", 2, 4)
+    assert cli_main(["reproduce", "cluster", "--nodes", "2", "--gpus-per-node", "4", "-t", f, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["gpus"] for r in rows] == [8, 8, 8] and rows[0]["late_ranks"] == [3] and rows[1]["late_ranks"] == [4, 5,
+                                                                                                                  6, 7]
+    assert all(r["ours_x_bound"] >= 1 and r["sync_x_bound"] >= 1 for r in rows)
+    for argv in (["--nodes", "2"], ["--nodes", "4", "--gpus-per-node", "4"]):
+        assert cli_main(["reproduce", "cluster", *argv, "-t", f]) == 2
+        assert "use --nodes 2 --gpus-per-node 4" in capsys.readouterr().err
