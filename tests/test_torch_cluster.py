@@ -21,7 +21,7 @@ from collsynth.backends.torch.launch import launch  # noqa: E402
 from collsynth.errors import CollsynthError  # noqa: E402
 
 N, G = 8, 4
-LATE = 0.6  # seconds; the window is 0.15
+LATE = 1.0  # seconds; the window is 0.3 (an arrival 0.3 s behind its peers would be taken for late)
 CASES = (("gpu", {5: LATE}), ("node", {r: LATE for r in range(4, 8)}), ("node0", {r: LATE for r in range(4)}),
          ("none", {}))
 
@@ -29,7 +29,7 @@ CASES = (("gpu", {5: LATE}), ("node", {r: LATE for r in range(4, 8)}), ("node0",
 def world(rank: int, n: int) -> dict:
     from collsynth.backends.torch.straggler import StragglerAwareAllReduce
 
-    sar = StragglerAwareAllReduce(gpus_per_node=G, cluster_params={"pipeline": 2, "size": 4096}, window=0.15,
+    sar = StragglerAwareAllReduce(gpus_per_node=G, cluster_params={"pipeline": 2, "size": 4096}, window=0.3,
                                   timeout=60)
     out = {}
     for i, (case, late) in enumerate(CASES):
@@ -42,6 +42,16 @@ def world(rank: int, n: int) -> dict:
         sar(x)
         a = sar.last
         out[case] = (a.form, a.late, a.straggler, a.schedule, bool(torch.equal(x, ref)))
+    # the same from a Topology object, the family built up front
+    from collsynth.synth.topology import cluster_topology
+
+    sar = StragglerAwareAllReduce(topology=cluster_topology(2, G), cluster_params={"pipeline": 2}, prebuild=True,
+                                  window=0.3, timeout=60)
+    x = torch.arange(1003, dtype=torch.float32) * (rank + 1)
+    dist.barrier()
+    time.sleep(LATE if rank == 6 else 0.0)
+    sar(x)
+    out["prebuilt"] = (sar.last.form, sar.last.late, bool(torch.equal(x, torch.arange(1003.0) * 36)))
     return out
 
 
@@ -57,6 +67,8 @@ def test_late_gpu_and_late_node_forms_are_chosen_and_exact(results):
         assert all(g[:3] == (form, late, straggler) for g in got), (case, got)
         assert len({g[3] for g in got}) == 1 and got[0][3].startswith(f"clusterstraggler_{form}_n8"), got
         assert all(g[4] for g in got), case  # exact: bit-identical to torch's all_reduce
+    assert all(results[r]["prebuilt"] == ("gpu", (6,), True) for r in range(N)), [results[r]["prebuilt"]
+                                                                                 for r in range(N)]
     none = [results[r]["none"] for r in range(N)]
     assert len({g[:4] for g in none}) == 1 and all(g[4] for g in none)  # whatever was agreed, all agree
 

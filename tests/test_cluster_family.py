@@ -1,0 +1,25 @@
+"""synth.algorithms.stragglar.family.ClusterFamily (issue 15 point 5): one verified clusterstraggler schedule
+per late GPU and per late node, built lazily and cached, or all up front."""
+
+from __future__ import annotations
+
+from collsynth.synth.algorithms.stragglar.family import ClusterFamily
+from collsynth.synth.topology import cluster_topology
+from collsynth.synth.verify import verify
+
+
+def test_every_member_is_verified_and_has_the_form_of_its_late_set():
+    fam = ClusterFamily(cluster_topology(2, 4), pipeline=2)
+    assert fam.late_sets() == [frozenset((r,)) for r in range(8)] + [frozenset(range(4)), frozenset(range(4, 8))]
+    lazy = fam.get([5])
+    assert lazy is not None and fam.get((5,)) is lazy  # built once, then cached
+    members = fam.build_all()
+    assert members[frozenset((5,))] is lazy and len(members) == 10
+    for late, s in members.items():
+        assert verify(s).ok
+        assert s.meta["form"] == ("gpu" if len(late) == 1 else "node") and set(s.meta["late"]) == late
+        # the late ranks take no part before the punctual ranks' phase is over
+        first = s.phases[0]
+        assert late.isdisjoint(first.waits_for) and set(first.waits_for) | late == set(range(8))
+    assert len({s.name for s in members.values()}) == 10
+    assert fam.get([4, 5]) is None and fam.get([]) is None and fam.get([8]) is None
