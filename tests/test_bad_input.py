@@ -451,7 +451,9 @@ def test_owner_out_of_range_is_bad_input(capsys, tmp_path):
 
 @pytest.mark.parametrize("field,value,needle", [("alpha", 1e308, "too long"), ("alpha", -1.0, "non-negative"),
                                                 ("bandwidth", 1e-300, "out of range"),
-                                                ("bandwidth", 1e300, "out of range")])
+                                                ("bandwidth", 1e300, "out of range"),
+                                                ("alpha", 10**400, "too long"),  # an int beyond a float:
+                                                ("bandwidth", 10**400, "out of range")])  # OverflowError before
 def test_topology_numbers_are_range_checked_like_text(capsys, tmp_path, field, value, needle):
     """A raw number for alpha or bandwidth in a topology file overflowed the model to inf (a numpy
     warning on stderr and 'time inf must be finite'); it is checked like "3us" is."""
