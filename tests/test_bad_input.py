@@ -474,3 +474,17 @@ def test_plan_buffer_list_of_the_wrong_type_is_named(capsys, tmp_path, ring4, va
     plan.write_text(json.dumps(d))
     code, _, err = run(capsys, "verify", plan)
     one_line_exit_2(code, err, "'dst_buff': must be a list")
+
+
+def test_mscclpp_plan_size_is_estimated_before_loading_and_running(capsys, tmp_path, ring4):
+    """Issue 13 Scale: the plan reader checks the text's bytes before decoding, and thread blocks x ops x
+    launches before the symbolic execution, against --max-memory and --max-time."""
+    plan = tmp_path / "plan.json"
+    assert run(capsys, "emit", ring4, "--format", "mscclpp-plan", "-o", plan)[0] == 0
+    code, _, err = run(capsys, "--max-memory", "64KiB", "verify", plan)
+    one_line_exit_2(code, err, "bytes of JSON) needs about")
+    assert "--max-memory" in err
+    code, _, err = run(capsys, "--max-time", "1us", "verify", plan)
+    one_line_exit_2(code, err, "thread blocks")
+    assert "ops" in err and "--max-time" in err
+    assert run(capsys, "verify", plan)[0] == 0
