@@ -319,8 +319,8 @@ class ClusterPlan:
         spreads that can follow at once."""
         if self._fast:
             self._gather_row(plans, j)
-        else:
-            for g, p in enumerate(plans):
+        else:  # the roots first, the node peer that only spreads in the wave's node (case B) last
+            for g, p in sorted(enumerate(plans), key=lambda x: (x[1]["case"] == "B", x[0])):
                 self._gather(p, g, j)
 
     def _root_spreads(self, plans: list[dict[str, Any]], j: int) -> None:
@@ -569,7 +569,7 @@ def after_arrival_estimate(form: str, N: int, G: int, M: int, runs: list[tuple[i
     then the broadcast's drain (log2 N hops of the last block) and the last row's spread. Late node:
     the larger of its GPUs' NVLink work (a ReduceScatter and an AllGather of every row: 2(G-1)/G s and
     2 log2 G messages per row) and the NIC path (the first row's reduction, the broadcast's blocks +
-    log2 N rounds, the last row's spread)."""
+    log2 N - 1 rounds, the last row's spread)."""
     a_nv, b_nv, a_net, b_net = model
     unit = size / (G * M)
     hops = math.ceil(math.log2(N)) if N > 1 else 0
@@ -578,7 +578,7 @@ def after_arrival_estimate(form: str, N: int, G: int, M: int, runs: list[tuple[i
     if form == "node":
         nv = sum(2 * steps * a_nv + 2 * (G - 1) * w * unit / b_nv for _, w in runs)
         row = steps * a_nv + (G - 1) * runs[0][1] * unit / b_nv
-        nic = sum(a_net + w * unit / b_net for _, w in runs) + hops * (a_net + w_last * unit / b_net)
+        nic = sum(a_net + w * unit / b_net for _, w in runs) + (hops - 1) * (a_net + w_last * unit / b_net)
         return max(nv, 2 * row + nic)
     t = 0.0
     for _, w in runs:
