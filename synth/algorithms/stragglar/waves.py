@@ -45,7 +45,7 @@ from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import hierarchical
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar.listsched import Timeline
-from collsynth.synth.algorithms.stragglar.multi import pack
+from collsynth.synth.algorithms.stragglar.multi import pack, retime
 from collsynth.synth.arrivals import arrival_vector
 from collsynth.synth.ir import Schedule, derived_phases
 from collsynth.synth.simulate import simulate
@@ -115,6 +115,8 @@ class _Waves:
         hold = set(self.punctual)
         nodes = [b for b in range(N) if any(int(x) in hold for x in grid[b])]
         present = {b: [int(x) for x in grid[b] if int(x) in hold] for b in nodes}
+        local_of = np.empty(grid.size, np.int64)
+        local_of[grid.reshape(-1)] = np.tile(np.arange(G), N)
         ring: list[list[int]] = []  # per part: the nodes whose rail-g GPU is punctual (all nodes if none is)
         edges: list[list[int]] = []
         for g in range(G):
@@ -132,49 +134,75 @@ class _Waves:
             return edges[g][j], edges[g][j + 1] - edges[g][j]
 
         def local(b: int, j_of: Any, reduce: bool) -> None:
-            for t in range(max(len(r) for r in ring)):
-                if reduce and t:
-                    attach_in(b, t - 1)
-                for s in range(1, G):
-                    for li in range(G):
-                        y = int(grid[b, li])
-                        g = (li + s) % G if reduce else (li - s) % G
-                        P = len(ring[g])
-                        if t >= P or y not in hold:
-                            continue
+            """ReduceScatter (``reduce``) or AllGather of the pieces in node b, the t-th piece of each part
+            (``j_of``) at a time, in rounds that pair each punctual GPU with one other (a permutation, so
+            no port waits for another even where an absent GPU's part is spread over the node)."""
+            pres = present[b]
+            m = len(pres)
+            T = max(len(r) for r in ring)
+            for t in range(T):
+                owned: dict[int, list[tuple[int, int]]] = {}
+                for g in range(G):
+                    if t < len(ring[g]):
                         j = j_of(g, t)
-                        o = owner(b, g, j)
-                        lo, cnt = piece(g, j)
-                        if o != y and cnt:
-                            tl.add(y, o, lo, cnt, True) if reduce else tl.add(o, y, lo, cnt, False)
-            if reduce:
-                attach_in(b, max(len(r) for r in ring) - 1)
+                        owned.setdefault(owner(b, g, j), []).append(piece(g, j))
+                for sh in range(1, m):
+                    for i in range(m):
+                        y = pres[i]
+                        o = pres[(i + sh) % m] if reduce else pres[(i - sh) % m]
+                        for lo, cnt in owned.get(o, ()):
+                            if cnt:
+                                tl.add(y, o, lo, cnt, True) if reduce else tl.add(o, y, lo, cnt, False)
 
         def attach_in(b: int, t: int) -> None:
-            """Node b off rail g's ring: its piece (t-th in its order) of part g into the ring node where the
-            piece ends (right after the node's ReduceScatter of that piece)."""
+            """Node b off rail g's ring: its piece (t-th in its order) of part g into the ring node R where the
+            piece ends. Its holder o (on rail h) copies it over its own NIC into R's rail-h GPU, whose copy
+            of that piece is spent (sent in R's ReduceScatter, overwritten by the AllGather), which reduces
+            it into R's owner over NVLink; through the absent GPU's NIC (PXN) if R's rail-h GPU is absent."""
             for g in range(G):
                 P = len(ring[g])
                 if b in ring[g] or t >= P:
                     continue
                 j = (-t - 1) % P
                 lo, cnt = piece(g, j)
-                if cnt:
-                    tl.add(owner(b, g, j), owner(ring[g][j], g, j), lo, cnt, True)
+                if not cnt:
+                    continue
+                o = owner(b, g, j)
+                R = ring[g][j]
+                mid = int(grid[R, int(local_of[o])])
+                if mid in hold and mid != owner(R, g, j):
+                    tl.add(o, mid, lo, cnt, False)
+                    tl.add(mid, owner(R, g, j), lo, cnt, True)
+                else:
+                    tl.add(o, owner(R, g, j), lo, cnt, True)
 
         def pos(b: int, g: int) -> int:  # a node's place in rail g's ring (attached nodes: the next one's)
             return ring[g].index(b) if b in ring[g] else 0
 
-        def out() -> None:  # the final pieces back to the nodes off the ring (piece j is final first at ring node j)
+        def out() -> None:
+            """The final pieces back to the nodes off the ring (piece j is final first at ring node R = j): R's
+            owner copies it over NVLink to R's GPU on the rail of the receiving holder (a spent piece there,
+            the AllGather writes the same), which sends it over its NIC; PXN if that GPU is absent."""
             for g in range(G):
                 for j in range(len(ring[g])):
+                    R = ring[g][j]
+                    lo, cnt = piece(g, j)
                     for b in nodes:
-                        lo, cnt = piece(g, j)
-                        if b not in ring[g] and cnt:
-                            tl.add(owner(ring[g][j], g, j), owner(b, g, j), lo, cnt, False)
+                        if b in ring[g] or not cnt:
+                            continue
+                        o = owner(b, g, j)
+                        mid = int(grid[R, int(local_of[o])])
+                        if mid in hold and mid != owner(R, g, j):
+                            tl.add(owner(R, g, j), mid, lo, cnt, False)
+                            tl.add(mid, o, lo, cnt, False)
+                        else:
+                            tl.add(owner(R, g, j), o, lo, cnt, False)
 
         for b in nodes:  # ReduceScatter in every node, pieces in the order its ring needs them
             local(b, lambda g, t, b=b: (pos(b, g) - t - 1) % len(ring[g]), True)
+        for t in range(max(len(r) for r in ring)):  # (after every node's: the copies land on spent pieces)
+            for b in nodes:
+                attach_in(b, t)
         for rs in (True, False):  # ring AllReduce of part g along rail g (Patarasuk & Yuan)
             if not rs:
                 out()
@@ -371,7 +399,8 @@ def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = No
     """Waves of late ranks on a cluster topology (module docstring). ``pipeline`` is M (units per part) or
     "auto". Up to SEARCH_MAX_GPUS GPUs the fastest simulated of: every cutoff (no late rank absorbed into the
     first AllReduce, or all up to one arrival time) with M = 32 and chains, then at the best cutoff M = 16
-    with chains and with two trees, and the synchronous ``hierarchical`` schedule (form "synchronous") when
+    with chains and with two trees, each also retimed (multi.retime: its moves reordered by their simulated
+    start), and the synchronous ``hierarchical`` schedule (form "synchronous") when
     it is faster still; above it M = 16, chains, nothing absorbed."""
     grid = node_grid(topology, n)
     N, G = grid.shape
@@ -393,10 +422,14 @@ def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = No
     def consider(M: int, tree: bool, cutoff: float | None) -> None:
         nonlocal best, tried
         s = construct(n, arrivals, s_bytes, topology, M, 1, tree, cutoff)
-        t = simulate(s, s_bytes, topology, times).completion_s
-        tried += 1
-        if best is None or t < best[0] * (1 - 1e-12):
-            best = (t, tried, s.replace(meta={**s.meta, "cutoff_s": cutoff or float(times.min())}))
+        s = s.replace(meta={**s.meta, "cutoff_s": float(times.min()) if cutoff is None else cutoff})
+        sim = simulate(s, s_bytes, topology, times)
+        assert sim.start_s is not None
+        again = retime(s, sim.start_s)  # the moves reordered by their simulated start, repacked
+        for cand, t in ((s, sim.completion_s), (again, simulate(again, s_bytes, topology, times).completion_s)):
+            tried += 1
+            if best is None or t < best[0] * (1 - 1e-12):
+                best = (t, tried, cand if cand is s else cand.replace(meta={**cand.meta, "retimed": True}))
 
     late = sorted(set(float(t) for t in times if t > times.min()))
     for cut in [None, *late]:  # the last: everybody in one AllReduce
