@@ -144,6 +144,9 @@ def parse_rate(text: str | float, *, flag: str | None = None) -> float:
         if not math.isfinite(text) or text <= 0:
             raise CollsynthError(_prefixed(flag, f"bandwidth {text!r} must be a positive finite rate, "
                                                  "e.g. 450GiB/s"))
+        if not 1 <= text <= MAX_BYTES:  # below 1 B/s every transfer time overflows to infinity in the model
+            raise CollsynthError(_prefixed(flag, f"bandwidth {text!r} bytes/s is out of range: 1 to {MAX_BYTES} "
+                                                 "bytes/s, e.g. 450GiB/s"))
         return float(text)
     s = str(text).strip()
     if s.lower().endswith("/s"):
