@@ -13,8 +13,10 @@ tests/test_estimate.py checks them against built schedules):
   transfers of K chunks), then K(n-1) - 1 + ceil(log2 n) completion rounds of at most n transfers;
   n neither a power of two nor stored (stragglar/tables.py) adds the phase-2 design program, about
   SEARCH_S_PER_N2 x n^2 seconds (measured: n = 400 in 10 s, n = 1000 in 65 s, one core).
-- multistraggler, clusterstraggler: StragglAR's completion plus the late ranks' streams, each form
-  built and simulated (3 per late rank, two orders each) when a size is given.
+- multistraggler (and clusterstraggler on one node): StragglAR's completion plus the late ranks'
+  streams, each form built and simulated (3 per late rank, two orders each) when a size is given.
+- clusterstraggler on N nodes of G: the AllReduce before the arrival, 2nG chunk moves of M units per
+  part, then per block at most 2GN + nG transfers (``_cluster``).
 - hierarchical: K slices of a ring-shaped ReduceScatter/AllGather inside nodes and rails across them
   (its auto K keeps the transfers under hierarchical.MAX_TRANSFERS).
 - tree: two trees, K slices each reduced and broadcast over n-1 edges: 4K(n-1) transfers.
@@ -28,6 +30,7 @@ from typing import Any
 from collsynth.budget import Work
 from collsynth.synth.algorithms import hierarchical, tree
 from collsynth.synth.algorithms.stragglar import pipeline as stragglar_pipeline
+from collsynth.synth.algorithms.stragglar.cluster import MAX_CHUNKS, UNITS
 from collsynth.synth.algorithms.stragglar.tables import stored_sizes
 
 SEARCH_S_PER_N2 = 8e-5  # StragglAR's phase-2 design search: about this many seconds x n^2
@@ -83,6 +86,21 @@ def _stragglar(n: int, k: int, always: bool = False) -> Work:
                 stragglar_search_seconds(n, always))
 
 
+def _cluster(n: int, nodes: int, pipeline: Any) -> Work:
+    """clusterstraggler on N nodes of G (stragglar/cluster.py): the AllReduce before the arrival (parts of
+    M units: ReduceScatter and AllGather in every node, a ring per rail), then per block the wave's
+    reduces, the rail broadcasts (with two-way exchanges) and every node's spread."""
+    G = n // nodes
+    auto = max(m for m in UNITS if G * m <= MAX_CHUNKS) if any(G * m <= MAX_CHUNKS for m in UNITS) else 1
+    M = _pipeline_k(n, pipeline, auto)
+    pre_t = 2 * n * (G - 1) + 2 * n * nodes
+    pre_m = 2 * n * G * M
+    per_t = 2 * G * nodes + n * G
+    per_m = 2 * G * nodes + 2 * n * G
+    steps = 2 * (G + nodes) + M * (nodes + 2 * G + 8)
+    return Work(n, G * M, steps, pre_t + M * per_t, pre_m + M * per_m)
+
+
 def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, Any] | None = None,
          always: bool = False) -> Work:
     """About the work of ``build_schedule(name, n, collective, **params)`` (budget.Work); ``always``:
@@ -104,6 +122,13 @@ def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, 
     if name == "stragglar":
         kmax = min(stragglar_pipeline.AUTO_MAX, stragglar_pipeline.max_pipeline_for_build(n))
         return _stragglar(n, _pipeline_k(n, params.get("pipeline", 1), kmax), always)
+    if name == "clusterstraggler":
+        topo = params.get("topology")
+        if isinstance(topo, str):  # a preset or file: registry checks again once the Topology is built
+            return _ring(n, collective)
+        nodes = int(getattr(topo, "node_count", 1) or 1)
+        if nodes > 1 and n % nodes == 0 and n // nodes > 1:
+            return _cluster(n, nodes, pipe)
     if name in ("multistraggler", "clusterstraggler"):
         kmax = min(stragglar_pipeline.AUTO_MAX, stragglar_pipeline.max_pipeline_for_build(n))
         base = _stragglar(n, _pipeline_k(n, pipe, kmax), always)
