@@ -451,7 +451,9 @@ def test_owner_out_of_range_is_bad_input(capsys, tmp_path):
 
 @pytest.mark.parametrize("field,value,needle", [("alpha", 1e308, "too long"), ("alpha", -1.0, "non-negative"),
                                                 ("bandwidth", 1e-300, "out of range"),
-                                                ("bandwidth", 1e300, "out of range")])
+                                                ("bandwidth", 1e300, "out of range"),
+                                                ("alpha", 10**400, "too long"),  # an int beyond a float:
+                                                ("bandwidth", 10**400, "out of range")])  # OverflowError before
 def test_topology_numbers_are_range_checked_like_text(capsys, tmp_path, field, value, needle):
     """A raw number for alpha or bandwidth in a topology file overflowed the model to inf (a numpy
     warning on stderr and 'time inf must be finite'); it is checked like "3us" is."""
@@ -472,3 +474,17 @@ def test_plan_buffer_list_of_the_wrong_type_is_named(capsys, tmp_path, ring4, va
     plan.write_text(json.dumps(d))
     code, _, err = run(capsys, "verify", plan)
     one_line_exit_2(code, err, "'dst_buff': must be a list")
+
+
+def test_mscclpp_plan_size_is_estimated_before_loading_and_running(capsys, tmp_path, ring4):
+    """Issue 13 Scale: the plan reader checks the text's bytes before decoding, and thread blocks x ops x
+    launches before the symbolic execution, against --max-memory and --max-time."""
+    plan = tmp_path / "plan.json"
+    assert run(capsys, "emit", ring4, "--format", "mscclpp-plan", "-o", plan)[0] == 0
+    code, _, err = run(capsys, "--max-memory", "64KiB", "verify", plan)
+    one_line_exit_2(code, err, "bytes of JSON) needs about")
+    assert "--max-memory" in err
+    code, _, err = run(capsys, "--max-time", "1us", "verify", plan)
+    one_line_exit_2(code, err, "thread blocks")
+    assert "ops" in err and "--max-time" in err
+    assert run(capsys, "verify", plan)[0] == 0

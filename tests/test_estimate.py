@@ -21,9 +21,10 @@ CASES += [("stragglar", "allreduce", {"pipeline": 3}), ("stragglar", "allreduce"
           ("hierarchical", "allreduce", {"topology": "h100-cluster", "pipeline": 3}),
           ("multistraggler", "allreduce", {"arrivals": {1: 1e-3, 2: 2e-3}}),
           ("multistraggler", "allreduce", {"arrivals": {1: 1e-3}, "size": 2**20}),
-          ("clusterstraggler", "allreduce", {"topology": "h100-cluster", "arrivals": {5: 0.05}, "size": 2**30}),
-          ("clusterstraggler", "allreduce", {"topology": "h100-cluster", "arrivals": {r: 0.05 for r in range(8, 16)},
-                                             "size": 2**30})]
+          ("clusterstraggler", "allreduce", {"topology": "h100-cluster", "arrivals": {5: 1e-3}, "size": 2**30}),
+          ("clusterstraggler", "allreduce", {"topology": "h100-cluster", "arrivals": {r: 1e-3 for r in range(8, 16)},
+                                             "size": 2**20}),
+          ("clusterstraggler", "allreduce", {"topology": "h100-cluster", "arrivals": {3: 1e-3}, "pipeline": 40})]
 
 
 @pytest.mark.parametrize("name,collective,params", CASES, ids=lambda v: str(v))

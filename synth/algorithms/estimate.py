@@ -13,10 +13,12 @@ tests/test_estimate.py checks them against built schedules):
   transfers of K chunks), then K(n-1) - 1 + ceil(log2 n) completion rounds of at most n transfers;
   n neither a power of two nor stored (stragglar/tables.py) adds the phase-2 design program, about
   SEARCH_S_PER_N2 x n^2 seconds (measured: n = 400 in 10 s, n = 1000 in 65 s, one core).
-- multistraggler (and clusterstraggler on one node): StragglAR's completion plus the late ranks'
-  streams, each form built and simulated (3 per late rank, two orders each) when a size is given.
-- clusterstraggler on N nodes of G: the AllReduce before the arrival, 2nG chunk moves of M units per
-  part, then per block at most 2GN + nG transfers (``_cluster``).
+- multistraggler, clusterstraggler: StragglAR's completion plus the late ranks' streams, each form
+  built and simulated (3 per late rank, two orders each) when a size is given. clusterstraggler for one
+  late GPU or one whole late node on a topology with nodes (issue 15) builds one plan of C = G M chunks
+  (M <= max(cluster.UNITS) for auto): the present ranks' AllReduce and the late data's rail chains move
+  each chunk about 3 times per rank (measured 2.9-3.0 C per rank at 16 nodes): at most 4 n C transfers
+  and moves, 4 C + 4 N steps.
 - hierarchical: K slices of a ring-shaped ReduceScatter/AllGather inside nodes and rails across them
   (its auto K keeps the transfers under hierarchical.MAX_TRANSFERS).
 - tree: two trees, K slices each reduced and broadcast over n-1 edges: 4K(n-1) transfers.
@@ -27,11 +29,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from collsynth.budget import Work
+from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import hierarchical, tree
+from collsynth.synth.algorithms.layout import node_grid
+from collsynth.synth.algorithms.stragglar import cluster as stragglar_cluster
 from collsynth.synth.algorithms.stragglar import pipeline as stragglar_pipeline
-from collsynth.synth.algorithms.stragglar.cluster import MAX_CHUNKS, UNITS
 from collsynth.synth.algorithms.stragglar.tables import stored_sizes
+from collsynth.synth.arrivals import arrival_vector
 
 SEARCH_S_PER_N2 = 8e-5  # StragglAR's phase-2 design search: about this many seconds x n^2
 
@@ -86,19 +93,28 @@ def _stragglar(n: int, k: int, always: bool = False) -> Work:
                 stragglar_search_seconds(n, always))
 
 
-def _cluster(n: int, nodes: int, pipeline: Any) -> Work:
-    """clusterstraggler on N nodes of G (stragglar/cluster.py): the AllReduce before the arrival (parts of
-    M units: ReduceScatter and AllGather in every node, a ring per rail), then per block the wave's
-    reduces, the rail broadcasts (with two-way exchanges) and every node's spread."""
-    G = n // nodes
-    auto = max(m for m in UNITS if G * m <= MAX_CHUNKS) if any(G * m <= MAX_CHUNKS for m in UNITS) else 1
-    M = _pipeline_k(n, pipeline, auto)
-    pre_t = 2 * n * (G - 1) + 2 * n * nodes
-    pre_m = 2 * n * G * M
-    per_t = 2 * G * nodes + n * G
-    per_m = 2 * G * nodes + 2 * n * G
-    steps = 2 * (G + nodes) + M * (nodes + 2 * G + 8)
-    return Work(n, G * M, steps, pre_t + M * per_t, pre_m + M * per_m)
+def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
+    """clusterstraggler's one-plan forms (one late GPU, one whole late node) on a topology with nodes (module
+    docstring), else None (the flat form or several late ranks: the multistraggler estimate)."""
+    topo = params.get("topology")
+    if topo is None or isinstance(topo, str) or getattr(topo, "nranks", None) != n:
+        return None
+    grid = node_grid(topo, n)
+    N, G = grid.shape
+    if N < 2 or G < 2:
+        return None
+    arrivals = params.get("arrivals")
+    try:
+        times = arrival_vector(arrivals, n)
+    except CollsynthError:
+        return None  # build_schedule refuses it with the reason
+    late = {int(r) for r in np.flatnonzero(times > times.min())}
+    if len(late) > 1 and not any(late == {int(x) for x in row} for row in grid):
+        return None
+    pipe = params.get("pipeline", "auto")
+    m = pipe if isinstance(pipe, int) and not isinstance(pipe, bool) and pipe >= 1 else max(stragglar_cluster.UNITS)
+    c = G * min(m, stragglar_cluster.MAX_CHUNKS // G)
+    return Work(n, c, 4 * c + 4 * N, 4 * n * c, 4 * n * c)
 
 
 def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, Any] | None = None,
@@ -123,12 +139,9 @@ def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, 
         kmax = min(stragglar_pipeline.AUTO_MAX, stragglar_pipeline.max_pipeline_for_build(n))
         return _stragglar(n, _pipeline_k(n, params.get("pipeline", 1), kmax), always)
     if name == "clusterstraggler":
-        topo = params.get("topology")
-        if isinstance(topo, str):  # a preset or file: registry checks again once the Topology is built
-            return _ring(n, collective)
-        nodes = int(getattr(topo, "node_count", 1) or 1)
-        if nodes > 1 and n % nodes == 0 and n // nodes > 1:
-            return _cluster(n, nodes, pipe)
+        one = _cluster_one_late(n, params)
+        if one is not None:
+            return one
     if name in ("multistraggler", "clusterstraggler"):
         kmax = min(stragglar_pipeline.AUTO_MAX, stragglar_pipeline.max_pipeline_for_build(n))
         base = _stragglar(n, _pipeline_k(n, pipe, kmax), always)
