@@ -51,43 +51,50 @@ KEEP = {
     "ReplaceBreakWithContinue", "ReplaceContinueWithBreak", "NumberReplacer", "ZeroIterationForLoop",
 }
 
+KS = "tests/test_mutation_kills_synth.py"  # tests for survivors of the sampled run (synth/)
+KB = "tests/test_mutation_kills_backends.py"  # (backends/)
+
 # target -> (modules, tests that cover them); the first three are the representative subset
 TARGETS: dict[str, tuple[list[str], list[str]]] = {
     "verify": (["synth/verify.py"], ["tests/test_verify.py", "tests/test_cluster_topology.py",
-                                     "tests/test_cluster_algorithms.py"]),
+                                     "tests/test_cluster_algorithms.py", KS]),
     "ir": (["synth/ir.py"], ["tests/test_ir.py", "tests/test_verify.py",
                              "tests/test_bad_input.py::test_schedule_fields_are_range_checked_before_use",
                              "tests/test_bad_input.py::test_info_on_an_out_of_range_rank_is_bad_input_and_verify_a_verdict",
-                             "tests/test_bad_input.py::test_verify_estimates_its_memory_before_allocating"]),
-    "msccl-check": (["backends/msccl/check.py"], ["tests/test_msccl_check.py"]),
+                             "tests/test_bad_input.py::test_verify_estimates_its_memory_before_allocating",
+                             KS]),
+    "msccl-check": (["backends/msccl/check.py"], ["tests/test_msccl_check.py", KB]),
     "msccl-execute": (["backends/msccl/execute.py"], ["tests/test_msccl_check.py"]),
-    "simulate": (["synth/simulate.py", "synth/arrivals.py"], ["tests/test_simulate.py"]),
-    "topology": (sorted(glob.glob("synth/topology/*.py", root_dir=ROOT)), ["tests/test_topology.py"]),
-    "bounds-compare": (["synth/bounds.py", "synth/compare.py"], ["tests/test_algorithms.py", "tests/test_cli.py"]),
-    "algorithms": (sorted(glob.glob("synth/algorithms/*.py", root_dir=ROOT)), ["tests/test_algorithms.py"]),
+    "simulate": (["synth/simulate.py", "synth/arrivals.py"], ["tests/test_simulate.py", KS]),
+    "topology": (sorted(glob.glob("synth/topology/*.py", root_dir=ROOT)),
+                 ["tests/test_topology.py", "tests/test_cluster_topology.py", KS]),
+    "bounds-compare": (["synth/bounds.py", "synth/compare.py"], ["tests/test_algorithms.py", "tests/test_cli.py",
+                                                             "tests/test_bounds.py", KS]),
+    "algorithms": (sorted(glob.glob("synth/algorithms/*.py", root_dir=ROOT)),
+                   ["tests/test_algorithms.py", "tests/test_cluster_algorithms.py", KS]),
     "stragglar": (sorted(glob.glob("synth/algorithms/stragglar/*.py", root_dir=ROOT)),
-                  ["tests/test_stragglar.py", "tests/test_stragglar_pipeline.py"]),
+                  ["tests/test_stragglar.py", "tests/test_stragglar_pipeline.py", KS]),
     "solver": (sorted(glob.glob("synth/solver/*.py", root_dir=ROOT)),
-               ["tests/test_solver.py", "tests/test_solver_rounds.py"]),
+               ["tests/test_solver.py", "tests/test_solver_rounds.py", KS]),
     "msccl": (sorted(set(glob.glob("backends/msccl/*.py", root_dir=ROOT))
                      - {"backends/msccl/check.py", "backends/msccl/execute.py"}),
               ["tests/test_msccl_emit.py", "tests/test_msccl_check.py", "tests/test_msccl_library.py",
-               "tests/test_msccl_cli.py"]),
+               "tests/test_msccl_cli.py", KB]),
     "mscclpp": (sorted(glob.glob("backends/mscclpp/*.py", root_dir=ROOT)),
-                ["tests/test_mscclpp_emit.py", "tests/test_mscclpp_check.py", "tests/test_mscclpp_library.py"]),
+                ["tests/test_mscclpp_emit.py", "tests/test_mscclpp_check.py", "tests/test_mscclpp_library.py", KB]),
     "nccl": (sorted(glob.glob("backends/nccl/*.py", root_dir=ROOT)),
              ["tests/test_nccl_plan.py", "tests/test_nccl_codegen.py", "tests/test_nccl_cli.py",
-              "tests/test_nccl_plugin.py"]),
+              "tests/test_nccl_plugin.py", KB]),
     "torch": (sorted(glob.glob("backends/torch/*.py", root_dir=ROOT)),
-              ["tests/test_torch_exec.py", "tests/test_torch_faults.py", "tests/test_torch_cmds.py"]),
+              ["tests/test_torch_exec.py", "tests/test_torch_faults.py", "tests/test_torch_cmds.py", KB]),
     "backends-common": (["backends/__init__.py", "backends/layout.py", "backends/render.py", "backends/libraries.py"],
-                        ["tests/test_backends.py"]),
+                        ["tests/test_backends.py", KB]),
     "topology-import": (sorted(glob.glob("synth/topology_import/*.py", root_dir=ROOT)),
-                        ["tests/test_topology_import.py"]),
-    "topology-view": (["synth/topology_view.py"], ["tests/test_topology_show.py"]),
-    "composition": (["synth/composition.py", "synth/trees.py"], ["tests/test_cluster_algorithms.py"]),
+                        ["tests/test_topology_import.py", KS]),
+    "topology-view": (["synth/topology_view.py"], ["tests/test_topology_show.py", KS]),
+    "composition": (["synth/composition.py", "synth/trees.py"], ["tests/test_cluster_algorithms.py", KS]),
     "registry": (["synth/registry.py", "synth/__init__.py"],
-                 ["tests/test_algorithms.py", "tests/test_verify.py"]),
+                 ["tests/test_algorithms.py", "tests/test_verify.py", KS]),
 }
 SUBSET = ["verify", "ir", "msccl-check"]
 
@@ -241,9 +248,79 @@ def run_sample(names: list[str], n: int, seed: int, timeout: float, python: str)
     return sample_report(python, time.perf_counter() - t0)
 
 
+def thin_and_resume(python: str, keep: float | None, timeout: float) -> float:
+    """Finish the last sampled run: with ``keep``, first drop a seeded random share 1 - keep of each module's
+    mutants not run yet (for a run that cannot finish in time; the report weights each module by its
+    population over the mutants it ran), then run the pending mutants of every target. Returns seconds."""
+    import random
+    import sqlite3
+
+    with open(os.path.join(SAMPLE, "sample.json")) as f:
+        meta = json.load(f)
+    pkg = os.path.join(SAMPLE, "collsynth")
+    env = dict(os.environ, PYTHONPATH=SAMPLE, PYTHONDONTWRITEBYTECODE="1")
+    bindir = os.path.dirname(python)
+    # the draw again (rng.sample picks by position, so each module's population count replays it) for the
+    # sessions of targets the interrupted run had not yet cut down to their sampled mutants
+    draw, pos = random.Random(meta["seed"]), {}
+    for m in sorted(meta["population"]):
+        pos[m] = set(draw.sample(range(meta["population"][m]), meta["sampled"][m]))
+    rng = random.Random(meta["seed"] + 1)
+    t0 = time.perf_counter()
+    todo: list[tuple[int, str, str, str]] = []
+    for name in meta["targets"]:
+        cfg, db = os.path.join(SAMPLE, f"{name}.toml"), os.path.join(SAMPLE, f"{name}.sqlite")
+        con = sqlite3.connect(db)
+        if con.execute("SELECT COUNT(*) FROM work_results WHERE worker_outcome = 'SKIPPED'").fetchone()[0]:
+            every: dict[str, list[tuple[tuple[object, ...], str]]] = {}
+            for job, mod, r0, c0, r1, c1, op, occ in con.execute(
+                    "SELECT m.job_id, m.module_path, m.start_pos_row, m.start_pos_col, m.end_pos_row, m.end_pos_col, "
+                    "m.operator_name, m.occurrence FROM mutation_specs m LEFT JOIN work_results r "
+                    "ON m.job_id = r.job_id WHERE r.job_id IS NULL"):
+                every.setdefault(mod, []).append((((r0, c0), (r1, c1), op, occ), job))
+            chosen = [job for mod, items in every.items()
+                      for i, (_, job) in enumerate(sorted(items)) if i in pos[mod]]
+            con.execute("CREATE TEMP TABLE keep (job_id TEXT PRIMARY KEY)")
+            con.executemany("INSERT INTO keep VALUES (?)", [(j,) for j in chosen])
+            for table in ("work_results", "mutation_specs", "work_items"):
+                con.execute(f"DELETE FROM {table} WHERE job_id NOT IN (SELECT job_id FROM keep)")
+            con.commit()
+        rows = con.execute("SELECT m.job_id, m.module_path, m.start_pos_row, m.start_pos_col, m.operator_name, "
+                           "m.occurrence FROM mutation_specs m LEFT JOIN work_results r ON m.job_id = r.job_id "
+                           "WHERE r.job_id IS NULL").fetchall()
+        if keep is not None:
+            per: dict[str, list[tuple[object, ...]]] = {}
+            for row in sorted(rows, key=lambda r: r[1:]):
+                per.setdefault(str(row[1]), []).append(row)
+            for m, items in sorted(per.items()):
+                k = min(len(items), max(1, round(keep * len(items))))
+                drop = [r[0] for r in items if r not in rng.sample(items, k)] if k < len(items) else []
+                for table in ("mutation_specs", "work_items"):
+                    con.executemany(f"DELETE FROM {table} WHERE job_id = ?", [(j,) for j in drop])
+                meta.setdefault("dropped", {})[m] = meta.get("dropped", {}).get(m, 0) + len(drop)
+                rows = [r for r in rows if r[0] not in set(drop)]
+        con.commit()
+        con.close()
+        if rows:
+            todo.append((len(rows), name, cfg, db))
+    if keep is not None:
+        meta["keep"] = keep
+        with open(os.path.join(SAMPLE, "sample.json"), "w") as f:
+            json.dump(meta, f, indent=1, sort_keys=True)
+    for k, name, cfg, db in sorted(todo):  # the smallest first: an interrupted resume has reached most targets
+        print(f"mutation: {name}: {k} pending mutants", file=sys.stderr, flush=True)
+        _run([os.path.join(bindir, "cosmic-ray"), "exec", cfg, db], pkg, env)
+    return time.perf_counter() - t0
+
+
 def sample_report(python: str, seconds: float) -> dict[str, object]:
     """The last sampled run (build/mutation/sample), per module and in total: its killed / non-equivalent
-    share with a 95% Wilson interval, and each module's and the whole population's mutant count."""
+    share with a 95% Wilson interval, and each module's and the whole population's mutant count.
+
+    "weighted" in the total counts each run mutant of module m as population(m) / mutants run of m (the
+    combined ratio estimator of a sample stratified by module): equal to the plain totals while every
+    module ran its proportional share, and the unbiased figure once ``--thin`` dropped some. Its interval
+    is Wilson's with Kish's effective sample size (sum of weights)^2 / sum of squared weights."""
     with open(os.path.join(SAMPLE, "sample.json")) as f:
         meta = json.load(f)
     pkg = os.path.join(SAMPLE, "collsynth")
@@ -258,14 +335,29 @@ def sample_report(python: str, seconds: float) -> dict[str, object]:
         for k in (*COUNTS, "pending"):
             tot[k] += counts[k]  # type: ignore[operator]
         modules.update(counts["modules"])  # type: ignore[call-overload]
+    wk = wl = w2 = 0.0
     for m, pop in meta["population"].items():
         if m in modules:
-            modules[m] = {"population": pop, **modules[m]}  # type: ignore[dict-item]
+            c: dict[str, int] = modules[m]  # type: ignore[assignment]
+            live = c["mutants"] - c["incompetent"] - c["equivalent"]
+            w = pop / c["mutants"]
+            wk, wl, w2 = wk + w * c["killed"], wl + w * live, w2 + w * w * live
+            modules[m] = {"population": pop, **c}
+            if meta.get("dropped", {}).get(m):
+                modules[m]["dropped"] = meta["dropped"][m]  # type: ignore[index]
         elif meta["sampled"].get(m):
             modules[m] = {"population": pop, "pending": meta["sampled"][m]}
     _score(tot)
+    if wl:
+        n_eff = wl * wl / w2
+        lo, hi = wilson(round(wk / wl * n_eff), round(n_eff))
+        tot["weighted"] = {"score": round(wk / wl, 4), "n_eff": round(n_eff, 1),
+                           "wilson95": [round(lo, 4), round(hi, 4)]}
+    unrun = sorted(m for m, k in meta["sampled"].items() if k and m not in modules)
     return {"sample": {"n": meta["n"], "seed": meta["seed"], "population": sum(meta["population"].values()),
-                       "modules": len(meta["population"]), "seconds": round(seconds)},
+                       "modules": len(meta["population"]), "keep": meta.get("keep"),
+                       "dropped": sum(meta.get("dropped", {}).values()), "modules_not_run": unrun,
+                       "seconds": round(seconds)},
             "modules": dict(sorted(modules.items())), "total": tot}
 
 
@@ -295,6 +387,7 @@ def rerun_survivors(name: str, timeout: float, python: str, sampled: bool = Fals
         print(f"mutation: {name}: modules changed since the last run; re-running on the copy's snapshot",
               file=sys.stderr, flush=True)
     env = dict(os.environ, PYTHONPATH=work, PYTHONDONTWRITEBYTECODE="1")
+    tests = sorted(tests, key=lambda t: t not in (KS, KB))  # the tests written for survivors first: fail fast
     test_cmd = f"{python} -m pytest -x -q -p no:cacheprovider {' '.join(tests)}"
     base = subprocess.run(test_cmd.split(), cwd=pkg, env=env, capture_output=True, text=True)
     if base.returncode != 0:
@@ -404,7 +497,11 @@ def main() -> int:
                          "module) instead of all of them; build/mutation/sample")
     ap.add_argument("--seed", type=int, default=0, help="seed of --sample's draw (default 0)")
     ap.add_argument("--sampled", action="store_true",
-                    help="with --report-only or --rerun-survivors: the last --sample run")
+                    help="with --report-only, --rerun-survivors or --resume: the last --sample run")
+    ap.add_argument("--resume", action="store_true", help="with --sampled: run its pending mutants")
+    ap.add_argument("--thin", type=float, default=None, metavar="KEEP",
+                    help="with --sampled --resume: first keep only this share (0..1] of each module's pending "
+                         "mutants (seeded); the report weights modules by population / mutants run")
     args = ap.parse_args()
     if args.list:
         listing: dict[str, object] = {k: {"modules": m, "tests": t} for k, (m, t) in TARGETS.items()}
@@ -425,12 +522,15 @@ def main() -> int:
             print("mutation: --sampled: no sampled run in build/mutation/sample: run with --sample N first",
                   file=sys.stderr)
             return 2
+        seconds = 0.0
+        if args.resume:
+            seconds = thin_and_resume(python, args.thin, args.timeout)
         if args.rerun_survivors:
             with open(os.path.join(SAMPLE, "sample.json")) as f:
                 sampled = json.load(f)["targets"]
             for name in sampled if args.targets is None else [n for n in names if n in sampled]:
                 rerun_survivors(name, args.timeout, python, sampled=True)
-        print(json.dumps(sample_report(python, 0.0), indent=1))
+        print(json.dumps(sample_report(python, seconds), indent=1))
         return 0
     if args.sample is not None:
         print(json.dumps(run_sample(names, args.sample, args.seed, args.timeout, python), indent=1))

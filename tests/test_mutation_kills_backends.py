@@ -1,0 +1,57 @@
+"""Tests for behaviour of backends/ that mutants of the sampled mutation run (docs/mutation.md) changed
+with every other test still passing."""
+
+from __future__ import annotations
+
+import pytest
+
+from collsynth.backends import emit
+from collsynth.backends.layout import Layout
+from collsynth.backends.msccl import check_xml_text
+from collsynth.errors import CollsynthError
+from collsynth.synth.ir import Schedule
+
+HEAD = ('<algo name="t" proto="Simple" nchannels="1" nchunksperloop="2" ngpus="2" coll="allreduce" inplace="1" '
+        'outofplace="1" minBytes="0" maxBytes="0">')
+
+
+def _direct2(srcoff: int = 0) -> str:
+    """2-GPU allreduce of 2 chunks: swap both chunks and reduce; GPU 0 sends from ``srcoff`` (and declares
+    an input buffer that holds it: the loader's check passes, the checker's must decide)."""
+    out = [HEAD]
+    for g in range(2):
+        off = srcoff if g == 0 else 0
+        out += [f'  <gpu id="{g}" i_chunks="{max(2, off + 2)}" o_chunks="2" s_chunks="0">',
+                f'    <tb id="0" send="{1 - g}" recv="{1 - g}" chan="0">',
+                f'      <step s="0" type="s" srcbuf="i" srcoff="{off}" dstbuf="o" dstoff="0" cnt="2" depid="-1" '
+                'deps="-1" hasdep="0"/>',
+                '      <step s="1" type="rrc" srcbuf="i" srcoff="0" dstbuf="o" dstoff="0" cnt="2" depid="-1" '
+                'deps="-1" hasdep="0"/>',
+                "    </tb>", "  </gpu>"]
+    return "\n".join([*out, "</algo>"]) + "\n"
+
+
+# ---------------------------------------------------------------------- msccl check
+@pytest.mark.parametrize("off,kind", [(0, None), (32767, "bounds"), (32768, "limit")])
+def test_msccl_offsets_up_to_int16_max_are_only_bounds_checked(off: int, kind: str | None) -> None:
+    r = check_xml_text(_direct2(off), "t.xml")
+    assert r.ok == (kind is None) and (kind is None or r.kind == kind), r.message
+    if kind == "limit":
+        assert "srcoff=32768 exceeds 32767" in r.message
+
+
+# ---------------------------------------------------------------------- emit options, layouts
+def _ring2() -> Schedule:
+    return Schedule.from_arrays("allgather", 2, 2, step=[0, 0], src=[0, 1], dst=[1, 0], chunk=[0, 1])
+
+
+def test_unknown_emit_option_lists_the_options_or_none() -> None:
+    with pytest.raises(CollsynthError, match=r"takes no 'bogus' option \(it takes name, dtypes\)$"):
+        emit(_ring2(), "nccl-cuda", bogus=1)
+    with pytest.raises(CollsynthError, match=r"takes no 'bogus' option \(it takes none\)$"):
+        emit(_ring2(), "mscclpp-selector", bogus=1)
+
+
+def test_allgather_layout_starts_with_each_rank_holding_its_own_blocks() -> None:
+    assert Layout("allgather", 2, 4).written0().tolist() == [[True, True, False, False], [False, False, True, True]]
+    assert not Layout("allreduce", 2, 4).written0().any()

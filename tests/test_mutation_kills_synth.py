@@ -1,0 +1,266 @@
+"""Tests for behaviour of synth/ that mutants of the sampled mutation run (docs/mutation.md) changed
+with every other test still passing: exact boundaries, the first offending item a message names, the
+ranges messages quote, read-only results and per-class ports."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from collsynth import budget, progress
+from collsynth.errors import CollsynthError
+from collsynth.synth import verify as verify_module
+from collsynth.synth.algorithms import hierarchical, tree
+from collsynth.synth.algorithms.layout import cycle_in
+from collsynth.synth.algorithms.stragglar import cluster as clusterstraggler
+from collsynth.synth.algorithms.stragglar.phase2 import phase2_plan
+from collsynth.synth.arrivals import arrival_vector
+from collsynth.synth.bounds import allreduce_bound, min_route_alpha
+from collsynth.synth.compare import compare
+from collsynth.synth.ir import Schedule
+from collsynth.synth.simulate import simulate
+from collsynth.synth.solver.grid import make_grid, normalize_arrivals, to_schedule
+from collsynth.synth.solver.model import build_model, slot_lower_bound, solve_model
+from collsynth.synth.topology import Topology, cluster_topology, make_topology, topology_from_dict
+from collsynth.synth.topology_import import read_node
+from collsynth.synth.trees import trees
+from collsynth.synth.verify import verify
+
+GiB = 2**30
+
+
+# ---------------------------------------------------------------------- verify
+def test_auto_verifies_flat_up_to_exactly_flat_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = hierarchical.build(24, topology=cluster_topology(3, 8), size=GiB, pipeline=2)
+    monkeypatch.setattr(verify_module, "flat_bytes", lambda _s: 256 * 2**20)  # exactly the threshold: flat
+    assert verify(s).stats.get("method") is None
+    monkeypatch.setattr(verify_module, "flat_bytes", lambda _s: 256 * 2**20 + 1)  # above it: composed
+    assert verify(s).stats.get("method") == "composed"
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("transfers,shown", [(499_999, False), (500_000, True)])
+def test_progress_line_from_half_a_million_transfers(monkeypatch: pytest.MonkeyPatch, transfers: int,
+                                                     shown: bool) -> None:
+    notes: list[str] = []
+    monkeypatch.setattr(progress, "note", notes.append)
+
+    def stop(*_a: object) -> None:  # the memory check follows the progress line: stop there
+        raise _Stop
+
+    monkeypatch.setattr(budget, "check", stop)
+    z = np.zeros(transfers, np.int64)
+    s = Schedule.from_arrays("allgather", 2, 1, step=z, src=z, dst=z + 1, chunk=z)
+    with pytest.raises(_Stop):
+        verify(s, method="flat")
+    assert bool(notes) == shown
+
+
+# ---------------------------------------------------------------------- ir, simulate: ranks out of range
+def _bad_ranks() -> Schedule:
+    return Schedule.from_arrays("allgather", 4, 4, step=[0, 0, 0, 1], src=[0, 9, 1, 7], dst=[1, 0, 2, 3],
+                                chunk=[0, 0, 0, 0])
+
+
+def test_bytes_sent_names_the_first_bad_transfer_and_the_rank_range() -> None:
+    with pytest.raises(CollsynthError, match=r"^transfer #1 has src 9, not a rank \(0\.\.3\)"):
+        _bad_ranks().bytes_sent_per_rank()
+
+
+def test_simulate_names_the_rank_range() -> None:
+    with pytest.raises(CollsynthError, match=r"names a rank outside 0\.\.3$"):
+        simulate(_bad_ranks(), 2**20, "nvswitch")
+
+
+# ---------------------------------------------------------------------- simulate
+def _two_class_box(net_ports: int) -> Topology:
+    return topology_from_dict({
+        "gpus": 3, "switches": ["sw"], "ports": {"nvlink": 2, "net": net_ports},
+        "links": [*({"src": g, "dst": "sw", "class": "nvlink"} for g in range(3)),
+                  {"src": 0, "dst": 1, "class": "net"}, {"src": 0, "dst": 2, "class": "net"}]})
+
+
+def test_a_class_with_fewer_ports_serializes_its_messages() -> None:
+    s = Schedule.from_arrays("allgather", 3, 3, step=[0, 0], src=[0, 0], dst=[1, 2], chunk=[0, 0])
+    one = simulate(s, 3 * 2**20, _two_class_box(1))  # rank 0's two net sends share its one net port
+    assert one.start_s[0] == 0 and one.start_s[1] == pytest.approx(one.end_s[0])
+    assert np.isfinite(one.completion_s)
+    two = simulate(s, 3 * 2**20, _two_class_box(2))
+    assert list(two.start_s) == [0, 0] and two.completion_s == pytest.approx(one.end_s[0])
+
+
+def test_simulated_times_are_read_only() -> None:
+    s = Schedule.from_arrays("allgather", 2, 2, step=[0, 0], src=[0, 1], dst=[1, 0], chunk=[0, 1])
+    r = simulate(s, 2**20, "nvswitch")
+    for a in (r.start_s, r.end_s):
+        with pytest.raises(ValueError):
+            a[0] = 1.0
+
+
+# ---------------------------------------------------------------------- arrivals, compare, bounds
+@pytest.mark.parametrize("bad", [None, [1], {}])
+def test_an_arrival_that_is_not_a_time_is_bad_input(bad: object) -> None:
+    with pytest.raises(CollsynthError, match="arrival of rank 1 must be a time"):
+        arrival_vector({1: bad}, 4)  # type: ignore[dict-item]
+
+
+def test_compare_clusterstraggler_on_one_node_has_no_cluster_note() -> None:
+    rows = compare(4, "1MiB", "nvswitch", arrivals={3: 1e-3}, algorithms=["ring", "clusterstraggler"])
+    row = next(r for r in rows if r["algorithm"] == "clusterstraggler")
+    assert "late" not in row["note"]  # the one-node fallback (multistraggler) has no cluster form
+
+
+def test_min_route_alpha_without_routes_is_zero() -> None:
+    assert min_route_alpha(Topology("none", 2, [], [], [], [])) == 0.0
+
+
+def test_bound_numbers_print_microseconds() -> None:
+    b = allreduce_bound(make_topology("nvswitch", 4, alpha=3e-6), 2**20)
+    assert " + 3 us + " in b.numbers
+
+
+# ---------------------------------------------------------------------- topology files and presets
+def _file(**extra: object) -> dict[str, object]:
+    return {"gpus": 4, "links": [{"src": g, "dst": (g + 1) % 4, "class": "nvlink" if g % 2 else "net"}
+                                 for g in range(4)], **extra}
+
+
+def test_topology_file_nodes_message_quotes_the_gpu_range() -> None:
+    with pytest.raises(CollsynthError, match=r"\"nodes\"\[1\] names 7; use GPUs 0\.\.3$"):
+        topology_from_dict(_file(ports={"nvlink": 1, "net": 1}, nodes=[[0, 1], [2, 7]]))
+
+
+def test_topology_file_ports_of_one_per_class_are_accepted() -> None:
+    t = topology_from_dict(_file(ports={"nvlink": 1, "net": 1}))
+    assert t.class_ports == {"nvlink": 1, "net": 1}
+    with pytest.raises(CollsynthError, match="must be an integer >= 1, got 0"):
+        topology_from_dict(_file(ports={"nvlink": 0, "net": 1}))
+
+
+def test_topology_file_link_to_an_unlisted_switch_is_refused() -> None:
+    d = {"gpus": 2, "switches": ["sw"], "links": [{"src": 0, "dst": "sw"}, {"src": 1, "dst": "nosuch"}]}
+    with pytest.raises(CollsynthError, match="link 1 names node 'nosuch'"):
+        topology_from_dict(d)
+
+
+def test_cluster_preset_options() -> None:
+    t = make_topology("h100-cluster:fabric=fat-tree", 16)
+    assert t.fabric == "fat-tree" and t.name == "h100-cluster-fat-tree"
+    for bad in ("h100-cluster:=fat-tree", "h100-cluster:fabric=", "h100-cluster:fabric"):
+        with pytest.raises(CollsynthError, match="write options as NAME:key=value"):
+            make_topology(bad, 16)
+
+
+def test_node_zero_and_empty_routes() -> None:
+    t = cluster_topology(2, 4)
+    assert t.node_gpus(0) == (0, 1, 2, 3)
+    first, last = t.route_classes([], [])
+    assert first.shape == (0,) and last.shape == (0,)
+
+
+# ---------------------------------------------------------------------- algorithms: layout, hierarchical, tree
+def _graph(n: int, edges: list[tuple[int, int]]) -> Topology:
+    return topology_from_dict({"gpus": n, "links": [{"src": a, "dst": b} for a, b in edges]})
+
+
+def test_cycle_in_on_a_switch_keeps_the_identity_ring() -> None:
+    ring, bw = cycle_in(make_topology("nvswitch", 4), np.arange(4))
+    assert ring == [0, 1, 2, 3] and bw > 0  # every pair has the one (best) bandwidth: the first level fits
+
+
+@pytest.mark.parametrize("n,edges", [
+    (4, [(0, 2), (2, 1), (1, 3), (3, 0)]),  # the ring 0 2 1 3
+    (5, [(0, 2), (2, 4), (4, 1), (1, 3), (3, 0)]),
+    # a search that first finds the Hamiltonian path 0 4 1 2 3, which does not close (3 is not next to 0)
+    (5, [(0, 1), (0, 4), (1, 2), (1, 3), (1, 4), (2, 3), (2, 4)]),
+])
+def test_cycle_in_finds_a_ring_of_direct_links(n: int, edges: list[tuple[int, int]]) -> None:
+    ring, bw = cycle_in(_graph(n, edges), np.arange(n))
+    adjacent = {frozenset(e) for e in edges}
+    assert sorted(ring) == list(range(n)) and bw > 0
+    assert all(frozenset((ring[i], ring[(i + 1) % n])) in adjacent for i in range(n)), ring
+
+
+def test_hierarchical_defaults_are_the_nvswitch_preset_and_one_gib() -> None:
+    model = hierarchical.build(8).meta["model_s"]
+    assert model == pytest.approx(hierarchical.build(8, topology=make_topology("nvswitch", 8)).meta["model_s"])
+    assert model == pytest.approx(hierarchical.build(8, size=GiB).meta["model_s"])
+
+
+@pytest.mark.parametrize("N,G", [(2, 8), (3, 4)])
+def test_hierarchical_budget_estimate_counts_the_schedule(monkeypatch: pytest.MonkeyPatch, N: int, G: int) -> None:
+    seen: list[str] = []
+    monkeypatch.setattr(budget, "check", lambda _b, what, hint="": seen.append(what))
+    s = hierarchical.build(N * G, topology=cluster_topology(N, G), size=GiB)
+    assert seen == [f"hierarchical on {N * G} ranks ({s.ntransfers} transfers, {s.nchunks} chunks)"]
+    assert s.meta["gpus_per_node"] == G
+
+
+@pytest.mark.parametrize("bad", [0, -1, "x", 1.5, True])
+def test_tree_pipeline_must_be_a_positive_integer(bad: object) -> None:
+    with pytest.raises(CollsynthError, match="--pipeline must be a positive integer or auto"):
+        tree.build(4, pipeline=bad)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------- stragglar: phase 2, clusterstraggler
+@pytest.mark.parametrize("n,k", [(4, 1), (8, 2), (4, 3)])
+def test_phase2_plan_chunk_count_is_the_chunks_it_moves(n: int, k: int) -> None:
+    plan = phase2_plan(n, k=k)
+    assert plan.nchunks == k * (n - 1) == len({mv[3] for mv in plan.moves()})
+
+
+@pytest.mark.parametrize("N,G,late", [(2, 4, {3: 1e-3}), (3, 2, {0: 1e-3, 1: 1e-3})])
+def test_clusterstraggler_before_the_arrival_verifies(N: int, G: int, late: dict[int, float]) -> None:
+    s = clusterstraggler.build(N * G, arrivals=late, topology=cluster_topology(N, G), size=2**20)
+    assert verify(s).ok  # the present ranks' ring AllReduce along the rails, then the late part
+
+
+@pytest.mark.parametrize("form", ["gpu", "node"])
+def test_clusterstraggler_estimate_is_of_the_per_block_size(form: str) -> None:
+    size, nic = float(GiB), 50e9
+    est = clusterstraggler.after_arrival_estimate(form, 2, 8, 8, [(f, 1) for f in range(8)], size,
+                                                  (3e-6, 450e9, 14e-6, nic))
+    assert size / (8 * nic) <= est <= size / nic  # at least one GPU's part through a NIC, at most the buffer
+
+
+# ---------------------------------------------------------------------- double binary trees, topology import
+@pytest.mark.parametrize("m", [3, 5, 7, 9])
+def test_second_tree_of_an_odd_count_is_the_first_shifted_by_one(m: int) -> None:
+    t1, t2 = trees(m)
+    for q in range(m):
+        assert t2[(q + 1) % m] == (-1 if t1[q] < 0 else (t1[q] + 1) % m)
+
+
+@pytest.mark.parametrize("m", [2, 4, 6])
+def test_second_tree_of_an_even_count_is_the_first_mirrored(m: int) -> None:
+    t1, t2 = trees(m)
+    for q in range(m):
+        assert t2[m - 1 - q] == (-1 if t1[q] < 0 else m - 1 - t1[q])
+
+
+def test_imported_node_is_named_after_the_file(tmp_path: Path) -> None:
+    src = os.path.join(os.path.dirname(__file__), "fixtures", "topologies", "dgx_h100_8nic.xml")
+    path = tmp_path / "my.box.xml"
+    shutil.copy(src, path)
+    assert read_node(str(path)).name == "my.box"
+
+
+# ---------------------------------------------------------------------- solver
+@pytest.mark.parametrize("C", [1, 2])
+def test_milp_two_ranks_exchange_from_the_first_slot(C: int) -> None:
+    """Two ranks finish each chunk with one exchange, which needs no earlier reduction (n - 2 = 0 of
+    them): the optimum meets the slot lower bound's lb - 1 like larger n do."""
+    t = make_topology("nvswitch", 2)
+    a = normalize_arrivals({}, 2)
+    lb = slot_lower_bound(make_grid(2, C, GiB, t, a, final_slots=2 * C + 10))
+    g = make_grid(2, C, GiB, t, a, final_slots=lb + 2)
+    res = solve_model(build_model(g), "cbc", 20, warm=False)
+    assert res.status == "optimal" and res.objective == pytest.approx(lb - 1)
+    assert verify(to_schedule(g, res.placed, {})).ok
