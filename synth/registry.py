@@ -88,7 +88,7 @@ def build_schedule(name: str, n: int, collective: str = "allreduce", **params: B
     check_work(name, n, collective, params)
     if isinstance(params.get("topology"), str):  # a preset name or JSON path: every algorithm gets a Topology
         params["topology"] = make_topology(str(params["topology"]), n)
-        if name == "hierarchical":  # its estimate depends on the node count: again, with the nodes known
+        if name in ("hierarchical", "clusterstraggler"):  # estimates by node count: again, with the nodes
             check_work(name, n, collective, params)
     if n >= LARGE_N:
         progress.note(f"building {name} for {n} ranks")

@@ -24,7 +24,11 @@ CASES += [("stragglar", "allreduce", {"pipeline": 3}), ("stragglar", "allreduce"
           ("multistraggler", "allreduce", {"arrivals": {1: 1e-3, 2: 2e-3, 3: 3e-3, 4: 4e-3}, "size": 2**30}),
           ("clusterstraggler", "allreduce", {"arrivals": {2: 0.05}, "size": 2**30, "topology": "h100-cluster"}),
           ("clusterstraggler", "allreduce", {"arrivals": {r: 0.05 for r in range(8, 16)}, "size": 2**30,
-                                             "topology": "h100-cluster"})]
+                                             "topology": "h100-cluster"}),
+          ("clusterstraggler", "allreduce", {"topology": "h100-cluster", "arrivals": {5: 1e-3}, "size": 2**30}),
+          ("clusterstraggler", "allreduce", {"topology": "h100-cluster", "arrivals": {r: 1e-3 for r in range(8, 16)},
+                                             "size": 2**20}),
+          ("clusterstraggler", "allreduce", {"topology": "h100-cluster", "arrivals": {3: 1e-3}, "pipeline": 40})]
 
 
 @pytest.mark.parametrize("name,collective,params", CASES, ids=lambda v: str(v))

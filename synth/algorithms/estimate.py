@@ -18,6 +18,10 @@ tests/test_estimate.py checks them against built schedules):
   4 late ranks in 2 s).
 - clusterstraggler: the punctual AllReduce, then the late buffer in at most cluster.MAX_CHUNKS blocks
   streamed to every rank (measured: 16 nodes x 8 GPUs with one late GPU, 18,672 transfers in 1.8 s).
+  clusterstraggler for one late GPU or one whole late node on a topology with nodes (issue 15) builds
+  one plan of C = G M chunks (M <= max(cluster.UNITS) for auto): the present ranks' AllReduce and the
+  late data's rail chains move each chunk about 3 times per rank (measured 2.9-3.0 C per rank at 16
+  nodes): at most 4 n C transfers and moves, 4 C + 4 N steps.
 - hierarchical: K slices of a ring-shaped ReduceScatter/AllGather inside nodes and rails across them
   (its auto K keeps the transfers under hierarchical.MAX_TRANSFERS).
 - tree: two trees, K slices each reduced and broadcast over n-1 edges: 4K(n-1) transfers.
@@ -28,12 +32,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from collsynth.budget import Work
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import hierarchical, tree
+from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar import cluster as stragglar_cluster
 from collsynth.synth.algorithms.stragglar import pipeline as stragglar_pipeline
 from collsynth.synth.algorithms.stragglar.tables import stored_sizes
+from collsynth.synth.arrivals import arrival_vector
 
 SEARCH_S_PER_N2 = 8e-5  # StragglAR's phase-2 design search: about this many seconds x n^2
 
@@ -105,6 +113,30 @@ def _resolved_k(n: int, pipeline: Any, params: Mapping[str, Any]) -> int:
         return min(stragglar_pipeline.AUTO_MAX, stragglar_pipeline.max_pipeline_for_build(n))
 
 
+def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
+    """clusterstraggler's one-plan forms (one late GPU, one whole late node) on a topology with nodes (module
+    docstring), else None (the flat form or several late ranks: the multistraggler estimate)."""
+    topo = params.get("topology")
+    if topo is None or isinstance(topo, str) or getattr(topo, "nranks", None) != n:
+        return None
+    grid = node_grid(topo, n)
+    N, G = grid.shape
+    if N < 2 or G < 2:
+        return None
+    arrivals = params.get("arrivals")
+    try:
+        times = arrival_vector(arrivals, n)
+    except CollsynthError:
+        return None  # build_schedule refuses it with the reason
+    late = {int(r) for r in np.flatnonzero(times > times.min())}
+    if len(late) > 1 and not any(late == {int(x) for x in row} for row in grid):
+        return None
+    pipe = params.get("pipeline", "auto")
+    m = pipe if isinstance(pipe, int) and not isinstance(pipe, bool) and pipe >= 1 else max(stragglar_cluster.UNITS)
+    c = G * min(m, stragglar_cluster.MAX_CHUNKS // G)
+    return Work(n, c, 4 * c + 4 * N, 4 * n * c, 4 * n * c)
+
+
 def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, Any] | None = None,
          always: bool = False) -> Work:
     """About the work of ``build_schedule(name, n, collective, **params)`` (budget.Work); ``always``:
@@ -126,17 +158,24 @@ def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, 
     if name == "stragglar":
         kmax = min(stragglar_pipeline.AUTO_MAX, stragglar_pipeline.max_pipeline_for_build(n))
         return _stragglar(n, _pipeline_k(n, params.get("pipeline", 1), kmax), always)
-    if name == "multistraggler":  # StragglAR's completion at the depth it resolves, plus the late streams
+    if name == "clusterstraggler":
+        one = _cluster_one_late(n, params)
+        if one is not None:
+            return one
+    if name in ("multistraggler", "clusterstraggler"):  # StragglAR's completion at the depth it resolves
         late = _late(params)  # phase 2 may run among the n - late punctual ranks, at their depth
         base = _stragglar(n, max(_resolved_k(m, pipe, params) for m in {n, max(n - late, 2)}), always)
         streams = 2 * late * base.nchunks
         forms = 20 * (late + 1) if params.get("size") is not None else 1  # forms x orders, each simulated
-        return Work(n, base.nchunks, 2 * base.nsteps + 40 * late, base.transfers + streams, base.moves + streams,
-                    base.search_s + PER_FORM_S * forms + 0.05 * (late + 1), forms)
-    if name == "clusterstraggler":  # the punctual AllReduce, then the late buffer in at most MAX_CHUNKS blocks
+        multi = Work(n, base.nchunks, 2 * base.nsteps + 40 * late, base.transfers + streams, base.moves + streams,
+                     base.search_s + PER_FORM_S * forms + 0.05 * (late + 1), forms)
+        if name == "multistraggler":
+            return multi
+        # the other cluster forms: the punctual AllReduce, then the late buffer in at most MAX_CHUNKS blocks
         chunks = min(stragglar_cluster.MAX_CHUNKS, 4 * n + 256)
         t = 2 * n * (n - 1) + n * chunks
-        return Work(n, chunks, 2 * (n + chunks), t, 4 * t, 0.0, 2)
+        return Work(n, max(chunks, multi.nchunks), max(2 * (n + chunks), multi.nsteps), max(t, multi.transfers),
+                    max(4 * t, multi.moves), multi.search_s, max(2, multi.copies))
     if name == "hierarchical":
         nodes = int(getattr(params.get("topology"), "node_count", 1) or 1)
         k = _pipeline_k(n, pipe, max(hierarchical.PIPELINES) if nodes > 1 else 1)
