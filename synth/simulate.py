@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from collsynth import budget
 from collsynth.apitypes import Arrivals, Bytes, Seconds
 from collsynth.errors import CollsynthError
 from collsynth.synth.arrivals import arrival_vector
@@ -181,6 +182,9 @@ def _run(s: Schedule, size: float, topo: Topology, arr: np.ndarray, start: np.nd
         send_port, recv_port = s.src, s.dst
         cap = np.full(n, s.ports, np.int64)
     P = int(cap.max())
+    # the port slots (two n K x P tables) and per-(rank, chunk) times: estimate before allocating
+    budget.check(16.0 * n * K * P + 16.0 * n * C, f"simulating {s.name or s.collective} ({n} ranks, {P} ports "
+                 f"per rank, {C} chunks)", hint="a schedule or plan with fewer ports or chunks")
     uniform = bool(np.all(cap == P))
     links, alpha = _pair_routes(s, topo)
     L = links.shape[1]

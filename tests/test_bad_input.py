@@ -490,3 +490,26 @@ def test_mscclpp_plan_size_is_estimated_before_loading_and_running(capsys, tmp_p
     one_line_exit_2(code, err, "thread blocks")
     assert "ops" in err and "--max-time" in err
     assert run(capsys, "verify", plan)[0] == 0
+
+
+def test_simulate_estimates_port_slots_before_allocating(capsys, tmp_path, ring4):
+    """ports 2**53 (a schedule file or a plan) made the simulator allocate n x ports slots: ValueError."""
+    path = _mutated(ring4, tmp_path, "ports.json", lambda d: d.__setitem__("ports", 2**53))
+    code, _, err = run(capsys, "simulate", path, "--size", "1MiB")
+    one_line_exit_2(code, err, "ports per rank")
+    assert "--max-memory" in err
+
+
+def test_msccl_xml_lowering_with_a_cycle_of_waits_is_refused(capsys, tmp_path):
+    """A verified ring ReduceScatter whose last transfer moves two chunks lowers to thread blocks that
+    wait on each other in a cycle: refused in one line (an AssertionError, exit 3, before)."""
+    d = {"format": "collsynth-schedule", "version": 1, "name": "ring_reducescatter_n3", "collective": "reducescatter",
+         "nranks": 3, "nchunks": 3, "nsteps": 2, "ports": 1, "owner": [0, 1, 2], "phases": [],
+         "meta": {"algorithm": "ring"},
+         "transfers": {"step": [0, 0, 0, 1, 1, 1], "src": [0, 1, 2, 0, 1, 2], "dst": [1, 2, 0, 1, 2, 0],
+                       "chunk": [2, 0, 1, 1, 2, 0], "count": [1, 1, 1, 1, 1, 2], "reduce": [1, 1, 1, 1, 1, 1]}}
+    path = tmp_path / "cyc.json"
+    path.write_text(json.dumps(d))
+    code, _, err = run(capsys, "emit", path, "--format", "msccl-xml", "-o", tmp_path / "out.xml")
+    one_line_exit_2(code, err, "cycle")
+    assert not (tmp_path / "out.xml").exists()

@@ -22,6 +22,7 @@ import numpy as np
 from collsynth.backends.layout import Loc
 from collsynth.backends.msccl.levels import LEVEL_WEIGHT, LOCAL, RECV, SEND, longest_levels
 from collsynth.backends.msccl.lower import Lowered, Op
+from collsynth.errors import CollsynthError
 
 
 def hazard_deps(low: Lowered) -> None:
@@ -114,8 +115,11 @@ def levels(low: Lowered) -> np.ndarray:
                             edges.append((pn, xn, LEVEL_WEIGHT[(pk, xk)]))
                 prev = op
     lv = longest_levels(P + len(local_id), edges)
-    if lv is None:  # pragma: no cover - the Schedule's steps always satisfy the constraints
-        raise AssertionError("lowered program has a cycle of waits")
+    if lv is None:  # found by the long fuzz run: a verified schedule whose multi-chunk transfers lower to
+        # thread blocks that wait on each other in a cycle (the runtime would deadlock): refuse, name it
+        raise CollsynthError("cannot emit this schedule as MSCCL XML: its lowered thread blocks wait on each other "
+                             "in a cycle (the runtime would deadlock); split multi-chunk transfers into one-chunk "
+                             "ones or use --format mscclpp-plan")
     return lv[:P]
 
 
