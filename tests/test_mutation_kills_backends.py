@@ -7,7 +7,8 @@ import pytest
 
 from collsynth.backends import emit
 from collsynth.backends.layout import Layout
-from collsynth.backends.msccl import check_xml_text
+from collsynth.backends.msccl import XmlFormatError, check_xml_text
+from collsynth.backends.msccl.schedule import straggler_independence
 from collsynth.errors import CollsynthError
 from collsynth.synth.ir import Schedule
 
@@ -55,3 +56,8 @@ def test_unknown_emit_option_lists_the_options_or_none() -> None:
 def test_allgather_layout_starts_with_each_rank_holding_its_own_blocks() -> None:
     assert Layout("allgather", 2, 4).written0().tolist() == [[True, True, False, False], [False, False, True, True]]
     assert not Layout("allreduce", 2, 4).written0().any()
+
+
+def test_straggler_independence_of_xml_text_names_it_xml() -> None:
+    with pytest.raises(XmlFormatError, match=r"^<xml>:1: <algo> is never closed"):
+        straggler_independence('<algo name="t">', 0, text=True)
