@@ -78,3 +78,11 @@ def test_mscclpp_library_has_in_and_out_of_place_general_plans() -> None:
     general = {(e.algorithm, e.inplace) for e in mscclpp_entries() if e.straggler is None}
     algs = {a for a, _ in general}
     assert {"ring", "direct", "rhd"} <= algs and general == {(a, p) for a in algs for p in (True, False)}
+
+
+# ---------------------------------------------------------------------- msccl emit
+def test_too_many_thread_blocks_names_channels_only_when_split() -> None:
+    with pytest.raises(CollsynthError, match=r"^rank 0 needs 66 thread blocks; MSCCL allows at most 64"):
+        emit(build_schedule("direct", 23, "allreduce"), "msccl-xml", instances=3)  # one channel per instance
+    with pytest.raises(CollsynthError, match=r"^rank 0 needs 66 thread blocks \(on 2 channels, to keep steps"):
+        emit(build_schedule("direct", 34, "allreduce"), "msccl-xml", instances=2)
