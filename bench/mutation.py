@@ -367,8 +367,8 @@ def rerun_survivors(name: str, timeout: float, python: str, sampled: bool = Fals
     mutants stay killed: tests are only added). While the target's modules are byte-identical to the
     mutated copy, the copy gets the current files; otherwise the copy's own snapshot is measured. Either
     way the copy must pass its tests unmutated first. sampled: the last sampled run's session of the
-    target, whose copy (shared by every target) gets every current file except the modules of
-    synth/ and backends/, which stay as they were sampled."""
+    target, whose copy (shared by every target) stays the snapshot it was sampled from except for the
+    current survivor tests (KS, KB): the other tests of the snapshot match its code, today's may not."""
     modules, tests = TARGETS[name]
     if sampled:
         work, cfg, db = SAMPLE, os.path.join(SAMPLE, f"{name}.toml"), os.path.join(SAMPLE, f"{name}.sqlite")
@@ -380,8 +380,8 @@ def rerun_survivors(name: str, timeout: float, python: str, sampled: bool = Fals
     for m in [] if sampled else modules:
         with open(os.path.join(ROOT, m), "rb") as a, open(os.path.join(pkg, m), "rb") as b:
             same = same and a.read() == b.read()
-    if sampled:
-        _copy_tree(pkg, keep=lambda f: not f.startswith(("synth/", "backends/")))
+    if sampled:  # the snapshot stays (its tests match its code); only the survivor tests are the current ones
+        _copy_tree(pkg, keep=lambda f: f in (KS, KB))
     elif same:
         _copy_tree(pkg)  # the current tests
     else:  # the module moved on: measure the copy's snapshot (its code and its tests) as it is
