@@ -73,7 +73,7 @@ TARGETS: dict[str, tuple[list[str], list[str]]] = {
     "algorithms": (sorted(glob.glob("synth/algorithms/*.py", root_dir=ROOT)),
                    ["tests/test_algorithms.py", "tests/test_cluster_algorithms.py", KS]),
     "stragglar": (sorted(glob.glob("synth/algorithms/stragglar/*.py", root_dir=ROOT)),
-                  ["tests/test_stragglar.py", "tests/test_stragglar_pipeline.py", KS]),
+                  ["tests/test_stragglar.py", "tests/test_stragglar_pipeline.py", "tests/test_solver_rounds.py", KS]),
     "solver": (sorted(glob.glob("synth/solver/*.py", root_dir=ROOT)),
                ["tests/test_solver.py", "tests/test_solver_rounds.py", KS]),
     "msccl": (sorted(set(glob.glob("backends/msccl/*.py", root_dir=ROOT))
