@@ -5,16 +5,24 @@ The budget is a share of the memory available when the command starts (half of M
 /proc/meminfo; 4 GiB where that cannot be read), or what `collsynth --max-memory SIZE` (or
 COLLSYNTH_MAX_MEMORY) sets. Estimates are the bytes of the arrays the code allocates, e.g.
 ``verify_bytes`` for synth.verify's state; they are upper-bound style ("about"), not measurements.
+
+Time works the same way: ``Work`` (a schedule's transfers, chunk moves, steps and any search before it)
+gives about the seconds of building, verifying and simulating it, from per-move and per-step costs
+measured with bench/bench_setup.py-style runs on one core (about 2 us per chunk move for build, verify,
+simulate and JSON together at n = 1000); work estimated above the time budget (DEFAULT_MAX_SECONDS, or
+`collsynth --max-time TIME`, or COLLSYNTH_MAX_TIME) is refused with the largest size that fits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from collsynth.errors import CollsynthError
 
 _FALLBACK = 4 * 2**30
 _override: int | None = None
+_seconds_override: float | None = None
 
 
 def set_max_memory(nbytes: int | None) -> None:
@@ -72,15 +80,96 @@ def check(nbytes: float, what: str, *, largest: str = "", hint: str = "") -> Non
                              f"{more}{': ' + hint if hint else ''} (raise it with `collsynth --max-memory SIZE ...`)")
 
 
-MAX_SECONDS = 600.0  # estimated run time above which a simulation is refused (10 minutes)
+MAX_SECONDS = 600.0  # the default time budget: estimated work above it is refused (10 minutes)
+DEFAULT_MAX_SECONDS = MAX_SECONDS
+SECONDS_PER_MOVE = 2e-6  # build + verify + simulate + JSON, per chunk move (measured about 1-2 us, n = 1000)
+SECONDS_PER_STEP = 2e-5  # per step: the verifier's and simulator's per-step work
+
+
+def set_max_seconds(seconds: float | None) -> None:
+    """Set the time budget in seconds (the CLI's --max-time); None restores the default."""
+    global _seconds_override
+    _seconds_override = None if seconds is None else float(seconds)
+
+
+def max_seconds() -> float:
+    """The time budget in seconds."""
+    return DEFAULT_MAX_SECONDS if _seconds_override is None else _seconds_override
 
 
 def check_seconds(seconds: float, what: str, *, largest: str = "") -> None:
-    """Refuse ``what`` when its estimated run time exceeds MAX_SECONDS."""
-    if seconds > MAX_SECONDS:
+    """Refuse ``what`` when its estimated run time exceeds the time budget."""
+    limit = max_seconds()
+    if seconds > limit:
         more = f"; the largest that fits is {largest}" if largest else ""
-        raise CollsynthError(f"{what} would run for about {seconds:.3g} s, more than the {MAX_SECONDS:g} s "
-                             f"limit{more}")
+        raise CollsynthError(f"{what} would run for about {seconds:.3g} s, more than the {limit:g} s "
+                             f"limit{more} (raise it with `collsynth --max-time TIME ...`)")
+
+
+@dataclass(frozen=True)
+class Work:
+    """About what building, verifying and simulating one schedule handles (upper-bound style), and the
+    seconds of any search before it (StragglAR's phase-2 design program for n without a stored design)."""
+
+    nranks: int
+    nchunks: int
+    nsteps: int
+    transfers: int
+    moves: int  # chunk moves: the sum of the transfers' counts
+    search_s: float = 0.0
+    copies: int = 1  # schedules built and simulated to pick one (multistraggler tries several forms)
+
+    def nbytes(self) -> int:
+        """About the peak bytes: verify's state for one schedule, the builder's columns twice."""
+        return verify_bytes(self.nranks, self.nchunks, self.nsteps, self.transfers, self.moves) + \
+            2 * 48 * self.transfers
+
+    def seconds(self) -> float:
+        """About the seconds of the whole job on one core."""
+        return self.copies * (SECONDS_PER_MOVE * max(self.moves, self.transfers)
+                              + SECONDS_PER_STEP * self.nsteps) + self.search_s
+
+
+WorkFn = Callable[[int], "Work | Sequence[Work]"]
+
+
+def _totals(w: Work | Sequence[Work]) -> tuple[int, float]:
+    """Peak bytes and total seconds of one job or of several run one after the other."""
+    ws = [w] if isinstance(w, Work) else list(w)
+    return max((x.nbytes() for x in ws), default=0), sum(x.seconds() for x in ws)
+
+
+def check_work(work: WorkFn, n: int, what: str, *, unit: str = "ranks", monotone: WorkFn | None = None,
+               hint: str = "") -> None:
+    """Refuse ``what`` (n ``unit``) when ``work(n)`` (a Work, or several run one after the other)
+    exceeds the memory or the time budget, naming the largest n that fits both and the flag that raises
+    the budget. The largest is searched on ``monotone`` (default ``work``), a non-decreasing bound of
+    ``work`` (e.g. counting a search at every n)."""
+    nbytes, seconds = _totals(work(n))
+    if nbytes <= max_memory() and seconds <= max_seconds():
+        return
+    bound = monotone or work
+
+    def fits(x: int) -> bool:
+        b, t = _totals(bound(x))
+        return b <= max_memory() and t <= max_seconds()
+
+    lo, hi = 1, max(n - 1, 1)
+    if not fits(2):
+        fit = 0
+    else:
+        lo = 2
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        fit = lo
+    largest = (f"{fit} {unit}" if fit >= 2 else "") + (f" ({hint})" if hint and fit >= 2 else "")
+    if nbytes > max_memory():
+        check(nbytes, what, largest=largest)
+    check_seconds(seconds, what, largest=largest)
 
 
 def largest_fitting(cost: Callable[[int], float], lo: int = 1, hi: int = 2**62) -> int:
@@ -107,5 +196,6 @@ def check_ranks(n: int, what: str, *, per_rank_schedules: int = 1) -> None:
         check(cost(n), what, largest=f"{fit} ranks" if fit >= 2 else "")
 
 
-__all__ = ["MAX_SECONDS", "available_bytes", "check", "check_ranks", "check_seconds", "largest_fitting",
-           "max_memory", "schedule_bytes", "set_max_memory", "verify_bytes"]
+__all__ = ["DEFAULT_MAX_SECONDS", "MAX_SECONDS", "Work", "available_bytes", "check", "check_ranks", "check_seconds",
+           "check_work", "largest_fitting", "max_memory", "max_seconds", "schedule_bytes", "set_max_memory",
+           "set_max_seconds", "verify_bytes"]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from collsynth import __version__, budget, fileio, progress
 from collsynth.commands import add_commands_for
 from collsynth.errors import CollsynthError
-from collsynth.units import parse_size
+from collsynth.units import parse_size, parse_time
 
 EPILOG = """start with:
   collsynth compare --gpus 8 --size 1GiB --alpha 3us --bandwidth 450GiB/s --arrival 7=5ms
@@ -49,6 +49,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--max-memory", metavar="SIZE", default=os.environ.get("COLLSYNTH_MAX_MEMORY"),
                         help="memory budget: work estimated above it is refused with the largest size that fits "
                              "(default: half the available memory; also COLLSYNTH_MAX_MEMORY)")
+    parser.add_argument("--max-time", metavar="TIME", default=os.environ.get("COLLSYNTH_MAX_TIME"),
+                        help="time budget: work estimated to run longer is refused with the largest size that fits "
+                             f"(default {budget.DEFAULT_MAX_SECONDS:g}s; also COLLSYNTH_MAX_TIME)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     add_commands_for(sub, command)
     return parser
@@ -70,7 +73,8 @@ def _join_negative_values(argv: list[str]) -> list[str]:
     return out
 
 
-_TOP_LEVEL_VALUES = ("--max-file-size", "--max-memory")  # top-level options that take a value (it is not the command)
+# top-level options that take a value (it is not the command)
+_TOP_LEVEL_VALUES = ("--max-file-size", "--max-memory", "--max-time")
 
 
 def _command_of(args_in: list[str]) -> str | None:
@@ -103,6 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             fileio.set_max_read_bytes(parse_size(args.max_file_size, flag="--max-file-size"))
         if getattr(args, "max_memory", None):
             budget.set_max_memory(parse_size(args.max_memory, flag="--max-memory"))
+        if getattr(args, "max_time", None):
+            budget.set_max_seconds(parse_time(args.max_time, allow_zero=False, flag="--max-time"))
         if progress.wanted():
             progress.enable()
         return int(args.func(args) or 0)
@@ -128,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         progress.disable()
         budget.set_max_memory(None)
+        budget.set_max_seconds(None)
         fileio.set_max_read_bytes(fileio.DEFAULT_MAX_READ_BYTES)
 
 

@@ -76,6 +76,11 @@ def parse_number(text: str | float, *, flag: str) -> float:
     return value
 
 
+def _finite(x: int | float) -> bool:
+    """math.isfinite without its OverflowError on an int beyond a float (10**400 from a JSON file)."""
+    return isinstance(x, int) or math.isfinite(x)
+
+
 def _prefixed(flag: str | None, message: str) -> str:
     return f"{flag}: {message}" if flag else message
 
@@ -87,7 +92,7 @@ def parse_size(text: str | int | float, *, flag: str | None = None) -> int:
     if isinstance(text, bool):
         raise CollsynthError(_prefixed(flag, f"size must be a number of bytes, not {text!r}"))
     if isinstance(text, (int, float)):
-        if not math.isfinite(text):
+        if not _finite(text):
             raise CollsynthError(_prefixed(flag, f"size {text!r} must be a finite number of bytes"))
         value, unit = Fraction(text), ""
     else:
@@ -114,7 +119,7 @@ def parse_time(text: str | float, *, allow_zero: bool = True, flag: str | None =
     if isinstance(text, bool):
         raise CollsynthError(_prefixed(flag, f"time must be a number of seconds, not {text!r}"))
     if isinstance(text, (int, float)):
-        if not math.isfinite(text):
+        if not _finite(text):
             raise CollsynthError(_prefixed(flag, f"time {text!r} must be finite"))
         value, unit = Fraction(text), "s"
     else:
@@ -141,9 +146,12 @@ def parse_rate(text: str | float, *, flag: str | None = None) -> float:
     if isinstance(text, bool):
         raise CollsynthError(_prefixed(flag, f"bandwidth must be a rate such as 450GiB/s, not {text!r}"))
     if isinstance(text, (int, float)):
-        if not math.isfinite(text) or text <= 0:
+        if not _finite(text) or text <= 0:
             raise CollsynthError(_prefixed(flag, f"bandwidth {text!r} must be a positive finite rate, "
                                                  "e.g. 450GiB/s"))
+        if not 1 <= text <= MAX_BYTES:  # below 1 B/s every transfer time overflows to infinity in the model
+            raise CollsynthError(_prefixed(flag, f"bandwidth {text!r} bytes/s is out of range: 1 to {MAX_BYTES} "
+                                                 "bytes/s, e.g. 450GiB/s"))
         return float(text)
     s = str(text).strip()
     if s.lower().endswith("/s"):

@@ -18,7 +18,7 @@ from collsynth.synth.algorithms.stragglar.pipeline import topology_model
 from collsynth.synth.arrivals import arrival_vector, latest_rank
 from collsynth.synth.bounds import Bound, allreduce_bound
 from collsynth.synth.registry import algorithms as algorithm_table
-from collsynth.synth.registry import build_schedule
+from collsynth.synth.registry import build_schedule, check_works
 from collsynth.synth.simulate import simulate
 from collsynth.synth.solver.solve import status_line
 from collsynth.synth.topology import Topology, make_topology
@@ -84,18 +84,16 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
         names = ["ring", *names]
     latest = latest_rank(times, n)
     bound = allreduce_bound(topo, float(size_b), times)
-    rows: list[CompareRow] = []
-    for i, a in enumerate(names):
-        progress.note(f"compare [{i + 1}/{len(names)}] {a}")
+    jobs: list[tuple[str, dict[str, Any]]] = []
+    for a in names:
         accepted = regs[a].params()
         params: dict[str, Any] = {}
-        note = ""
         if "straggler" in accepted:
             params["straggler"] = latest
-            note = f"straggler={latest}"
         if "pipeline" in accepted:  # pipeline depth from the model the straggler sees on this topology
-            al, bw = topology_model(topo, latest)
-            params.update(pipeline="auto", size=size_b, alpha=al, bandwidth=bw)
+            params.update(pipeline="auto", size=size_b)
+            if "alpha" in accepted:  # filled in below, once the work is known to fit
+                params.update(alpha=None, bandwidth=None)
         if "topology" in accepted:  # topology-aware algorithms (ring order, nodes, the model)
             params["topology"] = topo
         if "size" in accepted:
@@ -104,7 +102,19 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
             params["arrivals"] = arr
         if a == "solver":
             params.update(time_limit=solver_time_limit)
-        s = check(build_schedule(a, n, "allreduce", **{k: v for k, v in params.items() if k in accepted}))
+        jobs.append((a, {k: v for k, v in params.items() if k in accepted}))
+    # every row is built, verified and simulated in turn: the estimate of all of them, before the first
+    check_works(jobs, n, "allreduce", f"compare of {len(jobs)} algorithms ({', '.join(names)}) on {n} ranks")
+    if any("alpha" in p for _, p in jobs):
+        al, bw = topology_model(topo, latest)
+        for _, p in jobs:
+            if "alpha" in p:
+                p.update(alpha=al, bandwidth=bw)
+    rows: list[CompareRow] = []
+    for i, (a, params) in enumerate(jobs):
+        progress.note(f"compare [{i + 1}/{len(names)}] {a}")
+        note = f"straggler={latest}" if "straggler" in params else ""
+        s = check(build_schedule(a, n, "allreduce", **params))
         if a == MULTI_LATE:
             note += f"straggler={s.meta.get('straggler')} late={len(s.meta.get('late', []))}"  # type: ignore[arg-type]
         if a == CLUSTER_LATE and "form" in s.meta:

@@ -144,6 +144,9 @@ class Schedule:
             owner = self.owner if self.owner is not None else default_owner(self.nranks, self.nchunks)
             if len(owner) != self.nchunks:
                 raise CollsynthError(f"owner map has {len(owner)} entries for {self.nchunks} chunks")
+            bad = next((o for o in owner if not 0 <= int(o) < self.nranks), None)
+            if bad is not None:
+                raise CollsynthError(f"owner map names rank {bad}; ranks are 0..{self.nranks - 1}")
             object.__setattr__(self, "owner", tuple(int(o) for o in owner))
         else:
             object.__setattr__(self, "owner", None)

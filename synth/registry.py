@@ -10,6 +10,7 @@ from collsynth import budget, progress
 from collsynth.apitypes import Seconds
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import CONSTRUCTIVE, Algorithm
+from collsynth.synth.algorithms.estimate import SEARCH_HINT, needs_search, work
 from collsynth.synth.ir import Schedule
 from collsynth.synth.solver import solve as solver
 from collsynth.synth.topology import Topology, make_topology
@@ -52,6 +53,25 @@ def algorithm_params(name: str) -> tuple[str, ...]:
     return get_algorithm(name).params()
 
 
+_SEARCHING = ("stragglar", "multistraggler", "clusterstraggler")  # phase 2 may run the design program
+
+
+def check_work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, object] | None = None,
+               what: str | None = None) -> None:
+    """Refuse building ``name`` on ``n`` ranks when its estimated memory or time (synth.algorithms.estimate)
+    exceeds the budget (budget.check_work: one line naming the largest n that fits and the flag to raise it)."""
+    check_works([(name, dict(params or {}))], n, collective, what or f"{name} on {n} ranks")
+
+
+def check_works(jobs: Sequence[tuple[str, Mapping[str, object]]], n: int, collective: str = "allreduce",
+                what: str = "") -> None:
+    """check_work for several (algorithm, params) built one after the other on ``n`` ranks (``compare``):
+    their seconds add up, their memory does not."""
+    budget.check_work(lambda x: [work(a, x, collective, p) for a, p in jobs], n, what,
+                      monotone=lambda x: [work(a, x, collective, p, always=True) for a, p in jobs],
+                      hint=SEARCH_HINT if any(a in _SEARCHING for a, _ in jobs) and needs_search(n) else "")
+
+
 def build_schedule(name: str, n: int, collective: str = "allreduce", **params: BuildParam) -> Schedule:
     """Build algorithm ``name`` for ``n`` ranks (not yet verified: see synth.verify.check)."""
     info = get_algorithm(name)
@@ -65,10 +85,13 @@ def build_schedule(name: str, n: int, collective: str = "allreduce", **params: B
             raise CollsynthError(f"algorithm {name!r} takes no {param_flag(key)} option"
                                  + (f" (it takes {', '.join(param_flag(a) for a in accepted)})"
                                     if accepted else ""))
-    if not info.own_budget:
-        budget.check_ranks(n, f"{name} on {n} ranks")
+    by_nodes = name in ("hierarchical", "clusterstraggler")  # their estimates need the topology's nodes
+    if not (name == "clusterstraggler" and isinstance(params.get("topology"), str)):
+        check_work(name, n, collective, params)  # clusterstraggler on a preset or file: once its nodes are known
     if isinstance(params.get("topology"), str):  # a preset name or JSON path: every algorithm gets a Topology
         params["topology"] = make_topology(str(params["topology"]), n)
+        if by_nodes:  # again, with the nodes known
+            check_work(name, n, collective, params)
     if n >= LARGE_N:
         progress.note(f"building {name} for {n} ranks")
     schedule = info.build(n, collective=collective, **params)

@@ -248,9 +248,10 @@ def _verify(s: Schedule, ports: int | None, method: str) -> VerifyReport:
     if s.ntransfers >= LARGE_SCHEDULE:
         progress.note(f"verifying {s.name or s.collective}: {s.ntransfers} transfers")
     moved = int(np.clip(s.count, 0, None).sum()) if s.ntransfers else 0
-    budget.check(budget.verify_bytes(s.nranks, s.nchunks, s.nsteps, s.ntransfers, moved),
-                 f"verifying {s.name or s.collective} ({s.nranks} ranks, {s.nchunks} chunks, {s.nsteps} steps, "
-                 f"{moved} chunk moves)")
+    what = (f"verifying {s.name or s.collective} ({s.nranks} ranks, {s.nchunks} chunks, {s.nsteps} steps, "
+            f"{moved} chunk moves)")
+    budget.check(budget.verify_bytes(s.nranks, s.nchunks, s.nsteps, s.ntransfers, moved), what)
+    budget.check_seconds(budget.Work(s.nranks, s.nchunks, s.nsteps, s.ntransfers, moved).seconds(), what)
     bad = _check_ranges(s)
     if bad:
         return bad

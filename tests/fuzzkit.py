@@ -7,6 +7,9 @@ to files and calls ``collsynth.cli.main(argv)`` in process. Forking keeps a case
 a fresh interpreter costs a second, and the limits hold per case. The parent also kills a child after
 WALL_S seconds of wall time (a blocked read of a named pipe uses no CPU).
 
+Every case runs with the time budget COLLSYNTH_MAX_TIME=3s (MAX_TIME): work estimated longer is refused
+with exit 2, so the 10 s limit checks the estimates too.
+
 Clean means: exit 0, 1 or 2 (never 3, a signal, the CPU or wall limit); exactly one line on stderr for
 exit 2; no file in the case's folder created, changed or removed except the requested outputs.
 
@@ -28,6 +31,7 @@ import time
 from dataclasses import dataclass
 
 CPU_S = 10
+MAX_TIME = "3s"  # collsynth --max-time for every case (COLLSYNTH_MAX_TIME), well under CPU_S
 AS_BYTES = 1 << 30
 WALL_S = 30.0
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -152,8 +156,10 @@ class Server:
 
     def __init__(self) -> None:
         # COLLSYNTH_DEBUG: an internal error (a failure anyway) comes with its traceback in the report
+        # COLLSYNTH_MAX_TIME: the product's time budget below the harness's CPU limit, so that work estimated
+        # too long is refused (exit 2) and an estimate that is far too low shows up as a case over CPU_S
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-                   COLLSYNTH_DEBUG="1", PYTHONHASHSEED="0")
+                   COLLSYNTH_DEBUG="1", PYTHONHASHSEED="0", COLLSYNTH_MAX_TIME=MAX_TIME)
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
         self.count = 0

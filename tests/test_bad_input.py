@@ -433,3 +433,60 @@ def test_wrong_typed_top_level_field_is_named(capsys, tmp_path, ring4, field, va
     path = _mutated(ring4, tmp_path, "top.json", lambda d: d.__setitem__(field, value))
     code, _, err = run(capsys, "verify", path)
     one_line_exit_2(code, err, needle)
+
+
+# ------------------------------------------------------------------------------------------ found by the long fuzz run
+def test_owner_out_of_range_is_bad_input(capsys, tmp_path):
+    """A reducescatter schedule whose owner map names a rank that does not exist: an IndexError before."""
+    path = tmp_path / "rs.json"
+    assert run(capsys, "synth", "-a", "ring", "-n", "3", "--collective", "reducescatter", "-o", path)[0] == 0
+    for bad in (3, 2**31):
+        d = json.loads(path.read_text())
+        d["owner"] = [0, 1, bad]
+        (tmp_path / "bad.json").write_text(json.dumps(d))
+        for command in ("verify", "info"):
+            code, _, err = run(capsys, command, tmp_path / "bad.json")
+            one_line_exit_2(code, err, f"owner map names rank {bad}")
+
+
+@pytest.mark.parametrize("field,value,needle", [("alpha", 1e308, "too long"), ("alpha", -1.0, "non-negative"),
+                                                ("bandwidth", 1e-300, "out of range"),
+                                                ("bandwidth", 1e300, "out of range"),
+                                                ("alpha", 10**400, "too long"),  # an int beyond a float:
+                                                ("bandwidth", 10**400, "out of range")])  # OverflowError before
+def test_topology_numbers_are_range_checked_like_text(capsys, tmp_path, field, value, needle):
+    """A raw number for alpha or bandwidth in a topology file overflowed the model to inf (a numpy
+    warning on stderr and 'time inf must be finite'); it is checked like "3us" is."""
+    topo = {"gpus": 2, "switches": ["sw"], "links": [{"src": 0, "dst": "sw"}, {"src": 1, "dst": "sw"}], field: value}
+    (tmp_path / "t.json").write_text(json.dumps(topo))
+    code, _, err = run(capsys, "compare", "-n", "2", "--size", "1MiB", "-t", tmp_path / "t.json")
+    one_line_exit_2(code, err, needle)
+    assert field in err
+
+
+@pytest.mark.parametrize("field", ["dst_buff", "src_buff", "channel_ids"])
+@pytest.mark.parametrize("value", [0, -0.0, "", 0.5])
+def test_plan_list_field_of_the_wrong_type_is_named(capsys, tmp_path, ring4, field, value):
+    """A falsy non-list (0, -0.0, "") slipped past the plan reader's fast path: TypeError, exit 3."""
+    plan = tmp_path / "plan.json"
+    assert run(capsys, "emit", ring4, "--format", "mscclpp-plan", "-o", plan)[0] == 0
+    d = json.loads(plan.read_text())
+    op = next(o for g in d["gpus"] for t in g["threadblocks"] for o in t["ops"] if field in o)
+    op[field] = value
+    plan.write_text(json.dumps(d))
+    code, _, err = run(capsys, "verify", plan)
+    one_line_exit_2(code, err, f"'{field}': must be a list")
+
+
+def test_mscclpp_plan_size_is_estimated_before_loading_and_running(capsys, tmp_path, ring4):
+    """Issue 13 Scale: the plan reader checks the text's bytes before decoding, and thread blocks x ops x
+    launches before the symbolic execution, against --max-memory and --max-time."""
+    plan = tmp_path / "plan.json"
+    assert run(capsys, "emit", ring4, "--format", "mscclpp-plan", "-o", plan)[0] == 0
+    code, _, err = run(capsys, "--max-memory", "64KiB", "verify", plan)
+    one_line_exit_2(code, err, "bytes of JSON) needs about")
+    assert "--max-memory" in err
+    code, _, err = run(capsys, "--max-time", "1us", "verify", plan)
+    one_line_exit_2(code, err, "thread blocks")
+    assert "ops" in err and "--max-time" in err
+    assert run(capsys, "verify", plan)[0] == 0

@@ -55,16 +55,23 @@ def test_form_follows_the_arrivals():
     assert late_form(grid, times) == ("gpu", [7])
 
 
-def test_late_gpu_on_16_nodes_within_the_issue_margin():
-    """16 x 8, 1 GiB, rank 5 late: at least 1.3x faster than hierarchical after the arrival and within
-    1.5x of the late-GPU bound (bench/bench_cluster_straggler.py records the exact numbers)."""
+def test_late_gpu_and_late_node_on_16_nodes():
+    """16 x 8, 1 GiB (this cluster's alphas: 1 us NVLink, 3 us network): one late GPU within 1.2x of the
+    late-GPU bound and 1.6x faster than hierarchical after it arrives (model: 1.16x and 1.73x), one late
+    node 1.2x faster (model: 1.27x); bench/bench_cluster_straggler.py records the h100-cluster numbers."""
     t = cluster(16, 8)
+    hier = build_schedule("hierarchical", 128, size=GiB, topology=t)
     late = {5: 0.05}
     s = build_schedule("clusterstraggler", 128, arrivals=late, size=GiB, topology=t)
     after = simulate(s, GiB, t, late).after_last_arrival_s
-    hier = simulate(build_schedule("hierarchical", 128, size=GiB, topology=t), GiB, t, late).after_last_arrival_s
-    assert hier / after > 1.3
-    assert after < 1.5 * late_gpu_bound(8, GiB)
+    sync = simulate(hier, GiB, t, late).after_last_arrival_s
+    assert sync / after > 1.6
+    assert after < 1.2 * late_gpu_bound(8, GiB)
+    late = {r: 0.05 for r in range(8, 16)}
+    s = build_schedule("clusterstraggler", 128, arrivals=late, size=GiB, topology=t)
+    assert s.meta["form"] == "node" and verify(s).ok
+    after = simulate(s, GiB, t, late).after_last_arrival_s
+    assert simulate(hier, GiB, t, late).after_last_arrival_s / after > 1.2
 
 
 def test_h100_cluster_preset_verifies_with_its_class_ports_and_beats_hierarchical():
@@ -143,3 +150,11 @@ def test_merge_needs_a_sum_to_merge_into():
     plan = new_plan(cluster(2, 2), 4, np.zeros(4), GiB, 2)
     with pytest.raises(CollsynthError, match="hold a sum"):
         plan.merge({0}, set())
+
+
+def test_late_node_on_a_preset_name_is_not_refused_by_the_time_budget():
+    """The work estimate needs the nodes: with a preset name the registry checks it once the topology is
+    built (the flat estimate of eight late ranks would exceed the default 600 s on 128 GPUs)."""
+    late = {r: 0.05 for r in range(8, 16)}
+    s = build_schedule("clusterstraggler", 128, arrivals=late, size=GiB, topology="h100-cluster")
+    assert s.meta["form"] == "node" and verify(s).ok

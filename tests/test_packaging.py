@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -19,8 +20,13 @@ ALLOWED = re.compile(r"^collsynth/(([a-z_]+/)*[a-z_0-9]+\.py|py\.typed|backends/
 def wheel(tmp_path_factory):
     pytest.importorskip("setuptools")
     out = tmp_path_factory.mktemp("wheel")
+    # build from a copy without build outputs: setuptools reuses a stale build/lib (a module deleted since the
+    # last build would ship again), and the test should not write build/ into the working tree either
+    src = tmp_path_factory.mktemp("src") / "collsynth"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv", "build", ".git", "*.egg-info", "__pycache__",
+                                                             ".*_cache", ".hypothesis"))
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out),
-                        ROOT], capture_output=True, text=True, timeout=600)
+                        str(src)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     (path,) = [os.path.join(out, f) for f in os.listdir(out) if f.endswith(".whl")]
     return path, r.stdout + r.stderr

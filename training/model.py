@@ -331,8 +331,8 @@ def estimate_seconds(setup: TrainingSetup, runs: int, steps: int | None = None) 
 
 def _check_work(setup: TrainingSetup, runs: int) -> None:
     seconds = estimate_seconds(setup, runs)
-    if seconds > budget.MAX_SECONDS:
-        fit = budget.MAX_SECONDS / max(estimate_seconds(setup, runs, 1), 1e-12)
+    if seconds > budget.max_seconds():
+        fit = budget.max_seconds() / max(estimate_seconds(setup, runs, 1), 1e-12)
         what = f"train-sim of {setup.steps} steps x {runs} method/algorithm runs on {setup.topology.nranks} ranks"
         budget.check_seconds(seconds, what, largest=f"--steps {int(fit)}" if fit >= 1 else "")
 

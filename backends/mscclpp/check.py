@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from collsynth import budget
 from collsynth.backends.mscclpp.execute import ExecFailure, ExecResult, Executor
 from collsynth.backends.mscclpp.load import check_offsets, choose_chunk, validate
 from collsynth.backends.mscclpp.model import FORMAT_VERSION, Plan, PlanFormatError, parse_plan
@@ -43,8 +44,31 @@ def is_plan_object(obj: object) -> bool:
     return isinstance(obj, dict) and "gpus" in obj and obj.get("format") != "collsynth-schedule"
 
 
+TEXT_BYTES = 16  # about the bytes of decoded JSON (dicts, lists, strings) per byte of plan text
+OP_BYTES = 4096  # about the bytes per op of the parsed plan and the symbolic executor's per-op state
+OP_SECONDS = 5e-5  # about the seconds per op and launch of the symbolic execution (15 us measured, n = 32)
+
+
+def plan_size(plan: Plan) -> tuple[int, int]:
+    """(thread blocks, ops) of a parsed plan, a pipeline's body ops included."""
+    tbs = [tb for g in plan.gpus for tb in g.tbs]
+    return len(tbs), sum(len(tb.ops) + sum(len(op.body) for op in tb.ops) for tb in tbs)
+
+
+def check_plan_work(plan: Plan, launches: int) -> None:
+    """Refuse (budget: --max-memory, --max-time) a plan whose symbolic execution is estimated beyond the
+    budget: thread blocks x ops x launches."""
+    ntbs, nops = plan_size(plan)
+    what = (f"checking the MSCCL++ plan {plan.source} ({len(plan.gpus)} GPUs, {ntbs} thread blocks, {nops} ops, "
+            f"{launches} launches)")
+    budget.check(OP_BYTES * nops * 2, what)
+    budget.check_seconds(OP_SECONDS * nops * launches, what)
+
+
 def read_plan_text(text: str, source: str = "<plan>") -> Plan:
-    """Parse and validate plan text; PlanFormatError (exit 2) when the executor would refuse or misread it."""
+    """Parse and validate plan text; PlanFormatError (exit 2) when the executor would refuse or misread it.
+    The text's size is checked against the memory budget before it is decoded (about TEXT_BYTES per byte)."""
+    budget.check(TEXT_BYTES * len(text), f"reading the MSCCL++ plan {source} ({len(text)} bytes of JSON)")
     try:
         obj = json_loads(text)
     except json.JSONDecodeError as e:
@@ -69,6 +93,7 @@ def run_plan(plan: Plan, *, size: int | None = None, launches: int | None = None
     """Execute symbolically; ExecFailure on the first problem, PlanFormatError if the size is invalid."""
     chunk = choose_chunk(plan, size)
     check_offsets(plan, chunk)
+    check_plan_work(plan, launches or launches_for(plan))
     ex = Executor(plan, chunk, launches or launches_for(plan), meta_steps, plan.pairs or None)
     return ex.run()
 

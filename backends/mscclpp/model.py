@@ -358,13 +358,13 @@ def _fast_op(d: dict[str, Any], k: int, body_of: str, pos: int) -> Op | None:
     if ct not in CHANNEL_TYPES:
         return None
     ids = d.get("channel_ids", ())
-    if ids and not _nat_list(ids):
+    if type(ids) not in (list, tuple) or (ids and not _nat_list(ids)):  # 0, "": the careful path says
         return None
     ro = d.get("reduce_op")
     if ro is not None and (type(ro) is not str or ro.lower() != "sum"):
         return None
     srcs, dsts = d.get("src_buff", ()), d.get("dst_buff", ())
-    if (srcs and type(srcs) is not list) or (dsts and type(dsts) is not list):
+    if type(srcs) not in (list, tuple) or type(dsts) not in (list, tuple):  # 0, 0.0, "": the careful path says
         return None
     src = tuple(_fast_ref(x) for x in srcs)
     dst = tuple(_fast_ref(x) for x in dsts)

@@ -32,9 +32,7 @@ def new_graph(n: int, switches: Sequence[str] = ()) -> nx.DiGraph:
 def as_time(x: Any, what: str) -> float:
     if isinstance(x, bool):
         raise CollsynthError(f"{what}: alpha must be a time such as \"3us\" or seconds, not {x!r}")
-    if isinstance(x, (int, float)):
-        return float(x)
-    if isinstance(x, str):
+    if isinstance(x, (int, float, str)):  # a number is seconds, range-checked like text (finite, <= 1e9 s)
         try:
             return parse_time(x)
         except CollsynthError as e:
@@ -45,8 +43,11 @@ def as_time(x: Any, what: str) -> float:
 def as_rate(x: Any, what: str) -> float:
     if isinstance(x, bool):
         raise CollsynthError(f"{what}: bandwidth must be a rate such as \"450GiB/s\" or bytes/s, not {x!r}")
-    if isinstance(x, (int, float)):
-        return float(x)
+    if isinstance(x, (int, float)):  # bytes/s, range-checked like text
+        try:
+            return parse_rate(x)
+        except CollsynthError as e:
+            raise CollsynthError(f"{what}: bandwidth {x!r}: {e}") from None
     if isinstance(x, str):
         try:
             v = parse_rate(x)

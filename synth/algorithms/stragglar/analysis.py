@@ -14,10 +14,13 @@ and its time after arrival over the one-straggler floor s/B + alpha.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from collsynth import progress
+from collsynth import budget, progress
+from collsynth.budget import Work
 from collsynth.fileio import save_figure
+from collsynth.synth.algorithms.estimate import SEARCH_HINT, needs_search, work
 from collsynth.synth.registry import algorithms, build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import make_topology
@@ -106,8 +109,30 @@ def critical_delay(s: Any, size: float, topo: Any, ring_after: float, hi: float,
     return hi
 
 
+SIMULATIONS = 60  # about the simulations of one stragglar schedule per row (two critical-delay bisections)
+
+
+def _row_work(n: int, pipeline: int | str | None, always: bool = False) -> list[Work]:
+    """About the work of one row (synth.algorithms.estimate): the baselines, StragglAR (and its pipelined
+    form) built once and simulated about SIMULATIONS times (a simulation is about a fifth of the work)."""
+    jobs = [work(a, n, always=always) for a in (*BASELINES, "stragglar")]
+    if pipeline is not None:
+        jobs.append(work("stragglar", n, params={"pipeline": pipeline}, always=always))
+    sims = [replace(w, search_s=0.0, copies=max(1, SIMULATIONS // 5)) for w in jobs[len(BASELINES):]]
+    return jobs + sims
+
+
+def check_reproduce(ns: Sequence[int], pipeline: int | str | None = None) -> None:
+    """Refuse (budget.check_work) an n whose row exceeds the memory or time budget, before any row."""
+    for n in sorted(set(ns)):
+        budget.check_work(lambda x: _row_work(x, pipeline), n, f"reproduce stragglar on {n} ranks",
+                          monotone=lambda x: _row_work(x, pipeline, True),
+                          hint=SEARCH_HINT if needs_search(n) else "")
+
+
 def reproduce(ns: Sequence[int] = DEFAULT_NS, **model: Any) -> list[dict[str, Any]]:
     """The study's rows for every n in ``ns`` (sorted)."""
+    check_reproduce(ns, model.get("pipeline"))
     rows = []
     for i, n in enumerate(sorted(set(ns))):
         progress.note(f"reproduce stragglar [{i + 1}/{len(set(ns))}] n={n}")

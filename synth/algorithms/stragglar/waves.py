@@ -6,9 +6,11 @@ the GPUs with local index g form rail g); s bytes per rank; the buffer is G part
 units [g M, (g+1) M)). The ranks that arrive first are *punctual*, the others *late*, taken in arrival order.
 
 1. ``pre``: the punctual ranks AllReduce, pipelined by pieces: in every node a ReduceScatter of part g
-   into its owner (local g, or a punctual proxy in the node), a ring AllReduce of part g along rail g
-   among the nodes with punctual ranks (P pieces per part, Patarasuk & Yuan), an AllGather in every node;
-   each piece moves on as soon as it is ready (the list-scheduling model below).
+   into its owner (local g, or punctual GPUs of the node piece by piece), a ring AllReduce of part g along
+   rail g among the nodes whose rail-g GPU is punctual (P pieces per part, Patarasuk & Yuan), an AllGather
+   in every node; a node whose rail-g GPU is late sends each piece of its part g over the piece holder's
+   own rail into a spent copy at the ring node where the piece ends (then NVLink) and gets the final
+   piece back the same way. Each piece moves on as soon as it is ready (the list-scheduling model below).
 2. Rail passes. Each part is walked unit run by unit run, again and again, until every late rank is in
    every unit. A run of units that already holds the sum over the punctual ranks and the first q late
    ranks (its *holders* are those ranks) takes in the *wave* W: every late rank not yet in it that has
@@ -16,17 +18,23 @@ units [g M, (g+1) M)). The ranks that arrive first are *punctual*, the others *l
    rank that arrives in the middle of a pass joins the rest of that pass, and the next pass covers the
    units it missed: after the last arrival about one pass remains, the late-GPU form's work.
    For a run (part g) and its wave W:
-   - in every node b with wave members W_b, they reduce their units into a collector x_b (the member on
-     rail g if any) over NVLink (late ranks of one node combine for free);
+   - in every node b with wave members W_b, they sum their units over NVLink into a collector x_b (late
+     ranks of one node combine for free): the node's rail-g GPU, a wave member or a holder (then the first
+     member's units replace the holder's copy of the state: the node's other holders keep it, and the
+     final sum overwrites it), else a wave member; a holder always keeps the state somewhere;
    - the collectors of the contributing nodes form a chain along rail g (the shortest arc of the ring of
-     nodes, direction alternating per run) that adds up the wave's delta; the last one reduces the delta
-     into a holder (its own node's, over NVLink; when it sits on rail g also raw over its NIC into the
-     next node's holder, so two nodes have the final sum at once), or, in a node without holders, into
-     the next node's holder;
+     nodes, so the next node holds the state; direction alternating per run) that adds up the wave's
+     delta (a middle collector receives twice: the partial sum and later the final one); the last one
+     reduces the delta into a holder (its own node's, over NVLink; when it sits on rail g and the next
+     node holds the state also raw over its NIC into that node's rail-g GPU, so two nodes have the final
+     sum at once), or, in a node without holders, into the next node's holder;
    - the final sum travels to every other node that has holders or wave members: a pipelined chain
      along the rail, or two alternating in-order binary trees over those nodes (every node is interior in
      about one tree: it sends about once per unit; depth log2 N instead of N);
    - every node spreads it over NVLink from the GPU that received it to its other holders and wave members.
+
+``build`` ("auto") simulates a few choices (cutoff, M, chain or trees, each also retimed) and returns the
+fastest, or the synchronous ``hierarchical`` schedule (form "synchronous") when that is faster still.
 
 Moves are placed by a list-scheduling model (listsched.Timeline: one message per port and link class at
 a time, data dependencies per (rank, unit)), ordered by modelled start and packed into steps (multi.pack:

@@ -1,0 +1,195 @@
+"""About the work of building one algorithm's schedule, before building it (issue 13, Scale): the
+transfers, chunk moves, steps and chunks (budget.Work) each algorithm produces for n ranks, so that
+synth.registry can refuse a size beyond the memory or time budget with the largest n that fits.
+
+The counts are upper-bound style, from each algorithm's construction (the docstrings of its module;
+tests/test_estimate.py checks them against built schedules):
+- ring: n(n-1) one-chunk transfers per ReduceScatter or AllGather, n-1 steps each; multiring splits
+  the same moves over its rings.
+- rhd: at most 2 n log2 n transfers, the same 2n(n-1) chunk moves as ring.
+- direct: n(n-1) transfers in one step (n^2 reduces into n locations: the verifier's rounds).
+- twoshot: direct ReduceScatter then AllGather, 2n(n-1).
+- stragglar with K(n-1) chunks: phase 1, a ring ReduceScatter among n-1 ranks ((n-1)(n-2)
+  transfers of K chunks), then K(n-1) - 1 + ceil(log2 n) completion rounds of at most n transfers;
+  n neither a power of two nor stored (stragglar/tables.py) adds the phase-2 design program, about
+  SEARCH_S_PER_N2 x n^2 seconds (measured: n = 400 in 10 s, n = 1000 in 65 s, one core).
+- multistraggler: StragglAR's completion at the depth its pipeline model picks, plus the late ranks'
+  streams, each candidate form built, retimed and simulated when a size is given (measured: n = 64 with
+  4 late ranks in 2 s).
+- clusterstraggler: the punctual AllReduce, then the late buffer in at most cluster.MAX_CHUNKS blocks
+  streamed to every rank (measured: 16 nodes x 8 GPUs with one late GPU, 18,672 transfers in 1.8 s).
+  clusterstraggler for one late GPU or one whole late node on a topology with nodes (issue 15) builds
+  one plan of C = G M chunks (M <= max(cluster.UNITS) for auto): the present ranks' AllReduce and the
+  late data's rail chains move each chunk about 3 times per rank (measured 2.9-3.0 C per rank at 16
+  nodes): at most 4 n C transfers and moves, 4 C + 4 N steps.
+- hierarchical: K slices of a ring-shaped ReduceScatter/AllGather inside nodes and rails across them
+  (its auto K keeps the transfers under hierarchical.MAX_TRANSFERS).
+- tree: two trees, K slices each reduced and broadcast over n-1 edges: 4K(n-1) transfers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from collsynth.budget import Work
+from collsynth.errors import CollsynthError
+from collsynth.synth.algorithms import hierarchical, tree
+from collsynth.synth.algorithms.layout import node_grid
+from collsynth.synth.algorithms.stragglar import cluster as stragglar_cluster
+from collsynth.synth.algorithms.stragglar import pipeline as stragglar_pipeline
+from collsynth.synth.algorithms.stragglar.tables import stored_sizes
+from collsynth.synth.arrivals import arrival_vector
+
+SEARCH_S_PER_N2 = 8e-5  # StragglAR's phase-2 design search: about this many seconds x n^2
+
+
+def _log2(n: int) -> int:
+    return max((n - 1).bit_length(), 1)
+
+
+def needs_search(n: int) -> bool:
+    """Whether StragglAR's phase 2 for n ranks runs the design program (not a power of two, not stored)."""
+    return not (n <= 4 or n & (n - 1) == 0 or n in _stored())
+
+
+def stragglar_search_seconds(n: int, always: bool = False) -> float:
+    """About the seconds of StragglAR's phase-2 design program for n ranks (0 when none is needed;
+    ``always``: as if every n needed one, a bound that grows with n)."""
+    return SEARCH_S_PER_N2 * n * n if n > 4 and (always or needs_search(n)) else 0.0
+
+
+SEARCH_HINT = "powers of two and n <= 255 need no design search and build fast at any n that fits memory"
+
+
+_STORED: frozenset[int] | None = None
+
+
+def _stored() -> frozenset[int]:
+    global _STORED
+    if _STORED is None:
+        _STORED = frozenset(stored_sizes())
+    return _STORED
+
+
+def _ring(n: int, collective: str) -> Work:
+    halves = 2 if collective == "allreduce" else 1
+    t = halves * n * (n - 1)
+    return Work(n, n, halves * (n - 1), t, t)
+
+
+def _pipeline_k(n: int, pipeline: Any, kmax: int) -> int:
+    """An explicit depth, else the most "auto" can choose."""
+    if isinstance(pipeline, int) and not isinstance(pipeline, bool) and pipeline >= 1:
+        return pipeline
+    return kmax
+
+
+def _stragglar(n: int, k: int, always: bool = False) -> Work:
+    p = n - 1
+    rounds = k * p - 1 + _log2(n) + 1
+    phase1 = p * max(p - 1, 0)
+    transfers = phase1 + n * rounds
+    return Work(n, k * p, max(p - 1, 0) + rounds, transfers, phase1 * k + n * rounds,
+                stragglar_search_seconds(n, always))
+
+
+PER_FORM_S = 0.01  # multistraggler: the fixed cost of one candidate form (build, retime, simulate)
+
+
+def _late(params: Mapping[str, Any]) -> int:
+    arrivals = params.get("arrivals")
+    return max(len(arrivals) if isinstance(arrivals, (Mapping, list, tuple)) else 1, 1)
+
+
+def _resolved_k(n: int, pipeline: Any, params: Mapping[str, Any]) -> int:
+    """The phase-2 depth StragglAR's pipeline model picks (stragglar/pipeline.py), or its largest."""
+    try:
+        return stragglar_pipeline.resolve_pipeline(n, pipeline, size=params.get("size"), alpha=params.get("alpha"),
+                                                   bandwidth=params.get("bandwidth")).k
+    except (CollsynthError, TypeError, ValueError):  # the build refuses it with its own message
+        return min(stragglar_pipeline.AUTO_MAX, stragglar_pipeline.max_pipeline_for_build(n))
+
+
+def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
+    """clusterstraggler's one-plan forms (one late GPU, one whole late node) on a topology with nodes (module
+    docstring), else None (the flat form or several late ranks: the multistraggler estimate)."""
+    topo = params.get("topology")
+    if topo is None or isinstance(topo, str) or getattr(topo, "nranks", None) != n:
+        return None
+    grid = node_grid(topo, n)
+    N, G = grid.shape
+    if N < 2 or G < 2:
+        return None
+    arrivals = params.get("arrivals")
+    try:
+        times = arrival_vector(arrivals, n)
+    except CollsynthError:
+        return None  # build_schedule refuses it with the reason
+    late = {int(r) for r in np.flatnonzero(times > times.min())}
+    if len(late) > 1 and not any(late == {int(x) for x in row} for row in grid):
+        return None
+    pipe = params.get("pipeline", "auto")
+    m = pipe if isinstance(pipe, int) and not isinstance(pipe, bool) and pipe >= 1 else max(stragglar_cluster.UNITS)
+    c = G * min(m, stragglar_cluster.MAX_CHUNKS // G)
+    return Work(n, c, 4 * c + 4 * N, 4 * n * c, 4 * n * c)
+
+
+def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, Any] | None = None,
+         always: bool = False) -> Work:
+    """About the work of ``build_schedule(name, n, collective, **params)`` (budget.Work); ``always``:
+    count StragglAR's design search for every n (a bound non-decreasing in n, to find the largest n)."""
+    params = params or {}
+    n = max(int(n), 2)
+    pipe = params.get("pipeline", "auto")
+    if name in ("ring", "multiring"):
+        return _ring(n, collective)
+    if name == "rhd":
+        t = 2 * n * (_log2(n) + 2)
+        return Work(n, n, 2 * _log2(n) + 2, t, 2 * n * (n - 1) + t)
+    if name == "direct":
+        t = n * (n - 1)
+        return Work(n, n, 1, t, t)
+    if name == "twoshot":
+        t = 2 * n * (n - 1)
+        return Work(n, n, 2, t, t)
+    if name == "stragglar":
+        kmax = min(stragglar_pipeline.AUTO_MAX, stragglar_pipeline.max_pipeline_for_build(n))
+        return _stragglar(n, _pipeline_k(n, params.get("pipeline", 1), kmax), always)
+    if name == "clusterstraggler":
+        one = _cluster_one_late(n, params)
+        if one is not None:
+            return one
+    if name in ("multistraggler", "clusterstraggler"):  # StragglAR's completion at the depth it resolves
+        late = _late(params)  # phase 2 may run among the n - late punctual ranks, at their depth
+        base = _stragglar(n, max(_resolved_k(m, pipe, params) for m in {n, max(n - late, 2)}), always)
+        streams = 2 * late * base.nchunks
+        forms = 20 * (late + 1) if params.get("size") is not None else 1  # forms x orders, each simulated
+        multi = Work(n, base.nchunks, 2 * base.nsteps + 40 * late, base.transfers + streams, base.moves + streams,
+                     base.search_s + PER_FORM_S * forms + 0.05 * (late + 1), forms)
+        if name == "multistraggler":
+            return multi
+        # the other cluster forms: the punctual AllReduce, then the late buffer in at most MAX_CHUNKS blocks
+        chunks = min(stragglar_cluster.MAX_CHUNKS, 4 * n + 256)
+        t = 2 * n * (n - 1) + n * chunks
+        return Work(n, max(chunks, multi.nchunks), max(2 * (n + chunks), multi.nsteps), max(t, multi.transfers),
+                    max(4 * t, multi.moves), multi.search_s, max(2, multi.copies))
+    if name == "hierarchical":
+        nodes = int(getattr(params.get("topology"), "node_count", 1) or 1)
+        k = _pipeline_k(n, pipe, max(hierarchical.PIPELINES) if nodes > 1 else 1)
+        wsum = max(sum(w) for w in hierarchical.profiles(k))  # slice weights: ramps up to 16
+        m = 1 if nodes <= 1 else max(nodes, 8)  # chunks per block: the rail algorithm's (ring N, rhd, tree 8)
+        r = _ring(n, collective)
+        t = min(k * r.transfers, max(hierarchical.MAX_TRANSFERS, r.transfers)) if pipe == "auto" else k * r.transfers
+        per = -(-wsum // k) * m  # chunks one transfer moves, at most
+        return Work(n, wsum * max(n // max(nodes, 1), 1) * m, k * r.nsteps * m, t, t * per)
+    if name == "tree":
+        k = _pipeline_k(n, pipe, max(tree.PIPELINES))
+        t = 4 * k * (n - 1)
+        return Work(n, 2 * k, 8 * k + 8 * _log2(n) + 8, t, t)
+    return _ring(n, collective)  # the solver and anything new: ring-shaped
+
+
+__all__ = ["SEARCH_HINT", "SEARCH_S_PER_N2", "needs_search", "stragglar_search_seconds", "work"]
