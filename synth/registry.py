@@ -85,10 +85,12 @@ def build_schedule(name: str, n: int, collective: str = "allreduce", **params: B
             raise CollsynthError(f"algorithm {name!r} takes no {param_flag(key)} option"
                                  + (f" (it takes {', '.join(param_flag(a) for a in accepted)})"
                                     if accepted else ""))
-    check_work(name, n, collective, params)
+    by_nodes = name in ("hierarchical", "clusterstraggler")  # their estimates need the topology's nodes
+    if not (name == "clusterstraggler" and isinstance(params.get("topology"), str)):
+        check_work(name, n, collective, params)  # clusterstraggler on a preset or file: once its nodes are known
     if isinstance(params.get("topology"), str):  # a preset name or JSON path: every algorithm gets a Topology
         params["topology"] = make_topology(str(params["topology"]), n)
-        if name == "hierarchical":  # its estimate depends on the node count: again, with the nodes known
+        if by_nodes:  # again, with the nodes known
             check_work(name, n, collective, params)
     if n >= LARGE_N:
         progress.note(f"building {name} for {n} ranks")

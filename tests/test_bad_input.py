@@ -464,16 +464,18 @@ def test_topology_numbers_are_range_checked_like_text(capsys, tmp_path, field, v
     assert field in err
 
 
+@pytest.mark.parametrize("field", ["dst_buff", "src_buff", "channel_ids"])
 @pytest.mark.parametrize("value", [0, -0.0, "", 0.5])
-def test_plan_buffer_list_of_the_wrong_type_is_named(capsys, tmp_path, ring4, value):
+def test_plan_list_field_of_the_wrong_type_is_named(capsys, tmp_path, ring4, field, value):
+    """A falsy non-list (0, -0.0, "") slipped past the plan reader's fast path: TypeError, exit 3."""
     plan = tmp_path / "plan.json"
     assert run(capsys, "emit", ring4, "--format", "mscclpp-plan", "-o", plan)[0] == 0
     d = json.loads(plan.read_text())
-    op = next(o for o in d["gpus"][0]["threadblocks"][0]["ops"] if "dst_buff" in o)
-    op["dst_buff"] = value
+    op = next(o for g in d["gpus"] for t in g["threadblocks"] for o in t["ops"] if field in o)
+    op[field] = value
     plan.write_text(json.dumps(d))
     code, _, err = run(capsys, "verify", plan)
-    one_line_exit_2(code, err, "'dst_buff': must be a list")
+    one_line_exit_2(code, err, f"'{field}': must be a list")
 
 
 def test_mscclpp_plan_size_is_estimated_before_loading_and_running(capsys, tmp_path, ring4):

@@ -150,3 +150,11 @@ def test_merge_needs_a_sum_to_merge_into():
     plan = new_plan(cluster(2, 2), 4, np.zeros(4), GiB, 2)
     with pytest.raises(CollsynthError, match="hold a sum"):
         plan.merge({0}, set())
+
+
+def test_late_node_on_a_preset_name_is_not_refused_by_the_time_budget():
+    """The work estimate needs the nodes: with a preset name the registry checks it once the topology is
+    built (the flat estimate of eight late ranks would exceed the default 600 s on 128 GPUs)."""
+    late = {r: 0.05 for r in range(8, 16)}
+    s = build_schedule("clusterstraggler", 128, arrivals=late, size=GiB, topology="h100-cluster")
+    assert s.meta["form"] == "node" and verify(s).ok

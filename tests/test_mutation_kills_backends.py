@@ -7,9 +7,13 @@ import pytest
 
 from collsynth.backends import emit
 from collsynth.backends.layout import Layout
-from collsynth.backends.msccl import check_xml_text
+from collsynth.backends.msccl import XmlFormatError, check_xml_text
+from collsynth.backends.msccl.schedule import straggler_independence
+from collsynth.backends.mscclpp.check import launches_for, read_plan_text
+from collsynth.backends.mscclpp.library import entries as mscclpp_entries
 from collsynth.errors import CollsynthError
 from collsynth.synth.ir import Schedule
+from collsynth.synth.registry import build_schedule
 
 HEAD = ('<algo name="t" proto="Simple" nchannels="1" nchunksperloop="2" ngpus="2" coll="allreduce" inplace="1" '
         'outofplace="1" minBytes="0" maxBytes="0">')
@@ -55,3 +59,30 @@ def test_unknown_emit_option_lists_the_options_or_none() -> None:
 def test_allgather_layout_starts_with_each_rank_holding_its_own_blocks() -> None:
     assert Layout("allgather", 2, 4).written0().tolist() == [[True, True, False, False], [False, False, True, True]]
     assert not Layout("allreduce", 2, 4).written0().any()
+
+
+def test_straggler_independence_of_xml_text_names_it_xml() -> None:
+    with pytest.raises(XmlFormatError, match=r"^<xml>:1: <algo> is never closed"):
+        straggler_independence('<algo name="t">', 0, text=True)
+
+
+# ---------------------------------------------------------------------- mscclpp
+@pytest.mark.parametrize("proto,double,launches", [("LL", True, 3), ("Simple", False, 2)])
+def test_mscclpp_double_scratch_plans_are_checked_over_three_launches(proto: str, double: bool,
+                                                                      launches: int) -> None:
+    plan = read_plan_text(emit(build_schedule("ring", 4, "allreduce"), "mscclpp-plan", proto=proto), "p.json")
+    assert plan.double_scratch == double and launches_for(plan) == launches  # launch k and k+2 share a half
+
+
+def test_mscclpp_library_has_in_and_out_of_place_general_plans() -> None:
+    general = {(e.algorithm, e.inplace) for e in mscclpp_entries() if e.straggler is None}
+    algs = {a for a, _ in general}
+    assert {"ring", "direct", "rhd"} <= algs and general == {(a, p) for a in algs for p in (True, False)}
+
+
+# ---------------------------------------------------------------------- msccl emit
+def test_too_many_thread_blocks_names_channels_only_when_split() -> None:
+    with pytest.raises(CollsynthError, match=r"^rank 0 needs 66 thread blocks; MSCCL allows at most 64"):
+        emit(build_schedule("direct", 23, "allreduce"), "msccl-xml", instances=3)  # one channel per instance
+    with pytest.raises(CollsynthError, match=r"^rank 0 needs 66 thread blocks \(on 2 channels, to keep steps"):
+        emit(build_schedule("direct", 34, "allreduce"), "msccl-xml", instances=2)

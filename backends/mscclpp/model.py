@@ -358,7 +358,7 @@ def _fast_op(d: dict[str, Any], k: int, body_of: str, pos: int) -> Op | None:
     if ct not in CHANNEL_TYPES:
         return None
     ids = d.get("channel_ids", ())
-    if ids and not _nat_list(ids):
+    if type(ids) not in (list, tuple) or (ids and not _nat_list(ids)):  # 0, "": the careful path says
         return None
     ro = d.get("reduce_op")
     if ro is not None and (type(ro) is not str or ro.lower() != "sum"):

@@ -13,12 +13,15 @@ tests/test_estimate.py checks them against built schedules):
   transfers of K chunks), then K(n-1) - 1 + ceil(log2 n) completion rounds of at most n transfers;
   n neither a power of two nor stored (stragglar/tables.py) adds the phase-2 design program, about
   SEARCH_S_PER_N2 x n^2 seconds (measured: n = 400 in 10 s, n = 1000 in 65 s, one core).
-- multistraggler, clusterstraggler: StragglAR's completion plus the late ranks' streams, each form
-  built and simulated (3 per late rank, two orders each) when a size is given. clusterstraggler for one
-  late GPU or one whole late node on a topology with nodes (issue 15) builds one plan of C = G M chunks
-  (M <= max(cluster.UNITS) for auto): the present ranks' AllReduce and the late data's rail chains move
-  each chunk about 3 times per rank (measured 2.9-3.0 C per rank at 16 nodes): at most 4 n C transfers
-  and moves, 4 C + 4 N steps.
+- multistraggler: StragglAR's completion at the depth its pipeline model picks, plus the late ranks'
+  streams, each candidate form built, retimed and simulated when a size is given (measured: n = 64 with
+  4 late ranks in 2 s).
+- clusterstraggler: the punctual AllReduce, then the late buffer in at most cluster.MAX_CHUNKS blocks
+  streamed to every rank (measured: 16 nodes x 8 GPUs with one late GPU, 18,672 transfers in 1.8 s).
+  clusterstraggler for one late GPU or one whole late node on a topology with nodes (issue 15) builds
+  one plan of C = G M chunks (M <= max(cluster.UNITS) for auto): the present ranks' AllReduce and the
+  late data's rail chains move each chunk about 3 times per rank (measured 2.9-3.0 C per rank at 16
+  nodes): at most 4 n C transfers and moves, 4 C + 4 N steps.
 - hierarchical: K slices of a ring-shaped ReduceScatter/AllGather inside nodes and rails across them
   (its auto K keeps the transfers under hierarchical.MAX_TRANSFERS).
 - tree: two trees, K slices each reduced and broadcast over n-1 edges: 4K(n-1) transfers.
@@ -93,6 +96,23 @@ def _stragglar(n: int, k: int, always: bool = False) -> Work:
                 stragglar_search_seconds(n, always))
 
 
+PER_FORM_S = 0.01  # multistraggler: the fixed cost of one candidate form (build, retime, simulate)
+
+
+def _late(params: Mapping[str, Any]) -> int:
+    arrivals = params.get("arrivals")
+    return max(len(arrivals) if isinstance(arrivals, (Mapping, list, tuple)) else 1, 1)
+
+
+def _resolved_k(n: int, pipeline: Any, params: Mapping[str, Any]) -> int:
+    """The phase-2 depth StragglAR's pipeline model picks (stragglar/pipeline.py), or its largest."""
+    try:
+        return stragglar_pipeline.resolve_pipeline(n, pipeline, size=params.get("size"), alpha=params.get("alpha"),
+                                                   bandwidth=params.get("bandwidth")).k
+    except (CollsynthError, TypeError, ValueError):  # the build refuses it with its own message
+        return min(stragglar_pipeline.AUTO_MAX, stragglar_pipeline.max_pipeline_for_build(n))
+
+
 def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
     """clusterstraggler's one-plan forms (one late GPU, one whole late node) on a topology with nodes (module
     docstring), else None (the flat form or several late ranks: the multistraggler estimate)."""
@@ -142,15 +162,20 @@ def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, 
         one = _cluster_one_late(n, params)
         if one is not None:
             return one
-    if name in ("multistraggler", "clusterstraggler"):
-        kmax = min(stragglar_pipeline.AUTO_MAX, stragglar_pipeline.max_pipeline_for_build(n))
-        base = _stragglar(n, _pipeline_k(n, pipe, kmax), always)
-        arrivals = params.get("arrivals")
-        late = max(len(arrivals) if isinstance(arrivals, (Mapping, list, tuple)) else 1, 1)
-        streams = 2 * late * n * max(base.nchunks, 1)
-        copies = 6 * (late + 1) if params.get("size") is not None else 1
-        return Work(n, base.nchunks * 2, base.nsteps * 2, base.transfers + streams, base.moves + streams,
-                    base.search_s, copies)
+    if name in ("multistraggler", "clusterstraggler"):  # StragglAR's completion at the depth it resolves
+        late = _late(params)  # phase 2 may run among the n - late punctual ranks, at their depth
+        base = _stragglar(n, max(_resolved_k(m, pipe, params) for m in {n, max(n - late, 2)}), always)
+        streams = 2 * late * base.nchunks
+        forms = 20 * (late + 1) if params.get("size") is not None else 1  # forms x orders, each simulated
+        multi = Work(n, base.nchunks, 2 * base.nsteps + 40 * late, base.transfers + streams, base.moves + streams,
+                     base.search_s + PER_FORM_S * forms + 0.05 * (late + 1), forms)
+        if name == "multistraggler":
+            return multi
+        # the other cluster forms: the punctual AllReduce, then the late buffer in at most MAX_CHUNKS blocks
+        chunks = min(stragglar_cluster.MAX_CHUNKS, 4 * n + 256)
+        t = 2 * n * (n - 1) + n * chunks
+        return Work(n, max(chunks, multi.nchunks), max(2 * (n + chunks), multi.nsteps), max(t, multi.transfers),
+                    max(4 * t, multi.moves), multi.search_s, max(2, multi.copies))
     if name == "hierarchical":
         nodes = int(getattr(params.get("topology"), "node_count", 1) or 1)
         k = _pipeline_k(n, pipe, max(hierarchical.PIPELINES) if nodes > 1 else 1)

@@ -128,7 +128,7 @@ class ClusterPlan:
         self.classes: Any = None  # topology.transfer_class where the topology has link classes
         self.class_ids: dict[str, int] = {}
         self.runs: list[tuple[int, int]] = [(k, 1) for k in range(M)]  # message blocks of a part: (first, units)
-        self._fast = ""  # merge's state: "gpu" / "node" where the wave's node reduces whole rows
+        self._fast = ""  # merge's state: "node" where a whole late node reduces whole rows
         self._row_nodes: set[int] = set()  # nodes that spread whole rows by recursive doubling
         self._rowcnt: dict[tuple[int, int], int] = {}  # (node, block) -> parts final there
 
@@ -265,21 +265,15 @@ class ClusterPlan:
         nb = len(self.runs)
         pow2 = G & (G - 1) == 0
         full = [pow2 and len(in_node[b]) == G for b in range(N)]  # rows spread by recursive doubling
-        # the wave's node reduces whole rows: one late GPU among S' holders, or a whole node
-        fast = ""
-        if len(contrib) == 1 and full[contrib[0]]:
-            a = contrib[0]
-            fast = "gpu" if len(wave_node[a]) == 1 else ("node" if len(wave_node[a]) == G else "")
-            if fast not in TUNE.get("fast", ("node",)):  # one late GPU: star reduces measured faster
-                fast = ""
+        # a whole late node reduces whole rows (one late GPU: reducing per part into each root and star
+        # spreads in its node measured faster than rows there)
+        fast = "node" if len(contrib) == 1 and full[contrib[0]] and len(wave_node[contrib[0]]) == G else ""
         self._fast = fast
         self._rowcnt = {}
         plans = [self._part_plan(g, contrib, in_node, act_node, wave_node, active) for g in range(G)]
         roots = {p["root_node"] for p in plans}
         # nodes that spread whole rows: full ones that are no part's root, and the wave's node when fast
         self._row_nodes = {b for b in range(N) if full[b] and b not in roots} | ({contrib[0]} if fast else set())
-        if not TUNE.get("rows", True):
-            self._row_nodes = set()
         cache: dict[int, list[list[tuple[int, int, int]]]] = {}
         for p in plans:
             key = len(p["nodes"])
@@ -297,7 +291,7 @@ class ClusterPlan:
             p["first"], p["last"] = first, last
             p["emitted"] = 0
             p["copyback"] = p["case"] == "B" and not act_node[p["root_node"]]
-        ahead = TUNE.get("ahead", nb if fast == "node" else AHEAD)
+        ahead = nb if fast else AHEAD
         for j in range(min(ahead, nb)):
             self._gather_block(plans, j)
         for j in range(nb):
@@ -334,53 +328,29 @@ class ClusterPlan:
                 self._spread(p, g, 0, j, skip=self._holder(p, 0, j))
 
     def _gather_row(self, plans: list[dict[str, Any]], j: int) -> None:
-        """One late GPU L: L reduces part g of its row j into the part's root (its own part and its pair
-        partner's in one message to that partner). A whole late node: a recursive-halving ReduceScatter
-        of the row (Thakur, Rabenseifner & Gropp, IJHPCA 2005)."""
+        """A whole late node: a recursive-halving ReduceScatter of its row j (Thakur, Rabenseifner &
+        Gropp, IJHPCA 2005): GPU g ends with part g of the node's sum."""
         G = self.G
-        a = plans[0]["contrib"][0]
-        row = [int(x) for x in self.grid[a]]
-        if self._fast == "gpu":
-            l_ = int(self.local[plans[0]["wave_node"][a][0]])
-            for g in range(G):  # L reduces part g into its root; its own part goes with its pair's
-                if g == l_ ^ 1:
-                    self.add(row[l_], row[g], *self.loc(min(g, l_), j, 2), True)
-                elif g != l_:
-                    self.add(row[l_], row[g], *self.loc(g, j), True)
-            for g in range(G):  # case A parts are final at their root now
-                if g != l_:
-                    self._row_done(plans, 0, a, j, 1)
-        else:
-            b = G // 2
-            while b >= 1:
-                for h in range(G):
-                    q = h ^ b
-                    self.add(row[h], row[q], *self.loc((q // b) * b, j, b), True)
-                b //= 2
+        row = [int(x) for x in self.grid[plans[0]["contrib"][0]]]
+        b = G // 2
+        while b >= 1:
+            for h in range(G):
+                q = h ^ b
+                self.add(row[h], row[q], *self.loc((q // b) * b, j, b), True)
+            b //= 2
 
-    def _row_done(self, plans: list[dict[str, Any]], i: int, node: int, j: int, parts: int) -> None:
-        """``parts`` more parts of block j are final in ``node`` (the broadcast's node i of every part);
-        when all G are, the node spreads the row by recursive doubling."""
+    def _row_done(self, node: int, j: int, parts: int) -> None:
+        """``parts`` more parts of block j are final in ``node``; when all G are, the node spreads the row
+        by recursive doubling."""
         key = (node, j)
         self._rowcnt[key] = self._rowcnt.get(key, 0) + parts
         if self._rowcnt[key] < self.G:
             return
         row = [int(x) for x in self.grid[node]]
-        G = self.G
-        l_ = -1
-        if self._fast == "gpu" and i == 0:
-            l_ = int(self.local[plans[0]["wave_node"][node][0]])
         b = 1
-        while b < G:
-            for h in range(G):
-                lo, cnt, src = (h // b) * b, b, h
-                if h == l_:  # L sends nothing (its NVLink carried its buffer): a holder of its block does
-                    if b == 1:
-                        continue
-                    src = l_ ^ (b - 1)
-                if b == 1 and (h ^ 1) == l_:  # L's pair holds L's part too
-                    lo, cnt = (h // 2) * 2, 2
-                self.add(row[src], row[h ^ b], *self.loc(lo, j, cnt), False)
+        while b < self.G:  # recursive doubling: GPU h sends the aligned b parts it holds to h xor b
+            for h in range(self.G):
+                self.add(row[h], row[h ^ b], *self.loc((h // b) * b, j, b), False)
             b *= 2
 
     def _round(self, p: dict[str, Any], g: int, r: int) -> None:
@@ -398,17 +368,14 @@ class ClusterPlan:
                 continue
             self.add(src, dst, c, w, raw and s_ == 0 and not p["copyback"])  # case B: the root's raw sum
             self._arrived(p, g, d_, j)
-            if raw and s_ == 0 and r == p["last"][j] and not p["copyback"]:  # the root's last send of j
-                if self._fast:
-                    self._row_done([p], 0, p["nodes"][0], j, 1)
-                else:  # the root's copy from the node peer that spread it
-                    self.add(p["side_holder"][j], src, c, w, False)
+            if raw and s_ == 0 and r == p["last"][j] and not p["copyback"]:  # the root's last send of j:
+                self.add(p["side_holder"][j], src, c, w, False)  # its copy from the peer that spread it
 
     def _arrived(self, p: dict[str, Any], g: int, i: int, j: int) -> None:
         """Block j of part g is final at the broadcast's node i."""
         b = p["nodes"][i]
         if b in self._row_nodes:
-            self._row_done([p], i, b, j, 1)
+            self._row_done(b, j, 1)
         else:
             self._spread(p, g, i, j)
 
@@ -587,7 +554,6 @@ def after_arrival_estimate(form: str, N: int, G: int, M: int, runs: list[tuple[i
 
 
 UNITS = (4, 6, 8, 9, 10, 12, 16, 20, 24, 28, 32, 40, 48, 64)  # candidate blocks per part
-TUNE: dict[str, Any] = {}
 AHEAD = 2  # the wave's reductions are emitted this many blocks ahead of the broadcast (a late node: all)
 
 
@@ -628,10 +594,6 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     else:
         M = int(pipeline)
         runs = make_runs(M, 1, M)
-    if TUNE.get("widths"):
-        widths = TUNE["widths"]
-        M = sum(widths)
-        runs = list(zip(np.cumsum([0] + widths[:-1]).tolist(), widths))
     plan = new_plan(topology, n, times, s_bytes, M, runs)
     plan.pre(set(late))
     plan.merge(set(late), set(range(n)) - set(late))
