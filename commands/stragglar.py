@@ -108,11 +108,7 @@ def cmd_reproduce_stragglar(args: argparse.Namespace) -> int:
                              "bandwidth": parse_rate(args.bandwidth, flag="--bandwidth"), "topology": args.topology}
     if args.pipeline is not None:
         model["pipeline"] = _pipeline(args.pipeline)
-    if args.plot is not None and not args.plot.lower().endswith(".png"):
-        raise CollsynthError(f"--plot writes PNG: give a file name ending in .png, got {args.plot!r}")
-    if args.plot is not None:
-        check_output(args.plot, flag="--plot", inputs=[args.topology])
-        require_extra("matplotlib", "plot", "--plot")
+    _check_plot(args.plot, args.topology)
     rows = reproduce(ns, **model)
     if args.plot is not None:
         plot(rows, args.plot)
@@ -179,11 +175,7 @@ def cmd_reproduce_cluster(args: argparse.Namespace) -> int:
                              "seed": args.seed, "gpus_per_node": args.gpus_per_node}
     if not model["delay"] > 0:
         raise CollsynthError(f"--delay must be a positive time (the late GPU or node must be late), got {args.delay!r}")
-    if args.plot is not None and not args.plot.lower().endswith(".png"):
-        raise CollsynthError(f"--plot writes PNG: give a file name ending in .png, got {args.plot!r}")
-    if args.plot is not None:
-        check_output(args.plot, flag="--plot", inputs=[args.topology])
-        require_extra("matplotlib", "plot", "--plot")
+    _check_plot(args.plot, args.topology)
     rows = reproduce_cluster(nodes, **model)
     if args.plot is not None:
         plot_cluster(rows, args.plot)
@@ -205,3 +197,13 @@ def cmd_reproduce_cluster(args: argparse.Namespace) -> int:
     if args.plot is not None:
         print(f"wrote {args.plot}")
     return 0
+
+
+def _check_plot(path: str | None, topology: str) -> None:
+    """--plot, before any work: a .png name that is not the input topology, and matplotlib installed."""
+    if path is None:
+        return
+    if not path.lower().endswith(".png"):
+        raise CollsynthError(f"--plot writes PNG: give a file name ending in .png, got {path!r}")
+    check_output(path, flag="--plot", inputs=[topology])
+    require_extra("matplotlib", "plot", "--plot")
