@@ -82,16 +82,10 @@ def tree_edges(R: int, mirror: bool) -> list[tuple[int, int]]:
     _inorder(0, R - 1, -1, out)
     if mirror:
         out = [(-1 if p < 0 else R - 1 - p, R - 1 - c) for p, c in out]
-    return sorted(out, key=lambda e: _depth(e[1], out))
-
-
-def _depth(pos: int, edges: list[tuple[int, int]]) -> int:
-    par = {c: p for p, c in edges}
-    d = 0
-    while pos >= 0:
-        pos = par[pos]
-        d += 1
-    return d
+    depth = {-1: 0}
+    for p, c in out:  # breadth first per call: a parent's edge comes before its children's
+        depth[c] = depth[p] + 1
+    return sorted(out, key=lambda e: depth[e[1]])
 
 
 class _Waves:
