@@ -34,6 +34,10 @@ Per block of part g:
   sends the raw sum, gets the final block back from its broadcast partner, and the node spreads the
   row by recursive doubling.
 
+A whole late node may group its blocks into fewer NVLink *rows* (``set_blocks``; the chunks are then
+row-major, part g of a row contiguous): it reduces and spreads whole rows (fewer NVLink messages) while
+its NICs and the broadcast carry the blocks; the other nodes then spread each block on its own.
+
 One late GPU is the wave of one rank (``late_form``); a late node the wave of one node. Bounds (brief's
 clusters.md section 4): max(s/(B_nv + B_net), s/(G B_net)) and max(s/(G B_net), (G-1)/G s/B_nv).
 After the arrival the estimate (``after_arrival_estimate``) is the blocks at the pace of the slower of a
