@@ -129,3 +129,60 @@ def test_mscclpp_thread_count_limits_port_puts_only() -> None:
     op = next(op for op in plan["gpus"][0]["threadblocks"][0]["ops"] if op["name"] == "repkt")
     op.update(name="recpkt", channel_type="port", dst_buff=[*op["dst_buff"], {"type": "o", "index": 0, "size": 1}])
     read_plan_text(json.dumps(plan), "p.json")  # loads: one thread is enough
+
+
+# ---------------------------------------------------------------------- torch launcher
+def test_launcher_picks_up_results_within_50_ms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher polls its result queue: a result that lands while it waits is taken within 50 ms
+    (a fake clock, queue and processes stand in for torch's: no process is started)."""
+    import sys
+    import types
+
+    from collsynth.backends.torch import launch as launch_module
+
+    now = [0.0]
+    landed = 0.1  # the workers' results land at t = 0.1 s
+    taken: list[float] = []
+
+    class Queue:
+        def __init__(self) -> None:
+            self.items = [(0, "ok", "a"), (1, "ok", "b")]
+
+        def empty(self) -> bool:
+            return now[0] < landed or not self.items
+
+        def get(self) -> tuple[int, str, str]:
+            taken.append(now[0])
+            return self.items.pop(0)
+
+    class Process:
+        exitcode = None
+
+        def __init__(self, **_kw: object) -> None:
+            pass
+
+        def start(self) -> None:
+            pass
+
+        def is_alive(self) -> bool:
+            return True
+
+        def kill(self) -> None:
+            pass
+
+        def join(self, _t: float) -> None:
+            pass
+
+    ctx = types.SimpleNamespace(SimpleQueue=Queue, Process=Process)
+    mp = types.SimpleNamespace(get_context=lambda _how: ctx)
+    dist = types.SimpleNamespace(TCPStore=lambda *_a, **_kw: types.SimpleNamespace(port=1))
+    torch = types.SimpleNamespace(distributed=dist, multiprocessing=mp)
+    for name, mod in (("torch", torch), ("torch.distributed", dist), ("torch.multiprocessing", mp)):
+        monkeypatch.setitem(sys.modules, name, mod)
+
+    def sleep(dt: float) -> None:
+        now[0] += dt
+
+    monkeypatch.setattr(launch_module, "time", types.SimpleNamespace(monotonic=lambda: now[0], sleep=sleep))
+    assert launch_module.launch(print, 2, timeout=60) == {0: "a", 1: "b"}
+    assert taken and landed <= min(taken) and max(taken) <= landed + 0.05
