@@ -58,6 +58,7 @@ from collsynth.synth.algorithms.layout import node_grid, pair_model
 from collsynth.synth.algorithms.stragglar import multi, waves
 from collsynth.synth.algorithms.stragglar.bcast import broadcast_rounds
 from collsynth.synth.algorithms.stragglar.multi import Move, pack
+from collsynth.synth.algorithms.stragglar.prephase import present_allreduce
 from collsynth.synth.arrivals import arrival_vector, latest_rank
 from collsynth.synth.ir import Schedule, derived_phases
 from collsynth.units import parse_size
@@ -203,39 +204,8 @@ class ClusterPlan:
 
     # ------------------------------------------------------------------ before the arrival
     def pre(self, absent: set[int]) -> None:
-        """AllReduce of the present ranks' buffers (module docstring)."""
-        N, G, M, grid = self.N, self.G, self.M, self.grid
-        nodes = [b for b in range(N) if any(int(x) not in absent for x in grid[b])]
-        owner = {}
-        for b in nodes:
-            present = [g for g in range(G) if int(grid[b, g]) not in absent]
-            for g in range(G):
-                owner[b, g] = int(grid[b, g]) if g in present else int(grid[b, present[g % len(present)]])
-        for t in range(1, G):  # ReduceScatter of the parts in every node
-            for b in nodes:
-                for i in range(G):
-                    src = int(grid[b, i])
-                    g = (i + t) % G
-                    if src not in absent and owner[b, g] != src:
-                        self.add(src, owner[b, g], g * M, M, True)
-        P = len(nodes)
-        if P > 1:  # ring AllReduce of part g along rail g (Patarasuk & Yuan)
-            edges = [[g * M + (M * j) // P for j in range(P + 1)] for g in range(G)]
-            for rs in (True, False):
-                for t in range(P - 1):
-                    for g in range(G):
-                        for i in range(P):
-                            j = (i - t - 1) % P if rs else (i - t) % P
-                            lo, hi = edges[g][j], edges[g][j + 1]
-                            if hi > lo:
-                                self.add(owner[nodes[i], g], owner[nodes[(i + 1) % P], g], lo, hi - lo, rs)
-        for t in range(1, G):  # AllGather of the parts in every node
-            for b in nodes:
-                for i in range(G):
-                    dst = int(grid[b, i])
-                    g = (i - t) % G
-                    if dst not in absent and owner[b, g] != dst:
-                        self.add(owner[b, g], dst, g * M, M, False)
+        """AllReduce of the present ranks' buffers: the pipelined hierarchical one of prephase.py."""
+        present_allreduce(self.grid, set(range(self.grid.size)) - absent, self.M, self.add)
 
     # ------------------------------------------------------------------ after the arrival
     def loc(self, g: int, j: int, parts: int = 1) -> tuple[int, int]:
