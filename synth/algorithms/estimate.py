@@ -42,6 +42,7 @@ from collsynth.synth.algorithms.stragglar import cluster as stragglar_cluster
 from collsynth.synth.algorithms.stragglar import pipeline as stragglar_pipeline
 from collsynth.synth.algorithms.stragglar.tables import stored_sizes
 from collsynth.synth.arrivals import arrival_vector
+from collsynth.synth.composition import inter_steps
 
 SEARCH_S_PER_N2 = 8e-5  # StragglAR's phase-2 design search: about this many seconds x n^2
 
@@ -78,6 +79,27 @@ def _ring(n: int, collective: str) -> Work:
     halves = 2 if collective == "allreduce" else 1
     t = halves * n * (n - 1)
     return Work(n, n, halves * (n - 1), t, t)
+
+
+def _hierarchical(n: int, pipe: Any, topology: Any, size: Any) -> Work:
+    """What hierarchical.build makes (synth/algorithms/hierarchical.py): its own cheap model (``plan``) picks
+    the slice weights w and the rail kind; K = len(w) slices of 2(G-1) node steps and the rail steps, n
+    transfers a step; a node step moves a block (w_k M chunks), a rail step its fraction of the block."""
+    nodes = int(getattr(topology, "node_count", 1) or 1)
+    if nodes <= 1 or n % nodes:
+        K = 1 if pipe == "auto" else _pipeline_k(n, pipe, 1)
+        w = max(hierarchical.profiles(K), key=sum)
+        t = K * 2 * (n - 1) * n
+        return Work(n, n * sum(w), K * 2 * (n - 1), t, t * max(w))
+    grid = node_grid(topology, n)
+    N, G = grid.shape
+    s_bytes = hierarchical.DEFAULT_SIZE if size is None else float(size)
+    w, kind, _ = hierarchical.plan(n, grid, s_bytes, hierarchical.link_model(topology, grid), pipe)
+    M, fracs = inter_steps(kind, N)
+    per = 2 * (G - 1) + len(fracs)
+    t = len(w) * per * n
+    moves = n * M * sum(w) * (2 * (G - 1)) + int(n * M * sum(w) * sum(fracs)) + t
+    return Work(n, sum(w) * G * M, len(w) * per, t, moves)
 
 
 def _pipeline_k(n: int, pipeline: Any, kmax: int) -> int:
@@ -177,14 +199,7 @@ def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, 
         return Work(n, max(chunks, multi.nchunks), max(2 * (n + chunks), multi.nsteps), max(t, multi.transfers),
                     max(4 * t, multi.moves), multi.search_s, max(2, multi.copies))
     if name == "hierarchical":
-        nodes = int(getattr(params.get("topology"), "node_count", 1) or 1)
-        k = _pipeline_k(n, pipe, max(hierarchical.PIPELINES) if nodes > 1 else 1)
-        wsum = max(sum(w) for w in hierarchical.profiles(k))  # slice weights: ramps up to 16
-        m = 1 if nodes <= 1 else max(nodes, 8)  # chunks per block: the rail algorithm's (ring N, rhd, tree 8)
-        r = _ring(n, collective)
-        t = min(k * r.transfers, max(hierarchical.MAX_TRANSFERS, r.transfers)) if pipe == "auto" else k * r.transfers
-        per = -(-wsum // k) * m  # chunks one transfer moves, at most
-        return Work(n, wsum * max(n // max(nodes, 1), 1) * m, k * r.nsteps * m, t, t * per)
+        return _hierarchical(n, pipe, params.get("topology"), params.get("size"))
     if name == "tree":
         k = _pipeline_k(n, pipe, max(tree.PIPELINES))
         t = 4 * k * (n - 1)
