@@ -220,3 +220,30 @@ def test_late_node_chooses_nvlink_rows_of_several_blocks_on_16_nodes():
     sync = min(simulate(build_schedule(a, 128, topology=t, **extra), GiB, t, late).after_last_arrival_s
                for a, extra in (("hierarchical", {"size": GiB}), ("ring", {})))
     assert sync / after >= 1.4
+
+
+def test_short_delay_falls_back_to_the_synchronous_schedule_when_it_is_faster():
+    """choose.py: the late-GPU form's AllReduce before the arrival is hidden only behind a long delay; for a
+    short one the synchronous hierarchical schedule finishes first and clusterstraggler returns it (verified,
+    form "synchronous"); for a long delay the late-GPU form, faster than hierarchical."""
+    from collsynth.synth.algorithms import hierarchical
+    from collsynth.synth.algorithms.stragglar import cluster
+    from collsynth.synth.registry import build_schedule
+    from collsynth.synth.simulate import simulate
+    from collsynth.synth.topology import make_topology
+    from collsynth.synth.verify import verify
+
+    topo = make_topology("h100-cluster", 32)
+    size = 2**30
+    sync = hierarchical.build(32, topology=topo, size=size)
+    for delay, form in ((1e-4, "synchronous"), (0.05, "gpu")):
+        arr = {5: delay}
+        s = build_schedule("clusterstraggler", 32, arrivals=arr, size=size, topology=topo)
+        assert s.meta["form"] == form and verify(s).ok
+        late = cluster.build(32, arrivals=arr, size=size, topology=topo)
+        t = {k: simulate(x, size, topo, arr).completion_s for k, x in (("ours", s), ("late", late), ("sync", sync))}
+        assert t["ours"] == min(t.values()), t
+        if form == "synchronous":
+            assert s.meta["late"] == [[5, delay]] and t["sync"] < t["late"]
+        else:
+            assert t["late"] < t["sync"]
