@@ -8,8 +8,8 @@ after another computes). Each gets the earliest start that the model allows:
   after the end of the last move reading any chunk it writes (a move never overtakes one it depends on);
 - when its src's send port and its dst's receive port of the route's first and last link class (NVLink,
   network, ...: topology.route_classes) and every link of its route (a PXN route crosses another GPU's
-  NVLink and NIC, which that GPU's own messages use too) all have a free gap of its duration (one message per port and link at a time; a
-  later move may fill an earlier gap: list scheduling with backfill).
+  NVLink and NIC, which that GPU's own messages use too) all have a free gap of its duration (one message
+  per port and link at a time; a later move may fill an earlier gap: list scheduling with backfill).
 
 A move's duration is what synth/simulate.py charges a lone message: the route's alpha sum plus its bytes
 over the route's bottleneck bandwidth. Ordering the moves by modelled start and packing them into steps
