@@ -97,6 +97,36 @@ def plan(n: int, grid: np.ndarray, size: float, lm: LinkModel, pipeline: int | s
     return best[4], best[3], best[0]
 
 
+_PLANS: dict[tuple[Any, ...], tuple[list[int], str, float]] = {}
+
+
+def cached_plan(n: int, grid: np.ndarray, size: float, lm: LinkModel, pipeline: int | str,
+                kinds: tuple[str, ...] = KINDS) -> tuple[list[int], str, float]:
+    """``plan``, remembered for the same arguments (the budget estimate and the build ask for the same plan;
+    up to 64 kept)."""
+    key = (n, grid.shape, grid.tobytes(), float(size), lm, str(pipeline), kinds)
+    got = _PLANS.get(key)
+    if got is None:
+        if len(_PLANS) >= 64:
+            _PLANS.clear()
+        got = _PLANS[key] = plan(n, grid, size, lm, pipeline, kinds)
+    return list(got[0]), got[1], got[2]
+
+
+def planned_work(n: int, topology: Any, size: float, pipeline: int | str = "auto") -> tuple[int, int, int, int]:
+    """(transfers, chunk moves, steps, chunks) of ``build(n, topology=topology, size=size, pipeline=pipeline)``
+    from its plan (upper-bound style: a rail step of the tree moves at most its largest message per GPU):
+    K(2(G-1) + R) steps of at most n transfers (R the rail algorithm's steps); every GPU moves a whole block
+    of w_k M chunks per intra-node step and the rail step's share of it per rail step."""
+    grid = node_grid(topology, n)
+    N, G = grid.shape
+    weights, kind, _ = cached_plan(n, grid, size, link_model(topology, grid), pipeline)
+    M, fracs = inter_steps(kind, N) if N > 1 else (1, [])
+    steps = len(weights) * (2 * (G - 1) + len(fracs))
+    moves = n * M * sum(weights) * (2 * (G - 1) + sum(fracs))
+    return n * steps, int(np.ceil(moves * (1 + 1e-9))), steps, sum(weights) * G * M
+
+
 def build(n: int, collective: str = "allreduce", topology: Any = None, size: float | None = None,
           pipeline: int | str = "auto") -> Schedule:
     """Hierarchical AllReduce on ``topology``'s nodes (one node of all GPUs without a topology)."""
@@ -119,7 +149,7 @@ def assemble(n: int, topology: Any, size: float, pipeline: int | str = "auto",
     grid = node_grid(topology, n)
     N, G = grid.shape
     lm = link_model(topology, grid)
-    weights, kind, model_s = plan(n, grid, s, lm, pipeline, kinds)
+    weights, kind, model_s = cached_plan(n, grid, s, lm, pipeline, kinds)
     K = len(weights)
     M = inter_steps(kind, N)[0] if N > 1 else 1
     transfers = n * (2 * (G - 1) + (len(inter_steps(kind, N)[1]) if N > 1 else 0)) * K
