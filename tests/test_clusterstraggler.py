@@ -158,3 +158,30 @@ def test_late_node_on_a_preset_name_is_not_refused_by_the_time_budget():
     late = {r: 0.05 for r in range(8, 16)}
     s = build_schedule("clusterstraggler", 128, arrivals=late, size=GiB, topology="h100-cluster")
     assert s.meta["form"] == "node" and verify(s).ok
+
+
+def test_short_delay_falls_back_to_the_synchronous_schedule_when_it_is_faster():
+    """choose.py: the late-GPU form's AllReduce before the arrival is hidden only behind a long delay; for a
+    short one the synchronous hierarchical schedule finishes first and clusterstraggler returns it (verified,
+    form "synchronous"); for a long delay the late-GPU form, faster than hierarchical."""
+    from collsynth.synth.algorithms import hierarchical
+    from collsynth.synth.algorithms.stragglar import cluster
+    from collsynth.synth.registry import build_schedule
+    from collsynth.synth.simulate import simulate
+    from collsynth.synth.topology import make_topology
+    from collsynth.synth.verify import verify
+
+    topo = make_topology("h100-cluster", 32)
+    size = 2**30
+    sync = hierarchical.build(32, topology=topo, size=size)
+    for delay, form in ((1e-4, "synchronous"), (0.05, "gpu")):
+        arr = {5: delay}
+        s = build_schedule("clusterstraggler", 32, arrivals=arr, size=size, topology=topo)
+        assert s.meta["form"] == form and verify(s).ok
+        late = cluster.build(32, arrivals=arr, size=size, topology=topo)
+        t = {k: simulate(x, size, topo, arr).completion_s for k, x in (("ours", s), ("late", late), ("sync", sync))}
+        assert t["ours"] == min(t.values()), t
+        if form == "synchronous":
+            assert s.meta["late"] == [[5, delay]] and t["sync"] < t["late"]
+        else:
+            assert t["late"] < t["sync"]

@@ -111,3 +111,22 @@ def test_compare_sums_its_rows_and_a_raised_budget_lets_it_run(capsys):
     code, _, err = _run(capsys, "--max-time", "1ms", "compare", "--gpus", "64", "--size", "1MiB",
                         "--algorithms", "ring,direct")
     assert code == 2 and "compare of 2 algorithms" in err, err
+
+
+def test_hierarchical_estimate_follows_its_plan_on_clusters():
+    """The estimate runs hierarchical's own model: within 2x of what is built at 32 nodes (a flat-ring
+    guess said 30 GiB at 256 GPUs and refused `synth -a hierarchical -n 256 -t h100-cluster`)."""
+    topo = make_topology("h100-cluster", 256)
+    for size in (2**20, 2**30):
+        s = build_schedule("hierarchical", 256, topology=topo, size=size)
+        w = work("hierarchical", 256, "allreduce", {"topology": topo, "size": size})
+        got = (s.ntransfers, int(s.count.sum()), s.nsteps, s.nchunks)
+        est = (w.transfers, w.moves, w.nsteps, w.nchunks)
+        assert all(g <= e <= 2 * g for g, e in zip(got, est)), (size, got, est)
+
+
+def test_hierarchical_at_1024_gpus_fits_the_default_budget(capsys, tmp_path):
+    code, out, err = _run(capsys, "synth", "-a", "hierarchical", "-n", "1024", "-t", "h100-cluster", "--size", "1MiB",
+                          "-o", tmp_path / "h.json")
+    assert code == 0, err
+    assert "(verified)" in out + err and (tmp_path / "h.json").stat().st_size > 0

@@ -8,6 +8,7 @@ import pytest
 from collsynth.backends import emit
 from collsynth.backends.layout import Layout
 from collsynth.backends.msccl import XmlFormatError, check_xml_text
+from collsynth.backends.msccl import emit as msccl_emit_module
 from collsynth.backends.msccl.schedule import straggler_independence
 from collsynth.backends.mscclpp.check import launches_for, read_plan_text
 from collsynth.backends.mscclpp.library import entries as mscclpp_entries
@@ -81,8 +82,110 @@ def test_mscclpp_library_has_in_and_out_of_place_general_plans() -> None:
 
 
 # ---------------------------------------------------------------------- msccl emit
-def test_too_many_thread_blocks_names_channels_only_when_split() -> None:
+def test_too_many_thread_blocks_names_channels_only_when_split(monkeypatch) -> None:
+    # the lowered count (after the check before lowering, which refuses these peer counts first)
+    monkeypatch.setattr(msccl_emit_module, "check_peer_limits", lambda *a, **k: None)
     with pytest.raises(CollsynthError, match=r"^rank 0 needs 66 thread blocks; MSCCL allows at most 64"):
         emit(build_schedule("direct", 23, "allreduce"), "msccl-xml", instances=3)  # one channel per instance
     with pytest.raises(CollsynthError, match=r"^rank 0 needs 66 thread blocks \(on 2 channels, to keep steps"):
         emit(build_schedule("direct", 34, "allreduce"), "msccl-xml", instances=2)
+
+
+def _rrs2(dstoff: int) -> str:
+    """2-GPU allreduce through an rrs: GPU 0 sends, GPU 1 receives, reduces with its input and sends the
+    sum back (rrs writes nothing locally: its dstoff is never read), GPU 0 keeps it and sends it on (rcs),
+    GPU 1 receives it."""
+    steps = {0: [("s", 0, "o", 0), ("rcs", 0, "o", 0)], 1: [("rrs", 0, "o", dstoff), ("r", 0, "o", 0)]}
+    out = [HEAD]
+    for g in range(2):
+        out += [f'  <gpu id="{g}" i_chunks="2" o_chunks="2" s_chunks="0">',
+                f'    <tb id="0" send="{1 - g}" recv="{1 - g}" chan="0">']
+        out += [f'      <step s="{k}" type="{t}" srcbuf="i" srcoff="{so}" dstbuf="{db}" dstoff="{do}" cnt="2" '
+                'depid="-1" deps="-1" hasdep="0"/>' for k, (t, so, db, do) in enumerate(steps[g])]
+        out += ["    </tb>", "  </gpu>"]
+    return "\n".join([*out, "</algo>"]) + "\n"
+
+
+@pytest.mark.parametrize("dstoff", [0, 99])
+def test_msccl_rrs_dstoff_is_not_bounds_checked(dstoff: int) -> None:
+    r = check_xml_text(_rrs2(dstoff), "t.xml")
+    assert r.ok, r.message
+
+
+@pytest.mark.parametrize("coll", ["allreduce", "reducescatter"])
+def test_msccl_nop_steps_have_no_location(coll: str) -> None:
+    """A nop (a dependency-only step) names no buffer location: offsets -1, not a mapped chunk."""
+    import re
+
+    xml = emit(build_schedule("direct", 4, coll), "msccl-xml")
+    nops = [ln for ln in xml.splitlines() if 'type="nop"' in ln]
+    assert nops and all(re.search(r'srcoff="-1" dstbuf="i" dstoff="-1" cnt="0"', ln) for ln in nops), nops[:2]
+
+
+def test_mscclpp_thread_count_limits_port_puts_only() -> None:
+    """Thread k of a port put serves dst_buff[k], so a port put needs a thread per destination; other
+    operations on a port channel (here a recpkt, which writes two local buffers) do not."""
+    import json
+
+    plan = json.loads(emit(build_schedule("ring", 4, "allreduce"), "mscclpp-plan", proto="LL"))
+    plan["num_threads_per_block"] = 1
+    op = next(op for op in plan["gpus"][0]["threadblocks"][0]["ops"] if op["name"] == "repkt")
+    op.update(name="recpkt", channel_type="port", dst_buff=[*op["dst_buff"], {"type": "o", "index": 0, "size": 1}])
+    read_plan_text(json.dumps(plan), "p.json")  # loads: one thread is enough
+
+
+# ---------------------------------------------------------------------- torch launcher
+def test_launcher_picks_up_results_within_50_ms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher polls its result queue: a result that lands while it waits is taken within 50 ms
+    (a fake clock, queue and processes stand in for torch's: no process is started)."""
+    import sys
+    import types
+
+    from collsynth.backends.torch import launch as launch_module
+
+    now = [0.0]
+    landed = 0.1  # the workers' results land at t = 0.1 s
+    taken: list[float] = []
+
+    class Queue:
+        def __init__(self) -> None:
+            self.items = [(0, "ok", "a"), (1, "ok", "b")]
+
+        def empty(self) -> bool:
+            return now[0] < landed or not self.items
+
+        def get(self) -> tuple[int, str, str]:
+            taken.append(now[0])
+            return self.items.pop(0)
+
+    class Process:
+        exitcode = None
+
+        def __init__(self, **_kw: object) -> None:
+            pass
+
+        def start(self) -> None:
+            pass
+
+        def is_alive(self) -> bool:
+            return True
+
+        def kill(self) -> None:
+            pass
+
+        def join(self, _t: float) -> None:
+            pass
+
+    ctx = types.SimpleNamespace(SimpleQueue=Queue, Process=Process)
+    mp = types.SimpleNamespace(get_context=lambda _how: ctx)
+    dist = types.SimpleNamespace(TCPStore=lambda *_a, **_kw: types.SimpleNamespace(port=1))
+    torch = types.SimpleNamespace(distributed=dist, multiprocessing=mp)
+    for name, mod in (("torch", torch), ("torch.distributed", dist), ("torch.multiprocessing", mp)):
+        monkeypatch.setitem(sys.modules, name, mod)
+
+    def sleep(dt: float) -> None:
+        now[0] += dt
+
+    monkeypatch.setattr(launch_module, "time", types.SimpleNamespace(monotonic=lambda: now[0], sleep=sleep))
+    assert launch_module.launch(print, 2, timeout=60) == {0: "a", 1: "b"}
+    assert taken and landed <= min(taken) and max(taken) <= landed + 0.05

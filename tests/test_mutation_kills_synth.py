@@ -264,3 +264,95 @@ def test_milp_two_ranks_exchange_from_the_first_slot(C: int) -> None:
     res = solve_model(build_model(g), "cbc", 20, warm=False)
     assert res.status == "optimal" and res.objective == pytest.approx(lb - 1)
     assert verify(to_schedule(g, res.placed, {})).ok
+
+
+class _Info:
+    def __init__(self, primal: int, obj: float, dual: float) -> None:
+        self.primal_solution_status, self.objective_function_value, self.mip_dual_bound = primal, obj, dual
+
+
+@pytest.mark.parametrize("hstatus,primal,dual,want", [
+    ("kOptimal", 2, 7.0, ("optimal", 7.0, 7.0)),
+    ("kTimeLimit", 2, 6.5, ("feasible", 7.0, 6.5)),
+    ("kTimeLimit", 1, 6.5, ("none", None, 6.5)),  # 1: an infeasible point, not a solution
+    ("kTimeLimit", 0, 1e31, ("none", None, None)),  # no dual bound either
+    ("kInfeasible", 0, 1e31, ("infeasible", None, None)),
+])
+def test_highs_status_maps_to_the_result(monkeypatch: pytest.MonkeyPatch, hstatus: str, primal: int, dual: float,
+                                         want: tuple[str, float | None, float | None]) -> None:
+    """The HiGHS branch of solve_model (highspy is optional: a stand-in reports the statuses HiGHS does)."""
+    import sys
+    import types
+
+    import pulp
+
+    codes = types.SimpleNamespace(kOptimal=7, kInfeasible=8, kTimeLimit=13)
+    monkeypatch.setitem(sys.modules, "highspy", types.SimpleNamespace(HighsModelStatus=codes))
+    made: list[dict[str, object]] = []
+
+    class FakeHighs:
+        def __init__(self, **kw: object) -> None:
+            made.append(kw)
+
+    monkeypatch.setattr(pulp, "HiGHS", FakeHighs)
+    t = make_topology("nvswitch", 2)
+    g = make_grid(2, 1, GiB, t, normalize_arrivals({}, 2), final_slots=4)
+    model = build_model(g)
+    solver_model = types.SimpleNamespace(getInfo=lambda: _Info(primal, 7.0, dual),
+                                         getModelStatus=lambda: getattr(codes, hstatus))
+
+    def solve(solver: object) -> None:
+        assert isinstance(solver, FakeHighs)
+        model.prob.solverModel = solver_model
+
+    monkeypatch.setattr(model.prob, "solve", solve)
+    res = solve_model(model, "highs", 0.25, warm=False, threads=3)
+    assert (res.status, res.objective, res.bound) == want
+    assert (res.placed is not None) == (want[1] is not None)
+    assert made == [{"msg": False, "timeLimit": 1.0, "threads": 3}]  # at least one second
+
+
+# ---------------------------------------------------------------------- stragglar: design search, tables
+@pytest.mark.parametrize("n", [5, 6, 7, 9, 10, 12])
+def test_design_search_finds_a_valid_design_at_depth_log2_plus_one(n: int) -> None:
+    from collsynth.synth.algorithms.stragglar.design import ceil_log2, design_from_ages, search_design
+
+    d = search_design(n - 1, ceil_log2(n) + 1, time_limit=30)
+    assert d is not None and (d.p, d.K) == (n - 1, ceil_log2(n) + 1) and not d.problems()
+    assert design_from_ages(n - 1, d.K, d.age) is not None
+
+
+def test_design_search_runs_seeded_attempts_then_one_under_the_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pulp
+
+    from collsynth.synth.algorithms.stragglar.design import search_design
+
+    runs: list[tuple[object, object]] = []
+
+    class NoSolution:
+        def __init__(self, **kw: object) -> None:
+            runs.append((kw["timeLimit"], kw["maxNodes"]))
+
+        def actualSolve(self, prob: object) -> int:  # noqa: N802 (pulp's name)
+            return 0  # "Not Solved"
+
+    monkeypatch.setattr(pulp, "PULP_CBC_CMD", NoSolution)
+    assert search_design(4, 4, time_limit=9.0, attempts=3, max_nodes=77) is None
+    assert runs == [(None, 77)] * 3 + [(9.0, None)]
+
+
+def test_tables_generate_stores_found_designs_only(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import io
+    import json
+
+    from collsynth.synth.algorithms.stragglar import tables
+
+    real = tables.search_design
+    monkeypatch.setattr(tables, "search_design", lambda p, K, t: None if p == 6 else real(p, K, t))
+    out, log = tmp_path / "designs.json", io.StringIO()
+    tables.generate([4, 5, 6, 7, 8], 30.0, str(out), log)  # 4 and 8: powers of two, never searched
+    data = json.loads(out.read_text())
+    assert data["format"] == tables.FORMAT and sorted(data["designs"], key=int) == ["5", "6"]
+    assert "n=7: NOT FOUND" in log.getvalue() and "n=5: found" in log.getvalue()
+    for n in (5, 6):
+        assert data["designs"][str(n)] == tables.encode(real(n - 1, tables.ceil_log2(n) + 1, 30.0))

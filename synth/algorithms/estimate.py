@@ -26,9 +26,7 @@ tests/test_estimate.py checks them against built schedules):
   late data's rail chains move each chunk about 3 times per rank (measured 2.9-3.0 C per rank at 16
   nodes): at most 4 n C transfers and moves, 4 C + 4 N steps.
 - hierarchical: K slices of a ring-shaped ReduceScatter/AllGather inside nodes and rails across them
-  (its auto K keeps the transfers under hierarchical.MAX_TRANSFERS); on a topology of n ranks with
-  nodes, the counts of the plan it will build (hierarchical.planned_work: the formula's ring-sized
-  slices put 256 GPUs at about 30 GiB and 1,300 s, built in 0.4 s).
+  (its auto K keeps the transfers under hierarchical.MAX_TRANSFERS).
 - tree: two trees, K slices each reduced and broadcast over n-1 edges: 4K(n-1) transfers.
 """
 
@@ -48,6 +46,7 @@ from collsynth.synth.algorithms.stragglar import pipeline as stragglar_pipeline
 from collsynth.synth.algorithms.stragglar import waves as stragglar_waves
 from collsynth.synth.algorithms.stragglar.tables import stored_sizes
 from collsynth.synth.arrivals import arrival_vector
+from collsynth.synth.composition import inter_steps
 
 SEARCH_S_PER_N2 = 8e-5  # StragglAR's phase-2 design search: about this many seconds x n^2
 
@@ -84,6 +83,27 @@ def _ring(n: int, collective: str) -> Work:
     halves = 2 if collective == "allreduce" else 1
     t = halves * n * (n - 1)
     return Work(n, n, halves * (n - 1), t, t)
+
+
+def _hierarchical(n: int, pipe: Any, topology: Any, size: Any) -> Work:
+    """What hierarchical.build makes (synth/algorithms/hierarchical.py): its own cheap model (``plan``) picks
+    the slice weights w and the rail kind; K = len(w) slices of 2(G-1) node steps and the rail steps, n
+    transfers a step; a node step moves a block (w_k M chunks), a rail step its fraction of the block."""
+    nodes = int(getattr(topology, "node_count", 1) or 1)
+    if nodes <= 1 or n % nodes:
+        K = 1 if pipe == "auto" else _pipeline_k(n, pipe, 1)
+        w = max(hierarchical.profiles(K), key=sum)
+        t = K * 2 * (n - 1) * n
+        return Work(n, n * sum(w), K * 2 * (n - 1), t, t * max(w))
+    grid = node_grid(topology, n)
+    N, G = grid.shape
+    s_bytes = hierarchical.DEFAULT_SIZE if size is None else float(size)
+    w, kind, _ = hierarchical.cached_plan(n, grid, s_bytes, hierarchical.link_model(topology, grid), pipe)
+    M, fracs = inter_steps(kind, N)
+    per = 2 * (G - 1) + len(fracs)
+    t = len(w) * per * n
+    moves = n * M * sum(w) * (2 * (G - 1)) + int(n * M * sum(w) * sum(fracs)) + t
+    return Work(n, sum(w) * G * M, len(w) * per, t, moves)
 
 
 def _pipeline_k(n: int, pipeline: Any, kmax: int) -> int:
@@ -140,14 +160,14 @@ def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
     pipe = params.get("pipeline", "auto")
     m = pipe if isinstance(pipe, int) and not isinstance(pipe, bool) and pipe >= 1 else max(stragglar_cluster.UNITS)
     c = G * min(m, stragglar_cluster.MAX_CHUNKS // G)
-    return Work(n, c, 4 * c + 4 * N, 4 * n * c, 4 * n * c)
+    return Work(n, c, 4 * c + 4 * N, 4 * n * c, 4 * n * c, copies=2)  # and the synchronous one (choose.py)
 
 
 def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
     """The schedules clusterstraggler's waves form (several late ranks on a topology with nodes) builds and
     simulates (waves.build): up to waves.SEARCH_MAX_GPUS with pipeline "auto", two (as built, retimed) per
-    cutoff (none, and each late arrival time), two more pairs at the best cutoff and the synchronous
-    hierarchical; otherwise one. None when the arrivals or topology do not make that form."""
+    cutoff (none, and each late arrival time), two more pairs at the best cutoff, one funnel form per
+    waves.FUNNEL_CHOICES and the synchronous hierarchical; otherwise one. None when the arrivals or topology do not make that form."""
     topo = params.get("topology")
     if topo is None or isinstance(topo, str) or getattr(topo, "nranks", None) != n:
         return None
@@ -163,28 +183,7 @@ def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
         return None
     if n > stragglar_waves.SEARCH_MAX_GPUS or params.get("pipeline", "auto") != "auto":
         return 1
-    return 2 * (len(late) + 1) + 4 + 1
-
-
-def _hierarchical_planned(n: int, params: Mapping[str, Any]) -> Work | None:
-    """hierarchical on a topology of n ranks with nodes: the counts of the plan it will build
-    (hierarchical.planned_work), else None (the formula)."""
-    topo = params.get("topology")
-    if topo is None or isinstance(topo, str) or getattr(topo, "nranks", None) != n or \
-            int(getattr(topo, "node_count", 1) or 1) < 2:
-        return None
-    pipe = params.get("pipeline", "auto")
-    size = params.get("size")
-    if not (pipe == "auto" or (isinstance(pipe, int) and not isinstance(pipe, bool) and 1 <= pipe <= 4096)):
-        return None  # the build refuses it with its own message
-    try:
-        s = hierarchical.DEFAULT_SIZE if size is None else float(size)
-    except (TypeError, ValueError):
-        return None
-    if not (s > 0 and np.isfinite(s)):
-        return None
-    transfers, moves, steps, chunks = hierarchical.planned_work(n, topo, s, pipe)
-    return Work(n, chunks, steps, transfers, moves)
+    return 2 * (len(late) + 1) + 4 + len(stragglar_waves.FUNNEL_CHOICES) + 1
 
 
 def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, Any] | None = None,
@@ -228,17 +227,7 @@ def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, 
         return Work(n, max(chunks, multi.nchunks), max(2 * (n + chunks), multi.nsteps), max(t, multi.transfers),
                     max(4 * t, multi.moves), multi.search_s, max(2, multi.copies) if copies is None else copies)
     if name == "hierarchical":
-        exact = _hierarchical_planned(n, params)
-        if exact is not None:
-            return exact
-        nodes = int(getattr(params.get("topology"), "node_count", 1) or 1)
-        k = _pipeline_k(n, pipe, max(hierarchical.PIPELINES) if nodes > 1 else 1)
-        wsum = max(sum(w) for w in hierarchical.profiles(k))  # slice weights: ramps up to 16
-        m = 1 if nodes <= 1 else max(nodes, 8)  # chunks per block: the rail algorithm's (ring N, rhd, tree 8)
-        r = _ring(n, collective)
-        t = min(k * r.transfers, max(hierarchical.MAX_TRANSFERS, r.transfers)) if pipe == "auto" else k * r.transfers
-        per = -(-wsum // k) * m  # chunks one transfer moves, at most
-        return Work(n, wsum * max(n // max(nodes, 1), 1) * m, k * r.nsteps * m, t, t * per)
+        return _hierarchical(n, pipe, params.get("topology"), params.get("size"))
     if name == "tree":
         k = _pipeline_k(n, pipe, max(tree.PIPELINES))
         t = 4 * k * (n - 1)

@@ -113,20 +113,6 @@ def cached_plan(n: int, grid: np.ndarray, size: float, lm: LinkModel, pipeline: 
     return list(got[0]), got[1], got[2]
 
 
-def planned_work(n: int, topology: Any, size: float, pipeline: int | str = "auto") -> tuple[int, int, int, int]:
-    """(transfers, chunk moves, steps, chunks) of ``build(n, topology=topology, size=size, pipeline=pipeline)``
-    from its plan (upper-bound style: a rail step of the tree moves at most its largest message per GPU):
-    K(2(G-1) + R) steps of at most n transfers (R the rail algorithm's steps); every GPU moves a whole block
-    of w_k M chunks per intra-node step and the rail step's share of it per rail step."""
-    grid = node_grid(topology, n)
-    N, G = grid.shape
-    weights, kind, _ = cached_plan(n, grid, size, link_model(topology, grid), pipeline)
-    M, fracs = inter_steps(kind, N) if N > 1 else (1, [])
-    steps = len(weights) * (2 * (G - 1) + len(fracs))
-    moves = n * M * sum(weights) * (2 * (G - 1) + sum(fracs))
-    return n * steps, int(np.ceil(moves * (1 + 1e-9))), steps, sum(weights) * G * M
-
-
 def build(n: int, collective: str = "allreduce", topology: Any = None, size: float | None = None,
           pipeline: int | str = "auto") -> Schedule:
     """Hierarchical AllReduce on ``topology``'s nodes (one node of all GPUs without a topology)."""

@@ -56,7 +56,9 @@ from collsynth.apitypes import Arrivals
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import node_grid, pair_model
 from collsynth.synth.algorithms.stragglar import multi, waves
+from collsynth.synth.algorithms.stragglar.bcast import broadcast_rounds
 from collsynth.synth.algorithms.stragglar.multi import Move, pack
+from collsynth.synth.algorithms.stragglar.prephase import present_allreduce
 from collsynth.synth.arrivals import arrival_vector, latest_rank
 from collsynth.synth.ir import Schedule, derived_phases
 from collsynth.units import parse_size
@@ -210,39 +212,8 @@ class ClusterPlan:
 
     # ------------------------------------------------------------------ before the arrival
     def pre(self, absent: set[int]) -> None:
-        """AllReduce of the present ranks' buffers (module docstring)."""
-        N, G, M, grid = self.N, self.G, self.M, self.grid
-        nodes = [b for b in range(N) if any(int(x) not in absent for x in grid[b])]
-        owner = {}
-        for b in nodes:
-            present = [g for g in range(G) if int(grid[b, g]) not in absent]
-            for g in range(G):
-                owner[b, g] = int(grid[b, g]) if g in present else int(grid[b, present[g % len(present)]])
-        for t in range(1, G):  # ReduceScatter of the parts in every node
-            for b in nodes:
-                for i in range(G):
-                    src = int(grid[b, i])
-                    g = (i + t) % G
-                    if src not in absent and owner[b, g] != src:
-                        self.add(src, owner[b, g], g * M, M, True)
-        P = len(nodes)
-        if P > 1:  # ring AllReduce of part g along rail g (Patarasuk & Yuan)
-            edges = [[g * M + (M * j) // P for j in range(P + 1)] for g in range(G)]
-            for rs in (True, False):
-                for t in range(P - 1):
-                    for g in range(G):
-                        for i in range(P):
-                            j = (i - t - 1) % P if rs else (i - t) % P
-                            lo, hi = edges[g][j], edges[g][j + 1]
-                            if hi > lo:
-                                self.add(owner[nodes[i], g], owner[nodes[(i + 1) % P], g], lo, hi - lo, rs)
-        for t in range(1, G):  # AllGather of the parts in every node
-            for b in nodes:
-                for i in range(G):
-                    dst = int(grid[b, i])
-                    g = (i - t) % G
-                    if dst not in absent and owner[b, g] != dst:
-                        self.add(owner[b, g], dst, g * M, M, False)
+        """AllReduce of the present ranks' buffers: the pipelined hierarchical one of prephase.py."""
+        present_allreduce(self.grid, set(range(self.grid.size)) - absent, self.M, self.add)
 
     # ------------------------------------------------------------------ after the arrival
     def loc(self, g: int, j: int, parts: int = 1) -> tuple[int, int]:
@@ -455,72 +426,6 @@ class ClusterPlan:
                 self.add(h, x, c, w, False)
 
 
-def broadcast_rounds(N: int, nblocks: int) -> list[list[tuple[int, int, int]]]:
-    """Rounds of a pipelined broadcast of ``nblocks`` blocks from node 0 to nodes 1..N-1, each node
-    sending at most one block and receiving at most one per round: (src, dst, block) per move.
-
-    N a power of two: the hypercube exchange (round r pairs x with x xor 2^(r mod log2 N); the root
-    sends block r, every other node the newest block its partner lacks), nblocks + log2 N rounds
-    (one more than the optimum nblocks - 1 + ceil(log2 N) of the one-port model; Bar-Noy & Kipnis,
-    Math. Systems Theory 1994). Otherwise a greedy rule (the root sends the next block to the node
-    with the fewest; every other node, most blocks first, sends its newest block a receiver lacks to
-    the receiver with the fewest). Deterministic."""
-    full = (1 << nblocks) - 1
-    have = [0] * N
-    have[0] = full
-    out: list[list[tuple[int, int, int]]] = []
-    if N <= 1:
-        return out
-    k = N.bit_length() - 1
-    cube = (1 << k) == N
-    nxt = 0
-    cnt = [0] * N
-    while any(h != full for h in have[1:]):
-        moves: list[tuple[int, int, int]] = []
-        r = len(out)
-        if cube:
-            d = 1 << (r % k)
-            for x in range(N):
-                y = x ^ d
-                if y == 0:
-                    continue
-                diff = have[x] & ~have[y]
-                if not diff:
-                    continue
-                if x == 0:
-                    j = r if r < nblocks else diff.bit_length() - 1
-                else:
-                    j = diff.bit_length() - 1
-                moves.append((x, y, j))
-        else:
-            got: set[int] = set()
-            if nxt < nblocks:
-                y = min(range(1, N), key=lambda y: (cnt[y], y))
-                moves.append((0, y, nxt))
-                got.add(y)
-                nxt += 1
-            for x in sorted(range(1, N), key=lambda x: (-cnt[x], x)):
-                best = None
-                for y in range(1, N):
-                    if y in got:
-                        continue
-                    diff = have[x] & ~have[y]
-                    if diff:
-                        key = (cnt[y], y)
-                        if best is None or key < best[0]:
-                            best = (key, y, diff.bit_length() - 1)
-                if best is not None:
-                    moves.append((x, best[1], best[2]))
-                    got.add(best[1])
-            if nxt >= nblocks and not moves:
-                raise AssertionError("broadcast_rounds: no progress")
-        for _, y, j in moves:
-            have[y] |= 1 << j
-            cnt[y] += 1
-        out.append(moves)
-    return out
-
-
 def make_runs(M: int, run: int, tail: int) -> list[tuple[int, int]]:
     """Messages over a part's M units: runs of ``run`` units, then the last ``tail`` units one by one (a
     chain's drain costs its last message times the hops, so the last messages are small)."""
@@ -616,6 +521,16 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     name = f"clusterstraggler_{form}_n{n}_l{late[0]}" if form == "gpu" else f"clusterstraggler_node_n{n}_" \
         f"node{int(plan.node[late[0]])}"
     return plan.to_schedule(name, meta)
+
+
+def auto_pipeline(n: int, topology: Any, form: str, size: int | float | str | None = None) -> int:
+    """The M (blocks per part) that ``pipeline="auto"`` builds the ``form`` ("gpu" or "node") with on
+    ``topology`` for ``size`` bytes (``best_pipeline``); an explicit M builds the same schedule and keeps the
+    late form (choose.py returns it as is)."""
+    grid = node_grid(topology, n)
+    N, G = grid.shape
+    s_bytes = DEFAULT_SIZE if size is None else float(parse_size(size) if isinstance(size, str) else size)
+    return best_pipeline(form, N, G, s_bytes, _model(topology, grid))[0]
 
 
 def new_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int,

@@ -120,8 +120,13 @@ class Timeline:
             lo.insert(i, start)
             hi.insert(i, end)
 
-    def add(self, src: int, dst: int, chunk: int, count: int, reduce: bool, after: float = 0.0) -> float:
-        """Append one move (not before ``after``); returns its modelled start."""
+    def earliest(self, src: int, dst: int, chunk: int, count: int, after: float = 0.0) -> float:
+        """The modelled start ``add`` would give this move (not before ``after``), without adding it."""
+        return self._place(src, dst, chunk, count, after)[0]
+
+    def _place(self, src: int, dst: int, chunk: int, count: int,
+               after: float) -> tuple[float, float, tuple[int, ...]]:
+        """(start, duration, resources) of a move added now."""
         res, a, bw = self.pair(src, dst)
         dur = a + count * self.chunk_bytes / bw
         arr = self.arrival
@@ -140,7 +145,14 @@ class Timeline:
                 t2 = fit(x, t, dur)
                 if t2 > t:
                     t, moved = t2, True
-        t1, end = t, t + dur
+        return t, dur, res
+
+    def add(self, src: int, dst: int, chunk: int, count: int, reduce: bool, after: float = 0.0) -> float:
+        """Append one move (not before ``after``); returns its modelled start."""
+        t1, dur, res = self._place(src, dst, chunk, count, after)
+        end = t1 + dur
+        ls, ld = src * self.C + chunk, dst * self.C + chunk
+        w, r = self.written, self.read
         for x in res:
             self._take(x, t1, end)
         if count == 1:

@@ -33,7 +33,8 @@ units [g M, (g+1) M)). The ranks that arrive first are *punctual*, the others *l
      about one tree: it sends about once per unit; depth log2 N instead of N);
    - every node spreads it over NVLink from the GPU that received it to its other holders and wave members.
 
-``build`` ("auto") simulates a few choices (cutoff, M, chain or trees, each also retimed) and returns the
+``build`` ("auto") simulates a few choices (cutoff, M, chain or trees, each also retimed) and the funnel
+form (funnel.py: reduce toward the last rank's node, then broadcast; FUNNEL_CHOICES) and returns the
 fastest, or the synchronous ``hierarchical`` schedule (form "synchronous") when that is faster still.
 
 Moves are placed by a list-scheduling model (listsched.Timeline: one message per port and link class at
@@ -52,8 +53,10 @@ from collsynth.apitypes import Arrivals
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import hierarchical
 from collsynth.synth.algorithms.layout import node_grid
+from collsynth.synth.algorithms.stragglar import funnel
 from collsynth.synth.algorithms.stragglar.listsched import Timeline
 from collsynth.synth.algorithms.stragglar.multi import pack, retime
+from collsynth.synth.algorithms.stragglar.prephase import present_allreduce
 from collsynth.synth.arrivals import arrival_vector
 from collsynth.synth.ir import Schedule, derived_phases
 from collsynth.synth.simulate import simulate
@@ -61,6 +64,7 @@ from collsynth.units import parse_size
 
 DEFAULT_SIZE = float(2**30)
 MAX_CHUNKS = 4096
+FUNNEL_CHOICES = ((16, True), (16, False), (24, True), (24, False))  # (M, two trees) of the funnel form
 SEARCH_MAX_GPUS = 256  # up to this many GPUs "auto" simulates several (M, broadcast) choices and keeps the best
 
 
@@ -112,114 +116,8 @@ class _Waves:
 
     # ------------------------------------------------------------------ before the first late rank
     def pre(self) -> None:
-        """Pipelined hierarchical AllReduce of the punctual ranks (module docstring, 1)."""
-        tl, grid, N, G, M = self.tl, self.grid, self.N, self.G, self.M
-        hold = set(self.punctual)
-        nodes = [b for b in range(N) if any(int(x) in hold for x in grid[b])]
-        present = {b: [int(x) for x in grid[b] if int(x) in hold] for b in nodes}
-        local_of = np.empty(grid.size, np.int64)
-        local_of[grid.reshape(-1)] = np.tile(np.arange(G), N)
-        ring: list[list[int]] = []  # per part: the nodes whose rail-g GPU is punctual (all nodes if none is)
-        edges: list[list[int]] = []
-        for g in range(G):
-            full = [b for b in nodes if int(grid[b, g]) in hold] or nodes
-            ring.append(full)
-            edges.append([g * M + (M * j) // len(full) for j in range(len(full) + 1)])
-
-        def owner(b: int, g: int, j: int) -> int:
-            """Holder of piece j of part g in node b: its rail GPU, else a punctual GPU of the node (the
-            pieces of an absent GPU's part spread over the node: NIC receive load)."""
-            r = int(grid[b, g])
-            return r if r in hold else present[b][(g + j) % len(present[b])]
-
-        def piece(g: int, j: int) -> tuple[int, int]:
-            return edges[g][j], edges[g][j + 1] - edges[g][j]
-
-        def local(b: int, j_of: Any, reduce: bool) -> None:
-            """ReduceScatter (``reduce``) or AllGather of the pieces in node b, the t-th piece of each part
-            (``j_of``) at a time, in rounds that pair each punctual GPU with one other (a permutation, so
-            no port waits for another even where an absent GPU's part is spread over the node)."""
-            pres = present[b]
-            m = len(pres)
-            T = max(len(r) for r in ring)
-            for t in range(T):
-                owned: dict[int, list[tuple[int, int]]] = {}
-                for g in range(G):
-                    if t < len(ring[g]):
-                        j = j_of(g, t)
-                        owned.setdefault(owner(b, g, j), []).append(piece(g, j))
-                for sh in range(1, m):
-                    for i in range(m):
-                        y = pres[i]
-                        o = pres[(i + sh) % m] if reduce else pres[(i - sh) % m]
-                        for lo, cnt in owned.get(o, ()):
-                            if cnt:
-                                tl.add(y, o, lo, cnt, True) if reduce else tl.add(o, y, lo, cnt, False)
-
-        def attach_in(b: int, t: int) -> None:
-            """Node b off rail g's ring: its piece (t-th in its order) of part g into the ring node R where the
-            piece ends. Its holder o (on rail h) copies it over its own NIC into R's rail-h GPU, whose copy
-            of that piece is spent (sent in R's ReduceScatter, overwritten by the AllGather), which reduces
-            it into R's owner over NVLink; through the absent GPU's NIC (PXN) if R's rail-h GPU is absent."""
-            for g in range(G):
-                P = len(ring[g])
-                if b in ring[g] or t >= P:
-                    continue
-                j = (-t - 1) % P
-                lo, cnt = piece(g, j)
-                if not cnt:
-                    continue
-                o = owner(b, g, j)
-                R = ring[g][j]
-                mid = int(grid[R, int(local_of[o])])
-                if mid in hold and mid != owner(R, g, j):
-                    tl.add(o, mid, lo, cnt, False)
-                    tl.add(mid, owner(R, g, j), lo, cnt, True)
-                else:
-                    tl.add(o, owner(R, g, j), lo, cnt, True)
-
-        def pos(b: int, g: int) -> int:  # a node's place in rail g's ring (attached nodes: the next one's)
-            return ring[g].index(b) if b in ring[g] else 0
-
-        def out() -> None:
-            """The final pieces back to the nodes off the ring (piece j is final first at ring node R = j): R's
-            owner copies it over NVLink to R's GPU on the rail of the receiving holder (a spent piece there,
-            the AllGather writes the same), which sends it over its NIC; PXN if that GPU is absent."""
-            for g in range(G):
-                for j in range(len(ring[g])):
-                    R = ring[g][j]
-                    lo, cnt = piece(g, j)
-                    for b in nodes:
-                        if b in ring[g] or not cnt:
-                            continue
-                        o = owner(b, g, j)
-                        mid = int(grid[R, int(local_of[o])])
-                        if mid in hold and mid != owner(R, g, j):
-                            tl.add(owner(R, g, j), mid, lo, cnt, False)
-                            tl.add(mid, o, lo, cnt, False)
-                        else:
-                            tl.add(owner(R, g, j), o, lo, cnt, False)
-
-        for b in nodes:  # ReduceScatter in every node, pieces in the order its ring needs them
-            local(b, lambda g, t, b=b: (pos(b, g) - t - 1) % len(ring[g]), True)
-        for t in range(max(len(r) for r in ring)):  # (after every node's: the copies land on spent pieces)
-            for b in nodes:
-                attach_in(b, t)
-        for rs in (True, False):  # ring AllReduce of part g along rail g (Patarasuk & Yuan)
-            if not rs:
-                out()
-            for t in range(max(len(r) for r in ring) - 1):
-                for g in range(G):
-                    P = len(ring[g])
-                    if t >= P - 1:
-                        continue
-                    for i in range(P):
-                        j = (i - t - 1) % P if rs else (i - t) % P
-                        lo, cnt = piece(g, j)
-                        if cnt:
-                            tl.add(owner(ring[g][i], g, j), owner(ring[g][(i + 1) % P], g, j), lo, cnt, rs)
-        for b in nodes:  # AllGather in every node, pieces in the order the ring finishes them there
-            local(b, lambda g, t, b=b: (pos(b, g) - t) % len(ring[g]), False)
+        """Pipelined hierarchical AllReduce of the punctual ranks (module docstring, 1; prephase.py)."""
+        present_allreduce(self.grid, set(self.punctual), self.M, self.tl.add)
 
     # ------------------------------------------------------------------ the late ranks
     def merge(self, run: int) -> None:
@@ -402,8 +300,8 @@ def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = No
     "auto". Up to SEARCH_MAX_GPUS GPUs the fastest simulated of: every cutoff (no late rank absorbed into the
     first AllReduce, or all up to one arrival time) with M = 32 and chains, then at the best cutoff M = 16
     with chains and with two trees, each also retimed (multi.retime: its moves reordered by their simulated
-    start), and the synchronous ``hierarchical`` schedule (form "synchronous") when
-    it is faster still; above it M = 16, chains, nothing absorbed."""
+    start), the funnel form (funnel.py) for each of FUNNEL_CHOICES, and the synchronous ``hierarchical``
+    schedule (form "synchronous") when it is faster still; above it M = 16, chains, nothing absorbed."""
     grid = node_grid(topology, n)
     N, G = grid.shape
     if N < 2:
@@ -440,6 +338,13 @@ def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = No
     cut = float(best[2].meta["cutoff_s"])  # type: ignore[arg-type]
     consider(16, False, cut)
     consider(16, True, cut)
+    if G >= 2:  # reduce toward the last rank's node, then broadcast (funnel.py)
+        for M, trees in FUNNEL_CHOICES:
+            f = funnel.construct(n, arrivals, s_bytes, topology, M, trees=trees)
+            t = simulate(f, s_bytes, topology, times).completion_s
+            tried += 1
+            if t < best[0] * (1 - 1e-12):
+                best = (t, tried, f)
     sync = hierarchical.build(n, topology=topology, size=s_bytes)  # when waiting for everyone is faster
     t = simulate(sync, s_bytes, topology, times).completion_s
     if t < best[0] * (1 - 1e-12):

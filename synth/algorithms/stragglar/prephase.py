@@ -1,0 +1,136 @@
+"""The AllReduce of the ranks present before the late ones arrive, on a cluster (issue 15, points 1 to 3).
+
+Shared by the late-GPU / late-node forms (cluster.py) and the waves of several late ranks (waves.py). N nodes
+of G GPUs (``grid``, synth/algorithms/layout.py ``node_grid``); the chunks are G parts of M units (part g is
+units [g M, (g+1) M)). A pipelined hierarchical AllReduce of the present ranks' buffers (docs/stragglar.md
+section 10; the ring is Patarasuk & Yuan's):
+
+- in every node a ReduceScatter of part g into its owner (local g, or the node's present GPUs piece by piece
+  when local g is absent), pieces in the order its rail's ring needs them;
+- a ring AllReduce of part g along rail g among the nodes whose rail-g GPU is present (P pieces per part); a
+  node whose rail-g GPU is absent sends each piece of its part g over the piece holder's own rail into a
+  spent copy at the ring node where the piece ends (then NVLink), and gets the final piece back the same way;
+- an AllGather in every node, pieces in the order the ring finishes them there.
+
+Moves are handed to ``add(src, dst, first chunk, count, reduce)`` in an order that respects their data
+dependencies; the caller's list-scheduling model (listsched.Timeline, or ClusterPlan.add) starts each piece
+as soon as it is ready, so the three stages overlap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+def present_allreduce(grid: np.ndarray, hold: set[int], M: int, add: Callable[..., Any]) -> None:
+    """Hand the moves of the pipelined hierarchical AllReduce of the ranks ``hold`` to ``add`` (module
+    docstring); afterwards every rank of ``hold`` holds the sum of their buffers."""
+    N, G = grid.shape
+    nodes = [b for b in range(N) if any(int(x) in hold for x in grid[b])]
+    present = {b: [int(x) for x in grid[b] if int(x) in hold] for b in nodes}
+    local_of = np.empty(grid.size, np.int64)
+    local_of[grid.reshape(-1)] = np.tile(np.arange(G), N)
+    ring: list[list[int]] = []  # per part: the nodes whose rail-g GPU is punctual (all nodes if none is)
+    edges: list[list[int]] = []
+    for g in range(G):
+        full = [b for b in nodes if int(grid[b, g]) in hold] or nodes
+        ring.append(full)
+        edges.append([g * M + (M * j) // len(full) for j in range(len(full) + 1)])
+
+    def owner(b: int, g: int, j: int) -> int:
+        """Holder of piece j of part g in node b: its rail GPU, else a punctual GPU of the node (the
+        pieces of an absent GPU's part spread over the node: NIC receive load)."""
+        r = int(grid[b, g])
+        return r if r in hold else present[b][(g + j) % len(present[b])]
+
+    def piece(g: int, j: int) -> tuple[int, int]:
+        return edges[g][j], edges[g][j + 1] - edges[g][j]
+
+    def local(b: int, j_of: Any, reduce: bool) -> None:
+        """ReduceScatter (``reduce``) or AllGather of the pieces in node b, the t-th piece of each part
+        (``j_of``) at a time, in rounds that pair each punctual GPU with one other (a permutation, so
+        no port waits for another even where an absent GPU's part is spread over the node)."""
+        pres = present[b]
+        m = len(pres)
+        T = max(len(r) for r in ring)
+        for t in range(T):
+            owned: dict[int, list[tuple[int, int]]] = {}
+            for g in range(G):
+                if t < len(ring[g]):
+                    j = j_of(g, t)
+                    owned.setdefault(owner(b, g, j), []).append(piece(g, j))
+            for sh in range(1, m):
+                for i in range(m):
+                    y = pres[i]
+                    o = pres[(i + sh) % m] if reduce else pres[(i - sh) % m]
+                    for lo, cnt in owned.get(o, ()):
+                        if cnt:
+                            add(y, o, lo, cnt, True) if reduce else add(o, y, lo, cnt, False)
+
+    def attach_in(b: int, t: int) -> None:
+        """Node b off rail g's ring: its piece (t-th in its order) of part g into the ring node R where the
+        piece ends. Its holder o (on rail h) copies it over its own NIC into R's rail-h GPU, whose copy
+        of that piece is spent (sent in R's ReduceScatter, overwritten by the AllGather), which reduces
+        it into R's owner over NVLink; through the absent GPU's NIC (PXN) if R's rail-h GPU is absent."""
+        for g in range(G):
+            P = len(ring[g])
+            if b in ring[g] or t >= P:
+                continue
+            j = (-t - 1) % P
+            lo, cnt = piece(g, j)
+            if not cnt:
+                continue
+            o = owner(b, g, j)
+            R = ring[g][j]
+            mid = int(grid[R, int(local_of[o])])
+            if mid in hold and mid != owner(R, g, j):
+                add(o, mid, lo, cnt, False)
+                add(mid, owner(R, g, j), lo, cnt, True)
+            else:
+                add(o, owner(R, g, j), lo, cnt, True)
+
+    def pos(b: int, g: int) -> int:  # a node's place in rail g's ring (attached nodes: the next one's)
+        return ring[g].index(b) if b in ring[g] else 0
+
+    def out() -> None:
+        """The final pieces back to the nodes off the ring (piece j is final first at ring node R = j): R's
+        owner copies it over NVLink to R's GPU on the rail of the receiving holder (a spent piece there,
+        the AllGather writes the same), which sends it over its NIC; PXN if that GPU is absent."""
+        for g in range(G):
+            for j in range(len(ring[g])):
+                R = ring[g][j]
+                lo, cnt = piece(g, j)
+                for b in nodes:
+                    if b in ring[g] or not cnt:
+                        continue
+                    o = owner(b, g, j)
+                    mid = int(grid[R, int(local_of[o])])
+                    if mid in hold and mid != owner(R, g, j):
+                        add(owner(R, g, j), mid, lo, cnt, False)
+                        add(mid, o, lo, cnt, False)
+                    else:
+                        add(owner(R, g, j), o, lo, cnt, False)
+
+    for b in nodes:  # ReduceScatter in every node, pieces in the order its ring needs them
+        local(b, lambda g, t, b=b: (pos(b, g) - t - 1) % len(ring[g]), True)
+    for t in range(max(len(r) for r in ring)):  # (after every node's: the copies land on spent pieces)
+        for b in nodes:
+            attach_in(b, t)
+    for rs in (True, False):  # ring AllReduce of part g along rail g (Patarasuk & Yuan)
+        if not rs:
+            out()
+        for t in range(max(len(r) for r in ring) - 1):
+            for g in range(G):
+                P = len(ring[g])
+                if t >= P - 1:
+                    continue
+                for i in range(P):
+                    j = (i - t - 1) % P if rs else (i - t) % P
+                    lo, cnt = piece(g, j)
+                    if cnt:
+                        add(owner(ring[g][i], g, j), owner(ring[g][(i + 1) % P], g, j), lo, cnt, rs)
+    for b in nodes:  # AllGather in every node, pieces in the order the ring finishes them there
+        local(b, lambda g, t, b=b: (pos(b, g) - t) % len(ring[g]), False)
