@@ -167,7 +167,8 @@ def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
     """The schedules clusterstraggler's waves form (several late ranks on a topology with nodes) builds and
     simulates (waves.build): up to waves.SEARCH_MAX_GPUS with pipeline "auto", two (as built, retimed) per
     cutoff (none, and each late arrival time), two more pairs at the best cutoff, one funnel form per
-    waves.FUNNEL_CHOICES and the synchronous hierarchical; otherwise one. None when the arrivals or topology do not make that form."""
+    waves.FUNNEL_CHOICES and the synchronous hierarchical; otherwise one. None when the arrivals or topology
+    do not make that form."""
     topo = params.get("topology")
     if topo is None or isinstance(topo, str) or getattr(topo, "nranks", None) != n:
         return None
