@@ -17,7 +17,8 @@ partial sum, so:
    rail g (its NIC's ingress stays free for the broadcast) and sends into the next chain node after it.
    A chain node's rail GPU receives the upstream blocks whenever they come (before its node's late GPUs
    arrive: ingress early), adds its node's part, and sends each block on once it is complete. Into node m
-   a late rail GPU's blocks go to its helpers (over PXN), so L's NIC only sends.
+   (variant ``pxn``) a late rail GPU's blocks go to its helpers (over PXN), L's own blocks of its part
+   too, so the helpers sum L's final blocks and L's NIC only sends; otherwise L receives them.
 3. Node m's rail-g GPU then holds the final blocks of part g once L's contribution is in: each is broadcast
    along rail g (receivers copy) and every node spreads it over NVLink from the GPU that received it. The
    broadcast is either two binary trees over the other nodes (``two_trees``: even blocks down one, odd
@@ -55,8 +56,9 @@ MAX_CHUNKS = 4096
 class _Funnel:
     """One schedule under construction (module docstring)."""
 
-    def __init__(self, grid: np.ndarray, times: np.ndarray, M: int, size: float, topology: Any, fan: int) -> None:
-        self.grid, self.M, self.times = grid, M, times
+    def __init__(self, grid: np.ndarray, times: np.ndarray, M: int, size: float, topology: Any, fan: int,
+                 pxn: bool) -> None:
+        self.grid, self.M, self.times, self.pxn = grid, M, times, pxn
         self.N, self.G = N, G = grid.shape
         n = grid.size
         self.tl = Timeline(topology, G * M, times, size / (G * M))
@@ -118,7 +120,7 @@ class _Funnel:
 
     # ------------------------------------------------------------------ 1 and 2: toward node m
     def funnel(self) -> None:
-        tl, grid, G, M = self.tl, self.grid, self.G, self.M
+        tl, grid, G, M, L = self.tl, self.grid, self.G, self.M, self.L
         arr = [float(x) for x in self.times]
         for j in range(M):
             for b in self.order:
@@ -131,19 +133,21 @@ class _Funnel:
                         if x == o:  # (L sends every part but its own: i + sh != i)
                             continue
                         ev.append((arr[x], len(ev), (x, o, g * M + j, 1, True)))
+                if self.pxn and b == self.m and self.owner(b, self.lL, j) != L:  # L's own block into its helper
+                    ev.append((arr[L], len(ev), (L, self.owner(b, self.lL, j), self.lL * M + j, 1, True)))
                 for g in range(G):
                     c = g * M + j
                     for a in self.upstream.get((b, g), ()):
                         src = self.target(a, g)
-                        dst = self.owner(b, g, j) if b == self.m else self.target(b, g)  # (L's block: PXN)
+                        dst = self.owner(b, g, j) if b == self.m and self.pxn else self.target(b, g)
                         ev.append((tl.ready(src, c), len(ev), (src, dst, c, 1, True)))
                 ev.sort(key=lambda e: (e[0], e[1]))
                 for _, _, mv in ev:
                     tl.add(*mv)
-                for g in range(G):  # a late rail GPU takes its node's block from its helper
+                for g in range(G):  # a late rail GPU takes its node's block from its helper (L: the final)
                     r, o = int(grid[b, g]), self.owner(b, g, j)
                     if o != r:
-                        tl.add(o, r, g * M + j, 1, True)
+                        tl.add(o, r, g * M + j, 1, r != L or not self.pxn)
 
     # ------------------------------------------------------------------ 3: the final blocks out
     def _spread(self, b: int, g: int, j: int) -> None:
@@ -152,7 +156,7 @@ class _Funnel:
         tl, c = self.tl, g * self.M + j
         r = self.target(b, g)
         h = self.owner(b, g, j)
-        if h != r:
+        if h != r and (r != self.L or not self.pxn):  # (with pxn L's helper summed L's final block)
             tl.add(r, h, c, 1, False)
         for x in self.grid[b]:
             x = int(x)
@@ -231,7 +235,7 @@ def two_trees(nodes: list[int]) -> tuple[list[tuple[int, int]], list[tuple[int, 
 
 
 def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fan: int = 1,
-              trees: bool = True) -> Schedule:
+              trees: bool = True, pxn: bool = True) -> Schedule:
     """The funnel schedule for M blocks per part and ``fan`` chains ending at the last rank's node (module
     docstring). Needs a topology of at least 2 nodes of at least 2 GPUs."""
     grid = node_grid(topology, n)
@@ -242,14 +246,14 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     if isinstance(M, bool) or not isinstance(M, (int, np.integer)) or not 1 <= M <= MAX_CHUNKS // G:
         raise CollsynthError(f"the funnel form needs 1 to {MAX_CHUNKS // G} blocks per part, got {M!r}")
     times = arrival_vector(arrivals, n)
-    plan = _Funnel(grid, times, int(M), float(size), topology, fan)
+    plan = _Funnel(grid, times, int(M), float(size), topology, fan, pxn)
     plan.funnel()
     plan.broadcast(trees)
     t0 = float(times.min())
     late = sorted((r for r in range(n) if times[r] > t0), key=lambda r: (float(times[r]), r))
     meta: dict[str, object] = {"algorithm": "clusterstraggler", "form": "funnel",
                                "late": [[r, float(times[r])] for r in late], "last": plan.L,
-                               "nodes": N, "gpus_per_node": G, "pipeline": int(M), "fan": plan.fan,
+                               "nodes": N, "gpus_per_node": G, "pipeline": int(M), "fan": plan.fan, "pxn": pxn,
                                "broadcast": "two-tree" if trees else "hypercube",
                                "chain": [int(b) for b in plan.order], "topology_name": topology.name}
     spec = getattr(topology, "spec", None)
