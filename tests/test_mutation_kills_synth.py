@@ -22,6 +22,7 @@ from collsynth.synth.arrivals import arrival_vector
 from collsynth.synth.bounds import allreduce_bound, min_route_alpha
 from collsynth.synth.compare import compare
 from collsynth.synth.ir import Schedule
+from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.solver.grid import make_grid, normalize_arrivals, to_schedule
 from collsynth.synth.solver.model import build_model, slot_lower_bound, solve_model
@@ -126,6 +127,25 @@ def test_bound_numbers_print_microseconds() -> None:
     assert " + 3 us + " in b.numbers
 
 
+
+def test_bound_of_gpus_behind_two_switches_in_series() -> None:
+    """Switch-to-switch links (the first switch is vertex n) are not GPU-switch links: the bound's
+    switch-to-node map reads only the GPU neighbours of each switch."""
+    t = topology_from_dict({"gpus": 2, "switches": ["a", "b"],
+                            "links": [{"src": 0, "dst": "a"}, {"src": "a", "dst": "b"}, {"src": "b", "dst": 1}]})
+    b = allreduce_bound(t, float(GiB), np.zeros(2))
+    assert 0 < b.value_s < float("inf") and b.terms
+
+
+def test_compare_runs_stragglar_with_the_auto_pipeline() -> None:
+    """compare gives algorithms with a pipeline parameter pipeline="auto" for the size: at 1 GiB on 8
+    GPUs StragglAR pipelines (the row says K=...), at 1 MiB it does not."""
+    big = compare(8, "1GiB", "nvswitch", arrivals={3: 1e-3}, algorithms=["ring", "stragglar"])
+    row = next(r for r in big if r["algorithm"] == "stragglar")
+    auto = build_schedule("stragglar", 8, "allreduce", straggler=3, pipeline="auto", size=GiB)
+    assert auto.meta["pipeline"] > 1 and row["note"] == f"straggler=3 K={auto.meta['pipeline']}"
+
+
 # ---------------------------------------------------------------------- topology files and presets
 def _file(**extra: object) -> dict[str, object]:
     return {"gpus": 4, "links": [{"src": g, "dst": (g + 1) % 4, "class": "nvlink" if g % 2 else "net"}
@@ -157,6 +177,20 @@ def test_cluster_preset_options() -> None:
         with pytest.raises(CollsynthError, match="write options as NAME:key=value"):
             make_topology(bad, 16)
 
+
+
+@pytest.mark.parametrize("fabric", ["fat-tree", "rail"])
+def test_spine_of_a_route_is_source_local_index_plus_destination_node(fabric: str) -> None:
+    """docs/topologies.md: leaf -> spine ((source local index + destination node) mod G) -> leaf."""
+    G = 4
+    t = cluster_topology(3, G, fabric=fabric, routing="spine")
+    for src in range(3 * G):
+        for dst in range(3 * G):
+            if src // G == dst // G or (fabric == "rail" and src % G == dst % G):
+                continue  # no spine: the same node, or the same rail
+            spines = [t.nodes[int(t.link_dst[lk])] for lk in t.path_links(src, dst)
+                      if str(t.nodes[int(t.link_dst[lk])]).startswith("spine")]
+            assert spines == [f"spine{(src % G + dst // G) % G}"], (src, dst)
 
 def test_node_zero_and_empty_routes() -> None:
     t = cluster_topology(2, 4)
