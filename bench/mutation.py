@@ -68,7 +68,7 @@ TARGETS: dict[str, tuple[list[str], list[str]]] = {
                              "tests/test_bad_input.py::test_verify_estimates_its_memory_before_allocating",
                              KS]),
     "msccl-check": (["backends/msccl/check.py"], ["tests/test_msccl_check.py", KB]),
-    "msccl-execute": (["backends/msccl/execute.py"], ["tests/test_msccl_check.py"]),
+    "msccl-execute": (["backends/msccl/execute.py"], ["tests/test_msccl_check.py", KB]),
     "simulate": (["synth/simulate.py", "synth/arrivals.py"], ["tests/test_simulate.py", KS]),
     "topology": (sorted(glob.glob("synth/topology/*.py", root_dir=ROOT)),
                  ["tests/test_topology.py", "tests/test_cluster_topology.py", KS]),
