@@ -237,6 +237,31 @@ def test_hierarchical_budget_estimate_counts_the_schedule(monkeypatch: pytest.Mo
     assert s.meta["gpus_per_node"] == G
 
 
+
+def test_hierarchical_pipeline_never_cuts_chunks_below_one_element() -> None:
+    """With --pipeline 3, 96 bytes on 2 nodes of 4: the profile with 32 chunks would make 3-byte chunks
+    (below a 4-byte element), so the 24-chunk one is used."""
+    s = hierarchical.build(8, topology=cluster_topology(2, 4), size=96, pipeline=3)
+    assert s.nchunks == 24 and 96 / s.nchunks >= 4
+
+
+def test_tree_declares_two_ports_only_on_several_nodes() -> None:
+    """docs: one port on one node (NVLink), two on a multi-node topology (NVLink and the NIC)."""
+    assert build_schedule("tree", 8, "allreduce").ports == 1
+    assert build_schedule("tree", 8, "allreduce", topology=cluster_topology(1, 8)).ports == 1
+    assert build_schedule("tree", 16, "allreduce", topology=cluster_topology(2, 8)).ports == 2
+
+
+def test_clusterstraggler_estimate_bounds_a_pipelined_late_gpu() -> None:
+    """The work estimate is an upper bound on what is built (here the steps: 109 of at most 4c + 4N = 136)."""
+    from collsynth.synth.algorithms.estimate import work
+
+    p = {"topology": cluster_topology(2, 8), "arrivals": {15: 0.05}, "size": GiB, "pipeline": 4}
+    s = build_schedule("clusterstraggler", 16, "allreduce", **p)
+    w = work("clusterstraggler", 16, "allreduce", p)
+    got = (s.ntransfers, int(s.count.sum()), s.nsteps, s.nchunks)
+    assert all(g <= e for g, e in zip(got, (w.transfers, w.moves, w.nsteps, w.nchunks))), (got, w)
+
 @pytest.mark.parametrize("bad", [0, -1, "x", 1.5, True])
 def test_tree_pipeline_must_be_a_positive_integer(bad: object) -> None:
     with pytest.raises(CollsynthError, match="--pipeline must be a positive integer or auto"):
