@@ -118,11 +118,12 @@ class Work:
     moves: int  # chunk moves: the sum of the transfers' counts
     search_s: float = 0.0
     copies: int = 1  # schedules built and simulated to pick one (multistraggler tries several forms)
+    extra_bytes: int = 0  # held beside the schedule afterwards (e.g. emitting it: backends/cost.py)
 
     def nbytes(self) -> int:
-        """About the peak bytes: verify's state for one schedule, the builder's columns twice."""
+        """About the peak bytes: verify's state for one schedule, the builder's columns twice, any extra."""
         return verify_bytes(self.nranks, self.nchunks, self.nsteps, self.transfers, self.moves) + \
-            2 * 48 * self.transfers
+            2 * 48 * self.transfers + self.extra_bytes
 
     def seconds(self) -> float:
         """About the seconds of the whole job on one core."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal, overload
 
 from collsynth.apitypes import EmitOption, Emitted
+from collsynth.backends.cost import check_emit
 from collsynth.backends.msccl import emit_xml
 from collsynth.backends.mscclpp import emit_plan
 from collsynth.backends.mscclpp.selector import render_mscclpp_selector
@@ -87,6 +88,7 @@ def emit(source: Schedule | str, format: str, **options: EmitOption) -> Emitted:
     if fmt.reads == "schedule":
         if not isinstance(source, Schedule):
             raise CollsynthError(f"--format {fmt.name} reads a schedule, not {source!r}")
+        check_emit(fmt.name, source, options)  # the estimate, before verifying and lowering
         check(source)
     elif not (isinstance(source, str) and os.path.isdir(source)):
         what = "MSCCL XML files" if fmt.reads == "xml-folder" else "MSCCL++ plans"

@@ -10,6 +10,7 @@ from typing import Any
 
 from collsynth.api import file_kind, load_schedule, verify_file
 from collsynth.backends import emit
+from collsynth.backends.cost import check_synth_emit
 from collsynth.commands.catalog import add_command_parser
 from collsynth.commands.common import add_model_args, int_arg, print_json, print_table
 from collsynth.commands.emit_cmds import (
@@ -191,6 +192,12 @@ def _pipeline_int(text: str) -> int:
         raise CollsynthError(f"--pipeline must be a positive integer or `auto`, got {text!r}") from None
 
 
+def _emit_options(args: argparse.Namespace) -> dict[str, Any]:
+    if args.format == "msccl-xml":
+        return msccl_xml_options(args)
+    return mscclpp_plan_options(args) if args.format == "mscclpp-plan" else {}
+
+
 def cmd_synth(args: argparse.Namespace) -> int:
     n = args.gpus
     if n < 2:  # before any topology is built for the algorithm
@@ -204,14 +211,14 @@ def cmd_synth(args: argparse.Namespace) -> int:
         raise CollsynthError(f"unknown --format {args.format!r}: use json, msccl-xml or mscclpp-plan")
     if args.straggler == "all":
         return _synth_family(args, params)
+    if args.format != "json":  # building, verifying and emitting, estimated before any of it
+        check_synth_emit(args.format, args.algorithm, n, args.collective, params, _emit_options(args))
     schedule = build_schedule(args.algorithm, n, args.collective, **params)
     if topo is not None and len(topo.classes) > 1:
         record_topology(schedule, topo)  # verify FILE enforces its per-class ports again
     check(schedule)
-    if args.format == "msccl-xml":
-        text = emit(schedule, "msccl-xml", **msccl_xml_options(args))
-    elif args.format == "mscclpp-plan":
-        text = emit(schedule, "mscclpp-plan", **mscclpp_plan_options(args))
+    if args.format in ("msccl-xml", "mscclpp-plan"):
+        text = emit(schedule, args.format, **_emit_options(args))
     else:
         text = schedule.to_json()
     if args.output in (None, "-"):

@@ -117,7 +117,9 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
         s = check(build_schedule(a, n, "allreduce", **params))
         if a == MULTI_LATE:
             note += f"straggler={s.meta.get('straggler')} late={len(s.meta.get('late', []))}"  # type: ignore[arg-type]
-        if a == CLUSTER_LATE and "form" in s.meta:
+        if a == CLUSTER_LATE and s.meta.get("form") == "synchronous":  # waiting for everyone was faster
+            note += f"synchronous ({s.meta.get('synchronous')}: waiting is faster)"
+        elif a == CLUSTER_LATE and "form" in s.meta:
             note += f"late {s.meta['form']} {s.meta['late']} M={s.meta['pipeline']}"
         if a == "solver" and isinstance(s.meta.get("solver"), dict):  # honest status: optimal or not, and the gap
             note += " " + status_line(s.meta["solver"], short=True)  # type: ignore[arg-type]

@@ -158,3 +158,92 @@ def test_late_node_on_a_preset_name_is_not_refused_by_the_time_budget():
     late = {r: 0.05 for r in range(8, 16)}
     s = build_schedule("clusterstraggler", 128, arrivals=late, size=GiB, topology="h100-cluster")
     assert s.meta["form"] == "node" and verify(s).ok
+
+
+@pytest.mark.parametrize("N,G,M,rows", [(2, 2, 4, [(0, 2), (2, 2)]), (2, 4, 6, [(0, 4), (4, 2)]),
+                                        (4, 4, 5, [(0, 1), (1, 3), (4, 1)]), (4, 8, 8, [(0, 8)]),
+                                        (8, 2, 3, [(0, 2), (2, 1)])])
+@pytest.mark.parametrize("node", [0, 1, -1])
+def test_late_node_rows_of_several_blocks_verify(N, G, M, rows, node):
+    """A late node reduces and spreads NVLink rows of several message blocks (one per unit here): the
+    schedule verifies for rows of any sizes and any late node, and its time is the model's estimate
+    (the late node's NVLink work, or the NIC path, whichever is longer)."""
+    import numpy as np
+
+    from collsynth.synth.algorithms.stragglar.cluster import after_arrival_estimate, make_runs, new_plan
+
+    t = cluster(N, G)
+    n = N * G
+    b = node % N
+    late = set(range(b * G, (b + 1) * G))
+    times = np.zeros(n)
+    times[list(late)] = 0.05
+    runs = make_runs(M, 1, M)
+    plan = new_plan(t, n, times, GiB, M, runs, rows)
+    plan.pre(late)
+    plan.merge(late, set(range(n)) - late)
+    s = plan.to_schedule("rows", {"gpus_per_node": G})
+    r = verify(s, topology=t)
+    assert r.ok, r.message
+    after = simulate(s, GiB, t, times.tolist()).after_last_arrival_s
+    est = after_arrival_estimate("node", N, G, M, runs, GiB, plan.model, rows)
+    assert after == pytest.approx(est, rel=0.05)
+
+
+def test_rows_must_hold_whole_blocks_and_need_a_whole_late_node():
+    import numpy as np
+
+    from collsynth.synth.algorithms.stragglar.cluster import new_plan
+
+    with pytest.raises(CollsynthError, match="one row"):
+        new_plan(cluster(2, 4), 8, np.zeros(8), GiB, 4, [(0, 2), (2, 2)], [(0, 1), (1, 3)])
+    times = np.zeros(8)
+    times[5] = 0.01
+    plan = new_plan(cluster(2, 4), 8, times, GiB, 4, None, [(0, 2), (2, 2)])
+    plan.pre({5})
+    with pytest.raises(CollsynthError, match="whole late node"):
+        plan.merge({5}, set(range(8)) - {5})
+
+
+def test_late_node_chooses_nvlink_rows_of_several_blocks_on_16_nodes():
+    """h100-cluster, 16 x 8, 1 GiB: the late node reduces few NVLink rows (fewer NVLink message
+    latencies) while its NICs carry many blocks; at least 1.4x faster than the best synchronous
+    schedule after the arrival (issue 15; model: 4.257 ms against hierarchical's 6.05 ms)."""
+    from collsynth.synth.topology import make_topology
+
+    t = make_topology("h100-cluster", 128)
+    late = {r: 0.05 for r in range(8, 16)}
+    s = build_schedule("clusterstraggler", 128, arrivals=late, size=GiB, topology=t)
+    assert s.meta["form"] == "node" and 1 < s.meta["nvlink_rows"] < s.meta["messages_per_part"]
+    assert verify(s).ok
+    after = simulate(s, GiB, t, late).after_last_arrival_s
+    sync = min(simulate(build_schedule(a, 128, topology=t, **extra), GiB, t, late).after_last_arrival_s
+               for a, extra in (("hierarchical", {"size": GiB}), ("ring", {})))
+    assert sync / after >= 1.4
+
+
+def test_short_delay_falls_back_to_the_synchronous_schedule_when_it_is_faster():
+    """choose.py: the late-GPU form's AllReduce before the arrival is hidden only behind a long delay; for a
+    short one the synchronous hierarchical schedule finishes first and clusterstraggler returns it (verified,
+    form "synchronous"); for a long delay the late-GPU form, faster than hierarchical."""
+    from collsynth.synth.algorithms import hierarchical
+    from collsynth.synth.algorithms.stragglar import cluster
+    from collsynth.synth.registry import build_schedule
+    from collsynth.synth.simulate import simulate
+    from collsynth.synth.topology import make_topology
+    from collsynth.synth.verify import verify
+
+    topo = make_topology("h100-cluster", 32)
+    size = 2**30
+    sync = hierarchical.build(32, topology=topo, size=size)
+    for delay, form in ((1e-4, "synchronous"), (0.05, "gpu")):
+        arr = {5: delay}
+        s = build_schedule("clusterstraggler", 32, arrivals=arr, size=size, topology=topo)
+        assert s.meta["form"] == form and verify(s).ok
+        late = cluster.build(32, arrivals=arr, size=size, topology=topo)
+        t = {k: simulate(x, size, topo, arr).completion_s for k, x in (("ours", s), ("late", late), ("sync", sync))}
+        assert t["ours"] == min(t.values()), t
+        if form == "synchronous":
+            assert s.meta["late"] == [[5, delay]] and t["sync"] < t["late"]
+        else:
+            assert t["late"] < t["sync"]

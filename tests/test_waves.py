@@ -61,7 +61,7 @@ def test_never_slower_than_hierarchical():
     t = cluster(4, 4)
     three = {1: 0.05, 6: 0.05, 11: 0.05}
     s = build_schedule("clusterstraggler", 16, arrivals=three, size=GiB, topology=t)
-    assert verify(s).ok and s.meta["form"] in ("waves", "synchronous")
+    assert verify(s).ok and s.meta["form"] in ("waves", "funnel", "synchronous")
     ours = simulate(s, GiB, t, three).after_last_arrival_s
     hier = simulate(build_schedule("hierarchical", 16, size=GiB, topology=t), GiB, t, three).after_last_arrival_s
     assert ours <= hier * (1 + 1e-9)
@@ -73,7 +73,7 @@ def test_spread_arrivals_beat_waiting_for_everyone():
     t = cluster(4, 4)
     arr = {2: 0.02, 7: 0.03, 13: 0.04}
     s = build_schedule("clusterstraggler", 16, arrivals=arr, size=GiB, topology=t)
-    assert verify(s).ok and s.meta["form"] == "waves"
+    assert verify(s).ok and s.meta["form"] in ("waves", "funnel")
     ours = simulate(s, GiB, t, arr).after_last_arrival_s
     hier = simulate(build_schedule("hierarchical", 16, size=GiB, topology=t), GiB, t, arr).after_last_arrival_s
     assert ours < hier

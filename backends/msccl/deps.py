@@ -6,6 +6,12 @@
    place, where the input and output buffers alias, so the program is safe in both call modes. A
    dependency is dropped when the waiting thread block already knows the step finished (through its
    own earlier dependencies, transitively) or when another dependency of the same step implies it.
+   The pieces of one multi-chunk transfer (split where its chunks are not contiguous in a buffer) are
+   one transfer of the Schedule: in the step model they share a step (their sends, and their
+   receives, follow each other at weight 0). Counting them as a send per step made a verified ring
+   ReduceScatter whose last transfer moves two chunks (rank 2 sends its partial sum of chunk 0 from
+   scratch and its own chunk 1 from the input) a positive cycle through the ring's forwarding: a
+   model artefact, not a deadlock (sends do not wait for their receiver; check.py runs it).
 2. Ordering. The runtime is data-driven: a transfer whose data and peers are ready runs at once,
    maybe before its step in the Schedule (a rank sending two chunks in one step instead of one per
    step). Levels are computed with the timing model of ``levels.py``; a transfer that would run
@@ -112,14 +118,17 @@ def levels(low: Lowered) -> np.ndarray:
                         for xk, xn in mine:
                             if fused and xk == SEND:
                                 continue
-                            edges.append((pn, xn, LEVEL_WEIGHT[(pk, xk)]))
+                            w = LEVEL_WEIGHT[(pk, xk)]
+                            if pk == xk and pk != LOCAL and low.pieces[pn].t == low.pieces[xn].t:
+                                w = 0  # two pieces of one Schedule transfer: one step, one port
+                            edges.append((pn, xn, w))
                 prev = op
     lv = longest_levels(P + len(local_id), edges)
-    if lv is None:  # found by the long fuzz run: a verified schedule whose multi-chunk transfers lower to
-        # thread blocks that wait on each other in a cycle (the runtime would deadlock): refuse, name it
-        raise CollsynthError("cannot emit this schedule as MSCCL XML: its lowered thread blocks wait on each other "
-                             "in a cycle (the runtime would deadlock); split multi-chunk transfers into one-chunk "
-                             "ones or use --format mscclpp-plan")
+    if lv is None:  # no step numbering keeps the thread blocks' order (a positive cycle of the step model):
+        # the ordering dependencies could not be placed; refuse rather than emit an untimed program
+        raise CollsynthError("cannot emit this schedule as MSCCL XML: its lowered thread blocks admit no step "
+                             "numbering that keeps each one's order (a cycle in the step model of levels.py); "
+                             "split multi-chunk transfers into one-chunk ones or use --format mscclpp-plan")
     return lv[:P]
 
 

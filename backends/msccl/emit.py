@@ -275,9 +275,38 @@ def _first_guess(s: Any, max_steps: int) -> int:
     return max(1, min(-(-int(per_conn.max()) // max_steps), max(s.nsteps, 1)))
 
 
+def check_peer_limits(s: Any, *, dialect: str = "executor", instances: int = 1) -> None:
+    """Refuse, before lowering, a schedule that no lowering fits: a thread block has one send peer and one
+    receive peer (per channel), so a rank needs at least as many thread blocks as it has send (or receive)
+    peers; and it runs at least max(sends, receives) steps (a fused receive-send is one), each thread block
+    at most MAX_STEPS, each step one XML element of the rank (MAX_NODES_PER_RANK, with one per GPU)."""
+    n = s.nranks
+    if not s.ntransfers:
+        return
+    max_steps, max_tbs = MAX_STEPS[dialect], MAX_TBS[dialect]
+    pair = np.unique(s.src.astype(np.int64) * n + s.dst)
+    peers = np.maximum(np.bincount(pair // n, minlength=n), np.bincount(pair % n, minlength=n))
+    r = int(np.argmax(peers))
+    if int(peers[r]) * instances > max_tbs:
+        raise CollsynthError(f"rank {r} exchanges with {int(peers[r])} peers in one direction: MSCCL needs a thread "
+                             f"block per peer{' and instance' if instances > 1 else ''} and allows at most {max_tbs} "
+                             f"per GPU (checked before lowering): use fewer ranks (at most {max_tbs // instances + 1} "
+                             f"for an all-to-all schedule such as direct), fewer --instances, or an algorithm with "
+                             f"fewer peers per rank (ring, rhd, stragglar)")
+    ops = np.maximum(np.bincount(s.src, minlength=n), np.bincount(s.dst, minlength=n)) * instances
+    r = int(np.argmax(ops))
+    most = min(max_tbs * max_steps, MAX_NODES_PER_RANK - 1 - n)
+    if int(ops[r]) > most:
+        raise CollsynthError(f"rank {r} runs at least {int(ops[r])} steps (one per transfer it sends or receives"
+                             f"{', per instance' if instances > 1 else ''}); MSCCL fits at most {most} per GPU "
+                             f"({max_tbs} thread blocks of {max_steps} steps, {MAX_NODES_PER_RANK} XML elements per "
+                             f"rank; checked before lowering): use fewer ranks or steps, or --format mscclpp-plan")
+
+
 def plan(s: Any, *, dialect: str = "executor", inplace: bool = True, instances: int = 1) -> tuple[Lowered, dict, dict]:
     """Lower, add dependencies and pick the number of channel segments that fits the runtime's limits."""
     max_steps, max_tbs = MAX_STEPS[dialect], MAX_TBS[dialect]
+    check_peer_limits(s, dialect=dialect, instances=instances)
     nseg = _first_guess(s, max_steps)
     while True:
         low = lower(s, inplace=inplace, nseg=nseg)
@@ -285,7 +314,6 @@ def plan(s: Any, *, dialect: str = "executor", inplace: bool = True, instances: 
             raise CollsynthError(f"the program needs {low.nsegments * instances} channels ({low.nsegments} per "
                                  f"instance x {instances} instance(s)); MSCCL allows at most {MAX_CHANNELS} (chan 0.."
                                  f"{MAX_CHANNELS - 1}): use fewer --instances")
-        hazard_deps(low)
         ntb = max(len(t) for t in low.tbs) * instances
         if ntb > max_tbs:
             worst = max(range(len(low.tbs)), key=lambda q: len(low.tbs[q]))
@@ -294,6 +322,7 @@ def plan(s: Any, *, dialect: str = "executor", inplace: bool = True, instances: 
             raise CollsynthError(f"rank {worst} needs {ntb} thread blocks{extra}; MSCCL allows at most {max_tbs} per "
                                  f"GPU (one per peer pair and channel; RCCL's limit, and all must be co-resident): "
                                  f"use fewer ranks, fewer --instances, or an algorithm with fewer peers per rank")
+        hazard_deps(low)  # after the thread-block count: it costs more than the lowering
         steps, r, tbi = _steps_per_tb(low)
         if steps <= max_steps:
             stats = order_deps(low)

@@ -179,6 +179,7 @@ def _pieces(s: Any, lay: Layout) -> tuple[list[Piece], dict[int, list[int]], lis
                                              s.reduce.tolist())
     for k in range(s.nsteps):
         land: dict[tuple[int, int, int], int] = {}
+        land_at: dict[int, list[tuple[int, int]]] = {}  # rank -> (chunk, count) of this step's reduces into it
         now: list[tuple[int, int, int]] = []
         for t in range(bounds[k], bounds[k + 1]):
             a, b, c, cnt, red = src_l[t], dst_l[t], chunk_l[t], count_l[t], red_l[t]
@@ -196,7 +197,7 @@ def _pieces(s: Any, lay: Layout) -> tuple[list[Piece], dict[int, list[int]], lis
                 of_t[t] = [len(pieces)]
                 pieces.append(p)
                 continue
-            if red and any(key[0] == b and key[1] < c + cnt and c < key[1] + key[2] for key in land):
+            if red and any(c0 < c + cnt and c < c0 + n0 for c0, n0 in land_at.get(b, ())):
                 raise CollsynthError(f"step {k}: reduces into rank {b} overlap partially; the MSCCL lowering needs "
                                      f"equal runs")
             runs = contiguous_runs([sl, wl, al] if red else [sl, wl])
@@ -206,6 +207,7 @@ def _pieces(s: Any, lay: Layout) -> tuple[list[Piece], dict[int, list[int]], lis
                 pieces.append(Piece(t, k, a, b, x0, x1 - x0, sl[x0], al[x0] if red else None, wl[x0], red))
             if red:
                 land[(b, c, cnt)] = of_t[t][0] if len(runs) == 1 else -1
+                land_at.setdefault(b, []).append((c, cnt))
         for b, c, cnt in now:
             written[b, c:c + cnt] = True
     return pieces, of_t, scratch

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from collsynth.synth.algorithms import direct, hierarchical, multiring, rhd, ring, tree, twoshot
 from collsynth.synth.algorithms.stragglar import build as stragglar
-from collsynth.synth.algorithms.stragglar import cluster as clusterstraggler
+from collsynth.synth.algorithms.stragglar import choose as clusterstraggler
 from collsynth.synth.algorithms.stragglar import multi as multistraggler
 from collsynth.synth.ir import Schedule
 

@@ -156,7 +156,7 @@ def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
     pipe = params.get("pipeline", "auto")
     m = pipe if isinstance(pipe, int) and not isinstance(pipe, bool) and pipe >= 1 else max(stragglar_cluster.UNITS)
     c = G * min(m, stragglar_cluster.MAX_CHUNKS // G)
-    return Work(n, c, 4 * c + 4 * N, 4 * n * c, 4 * n * c)
+    return Work(n, c, 4 * c + 4 * N, 4 * n * c, 4 * n * c, copies=2)  # and the synchronous one (choose.py)
 
 
 def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, Any] | None = None,

@@ -34,6 +34,10 @@ Per block of part g:
   sends the raw sum, gets the final block back from its broadcast partner, and the node spreads the
   row by recursive doubling.
 
+A whole late node may group its blocks into fewer NVLink *rows* (``set_blocks``; the chunks are then
+row-major, part g of a row contiguous): it reduces and spreads whole rows (fewer NVLink messages) while
+its NICs and the broadcast carry the blocks; the other nodes then spread each block on its own.
+
 One late GPU is the wave of one rank (``late_form``); a late node the wave of one node. Bounds (brief's
 clusters.md section 4): max(s/(B_nv + B_net), s/(G B_net)) and max(s/(G B_net), (G-1)/G s/B_nv).
 After the arrival the estimate (``after_arrival_estimate``) is the blocks at the pace of the slower of a
@@ -56,6 +60,7 @@ from collsynth.apitypes import Arrivals
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import node_grid, pair_model
 from collsynth.synth.algorithms.stragglar import multi, waves
+from collsynth.synth.algorithms.stragglar.bcast import broadcast_rounds
 from collsynth.synth.algorithms.stragglar.multi import Move, pack
 from collsynth.synth.algorithms.stragglar.prephase import present_allreduce
 from collsynth.synth.arrivals import arrival_vector, latest_rank
@@ -128,7 +133,11 @@ class ClusterPlan:
         self.atoms: list[list[Move]] = []
         self.classes: Any = None  # topology.transfer_class where the topology has link classes
         self.class_ids: dict[str, int] = {}
-        self.runs: list[tuple[int, int]] = [(k, 1) for k in range(M)]  # message blocks of a part: (first, units)
+        self.runs: list[tuple[int, int]] = []  # message blocks of a part: (first, units); set_blocks
+        self.rows: list[tuple[int, int]] = []  # NVLink rows: runs of whole blocks
+        self.row_of: list[int] = []  # block -> its row
+        self.row_blocks: list[int] = []  # row -> its number of blocks
+        self.set_blocks([(k, 1) for k in range(M)])
         self._fast = ""  # merge's state: "node" where a whole late node reduces whole rows
         self._row_nodes: set[int] = set()  # nodes that spread whole rows by recursive doubling
         self._rowcnt: dict[tuple[int, int], int] = {}  # (node, block) -> parts final there
@@ -208,11 +217,33 @@ class ClusterPlan:
 
     # ------------------------------------------------------------------ after the arrival
     def loc(self, g: int, j: int, parts: int = 1) -> tuple[int, int]:
-        """(first chunk, count) of block j of parts g..g+parts-1. The chunks are block-major: block j of
-        every part is one contiguous row (part g at offset g w_j), so an NVLink message can carry block
-        j of several parts."""
+        """(first chunk, count) of block j of parts g..g+parts-1 (parts > 1: block j must be a whole
+        row). The chunks are row-major: row r (units [F, F + W) of every part) is one contiguous range,
+        part g at offset g W in it, so an NVLink message can carry a row of several parts; without
+        ``rows`` every block is its own row."""
         f, w = self.runs[j]
-        return self.G * f + g * w, parts * w
+        F, W = self.rows[self.row_of[j]]
+        return self.G * F + g * W + (f - F), parts * w
+
+    def rowloc(self, g: int, r: int, parts: int = 1) -> tuple[int, int]:
+        """(first chunk, count) of row r of parts g..g+parts-1 (``loc``)."""
+        F, W = self.rows[r]
+        return self.G * F + g * W, parts * W
+
+    def set_blocks(self, runs: list[tuple[int, int]], rows: list[tuple[int, int]] | None = None) -> None:
+        """The message blocks of a part (``runs``: (first unit, units), in order, covering 0..M-1) and
+        the NVLink rows they group into (each a run of whole blocks; default: one row per block)."""
+        self.runs = list(runs)
+        self.rows = list(rows) if rows is not None else list(self.runs)
+        self.row_of = []
+        r = 0
+        for f, w in self.runs:
+            while r < len(self.rows) and f >= self.rows[r][0] + self.rows[r][1]:
+                r += 1
+            if r == len(self.rows) or f < self.rows[r][0] or f + w > self.rows[r][0] + self.rows[r][1]:
+                raise CollsynthError(f"clusterstraggler: block {(f, w)} does not lie in one row of {self.rows}")
+            self.row_of.append(r)
+        self.row_blocks = [self.row_of.count(r) for r in range(len(self.rows))]
 
     def merge(self, wave: set[int], active: set[int]) -> None:
         """Merge the wave W (ranks holding their own buffer) into ``active`` (ranks holding S', the sum of
@@ -243,7 +274,9 @@ class ClusterPlan:
         plans = [self._part_plan(g, contrib, in_node, act_node, wave_node, active) for g in range(G)]
         roots = {p["root_node"] for p in plans}
         # nodes that spread whole rows: full ones that are no part's root, and the wave's node when fast
-        self._row_nodes = {b for b in range(N) if full[b] and b not in roots} | ({contrib[0]} if fast else set())
+        coarse = len(self.rows) < len(self.runs)  # other nodes spread per block (a row is not one block)
+        self._row_nodes = ({b for b in range(N) if full[b] and b not in roots and not coarse}
+                           | ({contrib[0]} if fast else set()))
         cache: dict[int, list[list[tuple[int, int, int]]]] = {}
         for p in plans:
             key = len(p["nodes"])
@@ -261,8 +294,13 @@ class ClusterPlan:
             p["first"], p["last"] = first, last
             p["emitted"] = 0
             p["copyback"] = p["case"] == "B" and not act_node[p["root_node"]]
+        if coarse and not fast:
+            raise CollsynthError("clusterstraggler: rows of several blocks need a whole late node")
         ahead = nb if fast else AHEAD
-        for j in range(min(ahead, nb)):
+        if fast:  # a whole late node reduces its rows first
+            for r in range(len(self.rows)):
+                self._gather_row(plans, r)
+        for j in range(0 if fast else min(ahead, nb)):
             self._gather_block(plans, j)
         for j in range(nb):
             if j + ahead < nb:
@@ -298,29 +336,30 @@ class ClusterPlan:
                 self._spread(p, g, 0, j, skip=self._holder(p, 0, j))
 
     def _gather_row(self, plans: list[dict[str, Any]], j: int) -> None:
-        """A whole late node: a recursive-halving ReduceScatter of its row j (Thakur, Rabenseifner &
-        Gropp, IJHPCA 2005): GPU g ends with part g of the node's sum."""
+        """A whole late node: a recursive-halving ReduceScatter of its row j (``rows``; Thakur,
+        Rabenseifner & Gropp, IJHPCA 2005): GPU g ends with part g of the node's sum."""
         G = self.G
         row = [int(x) for x in self.grid[plans[0]["contrib"][0]]]
         b = G // 2
         while b >= 1:
             for h in range(G):
                 q = h ^ b
-                self.add(row[h], row[q], *self.loc((q // b) * b, j, b), True)
+                self.add(row[h], row[q], *self.rowloc((q // b) * b, j, b), True)
             b //= 2
 
     def _row_done(self, node: int, j: int, parts: int) -> None:
-        """``parts`` more parts of block j are final in ``node``; when all G are, the node spreads the row
-        by recursive doubling."""
-        key = (node, j)
+        """``parts`` more parts of block j are final in ``node``; when all blocks of all G parts of its row
+        are, the node spreads the row by recursive doubling."""
+        r = self.row_of[j]
+        key = (node, r)
         self._rowcnt[key] = self._rowcnt.get(key, 0) + parts
-        if self._rowcnt[key] < self.G:
+        if self._rowcnt[key] < self.G * self.row_blocks[r]:
             return
         row = [int(x) for x in self.grid[node]]
         b = 1
         while b < self.G:  # recursive doubling: GPU h sends the aligned b parts it holds to h xor b
             for h in range(self.G):
-                self.add(row[h], row[h ^ b], *self.loc((h // b) * b, j, b), False)
+                self.add(row[h], row[h ^ b], *self.rowloc((h // b) * b, r, b), False)
             b *= 2
 
     def _round(self, p: dict[str, Any], g: int, r: int) -> None:
@@ -417,72 +456,6 @@ class ClusterPlan:
                 self.add(h, x, c, w, False)
 
 
-def broadcast_rounds(N: int, nblocks: int) -> list[list[tuple[int, int, int]]]:
-    """Rounds of a pipelined broadcast of ``nblocks`` blocks from node 0 to nodes 1..N-1, each node
-    sending at most one block and receiving at most one per round: (src, dst, block) per move.
-
-    N a power of two: the hypercube exchange (round r pairs x with x xor 2^(r mod log2 N); the root
-    sends block r, every other node the newest block its partner lacks), nblocks + log2 N rounds
-    (one more than the optimum nblocks - 1 + ceil(log2 N) of the one-port model; Bar-Noy & Kipnis,
-    Math. Systems Theory 1994). Otherwise a greedy rule (the root sends the next block to the node
-    with the fewest; every other node, most blocks first, sends its newest block a receiver lacks to
-    the receiver with the fewest). Deterministic."""
-    full = (1 << nblocks) - 1
-    have = [0] * N
-    have[0] = full
-    out: list[list[tuple[int, int, int]]] = []
-    if N <= 1:
-        return out
-    k = N.bit_length() - 1
-    cube = (1 << k) == N
-    nxt = 0
-    cnt = [0] * N
-    while any(h != full for h in have[1:]):
-        moves: list[tuple[int, int, int]] = []
-        r = len(out)
-        if cube:
-            d = 1 << (r % k)
-            for x in range(N):
-                y = x ^ d
-                if y == 0:
-                    continue
-                diff = have[x] & ~have[y]
-                if not diff:
-                    continue
-                if x == 0:
-                    j = r if r < nblocks else diff.bit_length() - 1
-                else:
-                    j = diff.bit_length() - 1
-                moves.append((x, y, j))
-        else:
-            got: set[int] = set()
-            if nxt < nblocks:
-                y = min(range(1, N), key=lambda y: (cnt[y], y))
-                moves.append((0, y, nxt))
-                got.add(y)
-                nxt += 1
-            for x in sorted(range(1, N), key=lambda x: (-cnt[x], x)):
-                best = None
-                for y in range(1, N):
-                    if y in got:
-                        continue
-                    diff = have[x] & ~have[y]
-                    if diff:
-                        key = (cnt[y], y)
-                        if best is None or key < best[0]:
-                            best = (key, y, diff.bit_length() - 1)
-                if best is not None:
-                    moves.append((x, best[1], best[2]))
-                    got.add(best[1])
-            if nxt >= nblocks and not moves:
-                raise AssertionError("broadcast_rounds: no progress")
-        for _, y, j in moves:
-            have[y] |= 1 << j
-            cnt[y] += 1
-        out.append(moves)
-    return out
-
-
 def make_runs(M: int, run: int, tail: int) -> list[tuple[int, int]]:
     """Messages over a part's M units: runs of ``run`` units, then the last ``tail`` units one by one (a
     chain's drain costs its last message times the hops, so the last messages are small)."""
@@ -500,23 +473,27 @@ def _model(topology: Any, grid: np.ndarray) -> tuple[float, float, float, float]
 
 
 def after_arrival_estimate(form: str, N: int, G: int, M: int, runs: list[tuple[int, int]], size: float,
-                           model: tuple[float, ...]) -> float:
+                           model: tuple[float, ...], rows: list[tuple[int, int]] | None = None) -> float:
     """Alpha-beta estimate of the time after the arrival. Late GPU: the blocks in turn at the pace of
     the slower of a NIC (one message per block) and the late GPU's NVLink port (G messages per block),
     then the broadcast's drain (log2 N hops of the last block) and the last row's spread. Late node:
-    the larger of its GPUs' NVLink work (a ReduceScatter and an AllGather of every row: 2(G-1)/G s and
-    2 log2 G messages per row) and the NIC path (the first row's reduction, the broadcast's blocks +
-    log2 N - 1 rounds, the last row's spread)."""
+    the larger of its GPUs' NVLink work (a ReduceScatter and an AllGather of every NVLink row, default
+    one per block: 2(G-1)/G s and 2 log2 G messages per row) and the NIC path (the first row's
+    reduction, the blocks, then the later of the last row's AllGather in the late node and the
+    broadcast's log2 N - 1 further rounds plus the spread of the last block elsewhere)."""
     a_nv, b_nv, a_net, b_net = model
     unit = size / (G * M)
     hops = math.ceil(math.log2(N)) if N > 1 else 0
     steps = math.ceil(math.log2(G)) if G > 1 else 0
     w_last = runs[-1][1] if runs else 1
     if form == "node":
-        nv = sum(2 * steps * a_nv + 2 * (G - 1) * w * unit / b_nv for _, w in runs)
-        row = steps * a_nv + (G - 1) * runs[0][1] * unit / b_nv
-        nic = sum(a_net + w * unit / b_net for _, w in runs) + (hops - 1) * (a_net + w_last * unit / b_net)
-        return max(nv, 2 * row + nic)
+        rows = rows if rows is not None else runs
+        nv = sum(2 * steps * a_nv + 2 * (G - 1) * w * unit / b_nv for _, w in rows)
+        first = steps * a_nv + (G - 1) * rows[0][1] * unit / b_nv
+        last = steps * a_nv + (G - 1) * rows[-1][1] * unit / b_nv
+        spread = last if len(rows) == len(runs) else (G - 1) * (a_nv + w_last * unit / b_nv)
+        nic = sum(a_net + w * unit / b_net for _, w in runs)
+        return max(nv, first + nic + max(last, (hops - 1) * (a_net + w_last * unit / b_net) + spread))
     t = 0.0
     for _, w in runs:
         t += max(a_net + w * unit / b_net, G * (a_nv + w * unit / b_nv))
@@ -524,15 +501,46 @@ def after_arrival_estimate(form: str, N: int, G: int, M: int, runs: list[tuple[i
 
 
 UNITS = (4, 6, 8, 9, 10, 12, 16, 20, 24, 28, 32, 40, 48, 64)  # candidate blocks per part
+ROWS = (1, 2, 3, 4, 5, 6, 8)  # candidate NVLink rows of a late node (at most the blocks)
 AHEAD = 2  # the wave's reductions are emitted this many blocks ahead of the broadcast (a late node: all)
 
 
+def even_rows(M: int, R: int) -> list[tuple[int, int]]:
+    """R runs of M units, as even as can be (the larger first)."""
+    edges = [(M * i + R - 1) // R for i in range(R + 1)]
+    return [(edges[i], edges[i + 1] - edges[i]) for i in range(R) if edges[i + 1] > edges[i]]
+
+
+def coarse_rows_apply(N: int, G: int) -> bool:
+    """Whether a late node's NVLink rows may span several blocks (``best_rows``): G a power of two (the
+    node reduces whole rows) and N a power of two (the hypercube broadcast, where the estimate holds;
+    with the greedy broadcast the model measured no gain)."""
+    return G & (G - 1) == 0 and N & (N - 1) == 0
+
+
+def best_rows(N: int, G: int, M: int, size: float, model: tuple[float, ...]) -> list[tuple[int, int]]:
+    """A late node's NVLink rows over M one-unit blocks: the count of ROWS (at most M) with the least
+    estimate (fewer rows: fewer NVLink messages, a longer first reduction and last AllGather)."""
+    runs = make_runs(M, 1, M)
+    cands = [even_rows(M, R) for R in ROWS if R <= M] + [list(runs)]
+    return min(cands, key=lambda rows: (after_arrival_estimate("node", N, G, M, runs, size, model, rows),
+                                        len(rows)))
+
+
 def best_pipeline(form: str, N: int, G: int, size: float,
-                  model: tuple[float, ...]) -> tuple[int, list[tuple[int, int]]]:
-    """(M, runs): the M of UNITS with the least estimate, one block per unit."""
+                  model: tuple[float, ...]) -> tuple[int, list[tuple[int, int]], list[tuple[int, int]]]:
+    """(M, runs, rows): the M of UNITS with the least estimate, one block per unit; a late node's
+    NVLink rows (``best_rows`` where ``coarse_rows_apply``), else one row per block."""
     cands = [m for m in UNITS if G * m <= MAX_CHUNKS] or [1]
-    M = min(cands, key=lambda m: (after_arrival_estimate(form, N, G, m, make_runs(m, 1, m), size, model), m))
-    return M, make_runs(M, 1, M)
+    best = None
+    for m in cands:
+        runs = make_runs(m, 1, m)
+        rows = best_rows(N, G, m, size, model) if form == "node" and coarse_rows_apply(N, G) else runs
+        key = (after_arrival_estimate(form, N, G, m, runs, size, model, rows), m)
+        if best is None or key < best[0]:
+            best = (key, m, runs, rows)
+    assert best is not None
+    return best[1], best[2], best[3]
 
 
 def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size: int | float | str | None = None,
@@ -556,7 +564,7 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     s_bytes = DEFAULT_SIZE if size is None else float(parse_size(size) if isinstance(size, str) else size)
     model = _model(topology, grid)
     if pipeline == "auto":
-        M, runs = best_pipeline(form, N, G, s_bytes, model)
+        M, runs, rows = best_pipeline(form, N, G, s_bytes, model)
     elif (isinstance(pipeline, bool) or not isinstance(pipeline, (int, np.integer))
           or not 1 <= pipeline <= MAX_CHUNKS // G):
         raise CollsynthError(f"--pipeline for clusterstraggler must be auto or an integer in 1..{MAX_CHUNKS // G} "
@@ -564,12 +572,14 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     else:
         M = int(pipeline)
         runs = make_runs(M, 1, M)
-    plan = new_plan(topology, n, times, s_bytes, M, runs)
+        rows = best_rows(N, G, M, s_bytes, model) if form == "node" and coarse_rows_apply(N, G) else runs
+    plan = new_plan(topology, n, times, s_bytes, M, runs, rows)
     plan.pre(set(late))
     plan.merge(set(late), set(range(n)) - set(late))
-    est = after_arrival_estimate(form, N, G, M, runs, s_bytes, model)
+    est = after_arrival_estimate(form, N, G, M, runs, s_bytes, model, rows)
     meta: dict[str, object] = {"algorithm": "clusterstraggler", "form": form, "late": late, "nodes": N,
                                "gpus_per_node": G, "pipeline": M, "messages_per_part": len(runs),
+                               "nvlink_rows": len(rows),
                                "topology_name": topology.name,
                                "after_arrival_estimate_s": est}
     spec = getattr(topology, "spec", None)
@@ -581,13 +591,14 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
 
 
 def new_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int,
-             runs: list[tuple[int, int]] | None = None) -> ClusterPlan:
+             runs: list[tuple[int, int]] | None = None, rows: list[tuple[int, int]] | None = None) -> ClusterPlan:
     """An empty ClusterPlan for ``topology``'s nodes (``node_grid``: at least 2 nodes of at least 2 GPUs),
     the arrivals ``times`` (seconds per rank), ``size`` bytes per rank, parts of M units, message blocks
-    ``runs`` ((first unit, units), default one per unit) and one NVLink message per block."""
+    ``runs`` ((first unit, units), default one per unit) and NVLink ``rows`` (runs of whole blocks;
+    default one per block, ``ClusterPlan.set_blocks``)."""
     grid = node_grid(topology, n)
     plan = ClusterPlan(grid, M, np.asarray(times, np.float64), float(size), _model(topology, grid))
-    plan.runs = runs if runs is not None else make_runs(M, 1, M)
+    plan.set_blocks(runs if runs is not None else make_runs(M, 1, M), rows)
     if len(getattr(topology, "classes", ())) > 1:
         plan.classes = topology.transfer_class
     return plan

@@ -7,9 +7,9 @@ after another computes). Each gets the earliest start that the model allows:
 - after the end of the last move writing any chunk it reads or writes, and (for a copy or a reduce)
   after the end of the last move reading any chunk it writes (a move never overtakes one it depends on);
 - when its src's send port and its dst's receive port of the route's first and last link class (NVLink,
-  network, ...: topology.route_classes) and every other link of its route (a PXN route crosses another
-  GPU's NVLink and NIC) all have a free gap of its duration (one message per port and link at a time; a
-  later move may fill an earlier gap: list scheduling with backfill).
+  network, ...: topology.route_classes) and every link of its route (a PXN route crosses another GPU's
+  NVLink and NIC, which that GPU's own messages use too) all have a free gap of its duration (one message
+  per port and link at a time; a later move may fill an earlier gap: list scheduling with backfill).
 
 A move's duration is what synth/simulate.py charges a lone message: the route's alpha sum plus its bytes
 over the route's bottleneck bandwidth. Ordering the moves by modelled start and packing them into steps
@@ -45,7 +45,7 @@ class Timeline:
         self.read = [0.0] * (self.n * self.C)
         self.lo: dict[int, list[float]] = {}  # port key (2 * (rank * K + class) + send 0 / receive 1) -> starts
         self.hi: dict[int, list[float]] = {}  # ... -> ends (the intervals are disjoint, sorted)
-        # src * n + dst -> (resources: send port, receive port, inner links; alpha; bandwidth)
+        # src * n + dst -> (resources: send port, receive port, every link of the route; alpha; bandwidth)
         self.pairs: dict[int, tuple[tuple[int, ...], float, float]] = {}
         self.moves: list[Move] = []
         self.start: list[float] = []
@@ -73,10 +73,10 @@ class Timeline:
         rows = links.tolist()
         for i, (k, a, b, c, e) in enumerate(zip(key.tolist(), sk.tolist(), rk.tolist(), alpha.tolist(),
                                                 bw.tolist())):
-            self.pairs[k] = ((a, b, *(base + x for x in rows[i][1:nh[i] - 1])), c, e)
+            self.pairs[k] = ((a, b, *(base + x for x in rows[i][:nh[i]])), c, e)
 
     def pair(self, src: int, dst: int) -> tuple[tuple[int, ...], float, float]:
-        """(resource keys: send port, receive port, inner route links; alpha; bandwidth) of src -> dst."""
+        """(resource keys: send port, receive port, every route link; alpha; bandwidth) of src -> dst."""
         got = self.pairs.get(src * self.n + dst)
         if got is None:
             self.prime([src], [dst])
@@ -120,8 +120,13 @@ class Timeline:
             lo.insert(i, start)
             hi.insert(i, end)
 
-    def add(self, src: int, dst: int, chunk: int, count: int, reduce: bool, after: float = 0.0) -> float:
-        """Append one move (not before ``after``); returns its modelled start."""
+    def earliest(self, src: int, dst: int, chunk: int, count: int, after: float = 0.0) -> float:
+        """The modelled start ``add`` would give this move (not before ``after``), without adding it."""
+        return self._place(src, dst, chunk, count, after)[0]
+
+    def _place(self, src: int, dst: int, chunk: int, count: int,
+               after: float) -> tuple[float, float, tuple[int, ...]]:
+        """(start, duration, resources) of a move added now."""
         res, a, bw = self.pair(src, dst)
         dur = a + count * self.chunk_bytes / bw
         arr = self.arrival
@@ -140,7 +145,14 @@ class Timeline:
                 t2 = fit(x, t, dur)
                 if t2 > t:
                     t, moved = t2, True
-        t1, end = t, t + dur
+        return t, dur, res
+
+    def add(self, src: int, dst: int, chunk: int, count: int, reduce: bool, after: float = 0.0) -> float:
+        """Append one move (not before ``after``); returns its modelled start."""
+        t1, dur, res = self._place(src, dst, chunk, count, after)
+        end = t1 + dur
+        ls, ld = src * self.C + chunk, dst * self.C + chunk
+        w, r = self.written, self.read
         for x in res:
             self._take(x, t1, end)
         if count == 1:

@@ -33,7 +33,8 @@ units [g M, (g+1) M)). The ranks that arrive first are *punctual*, the others *l
      about one tree: it sends about once per unit; depth log2 N instead of N);
    - every node spreads it over NVLink from the GPU that received it to its other holders and wave members.
 
-``build`` ("auto") simulates a few choices (cutoff, M, chain or trees, each also retimed) and returns the
+``build`` ("auto") simulates a few choices (cutoff, M, chain or trees, each also retimed) and the funnel
+form (funnel.py: reduce toward the last rank's node, then broadcast; FUNNEL_CHOICES) and returns the
 fastest, or the synchronous ``hierarchical`` schedule (form "synchronous") when that is faster still.
 
 Moves are placed by a list-scheduling model (listsched.Timeline: one message per port and link class at
@@ -52,6 +53,7 @@ from collsynth.apitypes import Arrivals
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import hierarchical
 from collsynth.synth.algorithms.layout import node_grid
+from collsynth.synth.algorithms.stragglar import funnel
 from collsynth.synth.algorithms.stragglar.listsched import Timeline
 from collsynth.synth.algorithms.stragglar.multi import pack, retime
 from collsynth.synth.algorithms.stragglar.prephase import present_allreduce
@@ -62,6 +64,8 @@ from collsynth.units import parse_size
 
 DEFAULT_SIZE = float(2**30)
 MAX_CHUNKS = 4096
+# the funnel form's (M, two trees, pxn, tail) that auto simulates (chosen on random vectors: bench/)
+FUNNEL_CHOICES = ((16, True, False, True), (16, True, False, False), (16, False, True, False))
 SEARCH_MAX_GPUS = 256  # up to this many GPUs "auto" simulates several (M, broadcast) choices and keeps the best
 
 
@@ -297,8 +301,8 @@ def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = No
     "auto". Up to SEARCH_MAX_GPUS GPUs the fastest simulated of: every cutoff (no late rank absorbed into the
     first AllReduce, or all up to one arrival time) with M = 32 and chains, then at the best cutoff M = 16
     with chains and with two trees, each also retimed (multi.retime: its moves reordered by their simulated
-    start), and the synchronous ``hierarchical`` schedule (form "synchronous") when
-    it is faster still; above it M = 16, chains, nothing absorbed."""
+    start), the funnel form (funnel.py) for each of FUNNEL_CHOICES, and the synchronous ``hierarchical``
+    schedule (form "synchronous") when it is faster still; above it M = 16, chains, nothing absorbed."""
     grid = node_grid(topology, n)
     N, G = grid.shape
     if N < 2:
@@ -335,6 +339,13 @@ def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = No
     cut = float(best[2].meta["cutoff_s"])  # type: ignore[arg-type]
     consider(16, False, cut)
     consider(16, True, cut)
+    if G >= 2:  # reduce toward the last rank's node, then broadcast (funnel.py)
+        for M, trees, pxn, tail in FUNNEL_CHOICES:
+            f = funnel.construct(n, arrivals, s_bytes, topology, M, trees=trees, pxn=pxn, tail=tail)
+            t = simulate(f, s_bytes, topology, times).completion_s
+            tried += 1
+            if t < best[0] * (1 - 1e-12):
+                best = (t, tried, f)
     sync = hierarchical.build(n, topology=topology, size=s_bytes)  # when waiting for everyone is faster
     t = simulate(sync, s_bytes, topology, times).completion_s
     if t < best[0] * (1 - 1e-12):

@@ -1,0 +1,176 @@
+"""About the memory and time of emitting a schedule in each format, before emitting it (issue 13, Scale).
+
+``emit`` (backends/__init__.py) and ``synth --format`` check this estimate against the budget
+(budget.py: ``--max-memory``, ``--max-time``) before any lowering, and refuse in one line naming the
+largest size that fits. The models are upper-bound style, per transfer of the schedule, measured with
+bench/bench_emit.py (direct, ring, rhd and StragglAR at 16 to 256 ranks, one loaded core):
+
+- msccl-xml: lowering (lower.py), dependencies (deps.py), rendering and the independent check of the
+  text (check.py) handle each piece of a transfer a fixed number of times: about 0.5 ms and 4 KiB per
+  unit, a unit being a transfer plus 1/16 per chunk it moves (multi-chunk transfers split into pieces),
+  times ``--instances``.
+- mscclpp-plan: about 7 plan ops per transfer (put, signal, wait, reduce, flush ...); the symbolic
+  execution that checks the plan (mscclpp/execute.py) keeps vector clocks over every actor (thread
+  blocks, proxies and callers), so each op costs time and memory that grow with the actor count A:
+  about (0.25 ms + 20 ns x A) and (2 KiB + 0.4 x A bytes) per op, plus 24 bytes x A per connected pair
+  of ranks (each channel's counter holds a clock). A rank needs at least two thread blocks per 8 peers
+  (sending and receiving) and one per 64 ops.
+- nccl-cuda: one grouped send/receive list per step: about 0.1 ms and 2 KiB per transfer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from collsynth import budget
+from collsynth.budget import Work
+from collsynth.synth.algorithms.estimate import work
+
+XML_SECONDS_PER_UNIT = 5e-4
+XML_BYTES_PER_UNIT = 4096
+PLAN_OPS_PER_TRANSFER = 7
+PLAN_SECONDS_PER_OP = 2.5e-4
+PLAN_SECONDS_PER_OP_ACTOR = 2e-8
+PLAN_BYTES_PER_OP = 2048
+PLAN_BYTES_PER_OP_ACTOR = 0.4
+PLAN_BYTES_PER_PAIR_ACTOR = 24
+CUDA_SECONDS_PER_TRANSFER = 1e-4
+CUDA_BYTES_PER_TRANSFER = 2048
+ESTIMATED = ("msccl-xml", "mscclpp-plan", "nccl-cuda")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the estimates read of a schedule: ranks, transfers, chunk moves, the most transfers one rank
+    sends plus receives, and the most peers one rank has in one direction, and connected pairs."""
+
+    nranks: int
+    transfers: int
+    moves: int
+    per_rank: int
+    peers: int
+    pairs: int
+
+
+def shape_of(s: Any) -> Shape:
+    """The Shape of a Schedule (a few numpy passes over its transfer columns)."""
+    n = int(s.nranks)
+    if not s.ntransfers:
+        return Shape(n, 0, 0, 0, 0, 0)
+    src, dst = s.src.astype(np.int64), s.dst.astype(np.int64)
+    per = np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)
+    pair = np.unique(src * n + dst)
+    peers = np.maximum(np.bincount(pair // n, minlength=n), np.bincount(pair % n, minlength=n))
+    return Shape(n, int(s.ntransfers), int(s.count.sum()), int(per.max()), int(peers.max()), len(pair))
+
+
+def peers_of(name: str, n: int) -> int:
+    """The most peers one rank of algorithm ``name`` has in one direction: ring and multiring one (per
+    ring), rhd one per round (log2 n + 1 with the non-power-of-two fold), tree four (two trees); any other n - 1."""
+    if name == "ring":
+        return 1
+    if name == "multiring":
+        return 4
+    if name == "rhd":
+        return max((n - 1).bit_length(), 1) + 1
+    if name == "tree":
+        return 4
+    return n - 1
+
+
+def shape_of_work(w: Work, peers: int | None = None) -> Shape:
+    """The Shape of a schedule not built yet (synth.algorithms.estimate): transfers spread about evenly, at most
+    ``peers`` per rank and direction (default: as many as transfers allow; upper-bound style)."""
+    n = max(int(w.nranks), 2)
+    per = -(-2 * int(w.transfers) // n)
+    per += per // 8  # some ranks carry more than the average (a tree's inner ranks)
+    p = min(n - 1, per, n - 1 if peers is None else max(int(peers), 1))
+    return Shape(n, int(w.transfers), int(w.moves), per, p, min(n * p, int(w.transfers)))
+
+
+def cost(fmt: str, shape: Shape, options: Mapping[str, Any] | None = None) -> tuple[float, float]:
+    """About (peak bytes, seconds) of emitting a schedule of this shape in ``fmt`` (module docstring);
+    (0, 0) for the formats that read folders."""
+    options = options or {}
+    if fmt == "msccl-xml":
+        inst = options.get("instances", 1)
+        inst = inst if isinstance(inst, int) and not isinstance(inst, bool) and inst >= 1 else 1
+        units = (shape.transfers + shape.moves / 16) * inst
+        return XML_BYTES_PER_UNIT * units, XML_SECONDS_PER_UNIT * units
+    if fmt == "mscclpp-plan":
+        n = max(shape.nranks, 1)
+        ops = PLAN_OPS_PER_TRANSFER * shape.transfers
+        tbs = max(2 * -(-shape.peers // 8), -(-PLAN_OPS_PER_TRANSFER * shape.per_rank // (2 * 64)), 1)
+        actors = n * (tbs + 2)  # thread blocks, a proxy (port channels) and the caller per rank
+        nbytes = ops * (PLAN_BYTES_PER_OP + PLAN_BYTES_PER_OP_ACTOR * actors) + \
+            PLAN_BYTES_PER_PAIR_ACTOR * shape.pairs * actors
+        return nbytes, ops * (PLAN_SECONDS_PER_OP + PLAN_SECONDS_PER_OP_ACTOR * actors)
+    if fmt == "nccl-cuda":
+        return CUDA_BYTES_PER_TRANSFER * shape.transfers, CUDA_SECONDS_PER_TRANSFER * shape.transfers
+    return 0.0, 0.0
+
+
+def _fits(fmt: str, shape: Shape, options: Mapping[str, Any] | None) -> bool:
+    nbytes, seconds = cost(fmt, shape, options)
+    return nbytes <= budget.max_memory() and seconds <= budget.max_seconds()
+
+
+def _scaled(shape: Shape, t: int) -> Shape:
+    """``shape`` with t transfers, the other counts scaled alike (at least what one transfer needs)."""
+    f = t / max(shape.transfers, 1)
+    return dataclasses.replace(shape, transfers=t, moves=max(int(shape.moves * f), t),
+                               per_rank=max(int(shape.per_rank * f), min(shape.per_rank, 2)),
+                               pairs=max(min(int(shape.pairs * f), t), min(shape.pairs, 1)))
+
+
+def largest_transfers(fmt: str, shape: Shape, options: Mapping[str, Any] | None = None) -> int:
+    """The most transfers (other counts scaled alike) whose emit fits the budget; 0 if none."""
+    lo, hi = 0, max(shape.transfers, 1)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _fits(fmt, _scaled(shape, mid), options):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def check_emit(fmt: str, schedule: Any, options: Mapping[str, Any] | None = None, what: str = "") -> None:
+    """Refuse (CollsynthError, exit 2) emitting ``schedule`` in ``fmt`` when the estimate exceeds the memory
+    or the time budget, naming the most transfers that fit."""
+    if fmt not in ESTIMATED:
+        return
+    shape = shape_of(schedule)
+    nbytes, seconds = cost(fmt, shape, options)
+    if nbytes <= budget.max_memory() and seconds <= budget.max_seconds():
+        return
+    what = what or (f"emitting {schedule.name or 'the schedule'} as {fmt} ({shape.nranks} ranks, "
+                    f"{shape.transfers} transfers)")
+    fit = largest_transfers(fmt, shape, options)
+    largest = f"about {fit} transfers on {shape.nranks} ranks" if fit else ""
+    if nbytes > budget.max_memory():
+        budget.check(nbytes, what, largest=largest)
+    budget.check_seconds(seconds, what, largest=largest)
+
+
+def check_synth_emit(fmt: str, name: str, n: int, collective: str = "allreduce",
+                     params: Mapping[str, Any] | None = None, options: Mapping[str, Any] | None = None) -> None:
+    """Before building: refuse ``synth -a name -n n --format fmt`` when building, verifying and emitting
+    the schedule (synth.algorithms.estimate plus ``cost``) exceeds the budget, naming the largest n."""
+    if fmt not in ESTIMATED:
+        return
+    def job(x: int, always: bool = False) -> Work:
+        w = work(name, x, collective, params, always=always)
+        nbytes, seconds = cost(fmt, shape_of_work(w, peers_of(name, x)), options)
+        return dataclasses.replace(w, search_s=w.search_s + seconds, extra_bytes=int(nbytes))
+
+    budget.check_work(job, n, f"synth -a {name} -n {n} --format {fmt}", monotone=lambda x: job(x, always=True))
+
+
+__all__ = ["ESTIMATED", "Shape", "check_emit", "check_synth_emit", "cost", "largest_transfers", "peers_of", "shape_of",
+           "shape_of_work"]

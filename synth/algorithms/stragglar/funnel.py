@@ -1,0 +1,275 @@
+"""Several late ranks on a cluster (issue 15, point 3): reduce toward the last node, then broadcast ("funnel").
+
+Our construction (docs/stragglar.md section 11; the bounds are the brief's clusters.md section 4). N nodes
+of G GPUs (synth/algorithms/layout.py ``node_grid``; GPU grid[b, g] has local index g, the GPUs with local
+index g form rail g); s bytes per rank; the buffer is G parts of M blocks (block j of part g is chunk
+g M + j). Let L be the last rank to arrive (``latest_rank``) and m its node. Nobody but node m needs a
+partial sum, so:
+
+1. Every node b reduce-scatters its GPUs' buffers over NVLink, block by block: grid[b, g] gets the node
+   sum of part g, each GPU joining when it arrives. A late GPU x has *helpers*, the node peers that arrived
+   first (if before x): helper j mod k collects the node's block j of x's part (so the punctual peers
+   reduce before x arrives) and hands it to x, and later spreads x's final block j (so x's NVLink port
+   sends and receives about s after its arrival). L's part gets the same treatment in node m.
+2. Per rail g, a pipelined reduce of part g toward node m, by blocks: a chain of the nodes in ready order
+   (the latest arrival in the node, L left out) whose rail-g GPU is punctual, ending in m (variant ``fan``
+   = f: its last f nodes each send straight into m); a node whose rail-g GPU is late takes in nothing on
+   rail g (its NIC's ingress stays free for the broadcast) and sends into the next chain node after it;
+   those after the last chain node join the chain's end instead (variant ``tail``), taking in through
+   their helpers over PXN, so node m's NIC does not take several streams.
+   A chain node's rail GPU receives the upstream blocks whenever they come (before its node's late GPUs
+   arrive: ingress early), adds its node's part, and sends each block on once it is complete. Into node m
+   (variant ``pxn``) a late rail GPU's blocks go to its helpers (over PXN), L's own blocks of its part
+   too, so the helpers sum L's final blocks and L's NIC only sends; otherwise L receives them.
+3. Node m's rail-g GPU then holds the final blocks of part g once L's contribution is in: each is broadcast
+   along rail g (receivers copy) and every node spreads it over NVLink from the GPU that received it. The
+   broadcast is either two binary trees over the other nodes (``two_trees``: even blocks down one, odd
+   down the other; each node interior in at most one, the node ready last a leaf in both where the count
+   allows, as it may still be sending its own stream) or the hypercube rounds (bcast.broadcast_rounds).
+
+After the last arrival the work is about the late-GPU form's: L's s bytes over NVLink, one part per rail
+out of node m, the broadcast's extra hops and the last spread, when the chains have kept ahead of the
+arrivals; a node ready shortly before L adds its own stream (pipelined: one part per rail, not one per
+late rank). Every node's NIC ingress carries at most one part per rail before the last arrival and one
+after, whatever the number of late ranks (the waves form carries one per late rank).
+
+Moves are placed by listsched.Timeline, ordered by modelled start and packed into steps (multi.pack), as
+waves.py does; each step's phase is the set of ranks that have taken part so far (ir.derived_phases).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from collsynth.apitypes import Arrivals
+from collsynth.errors import CollsynthError
+from collsynth.synth.algorithms.layout import node_grid
+from collsynth.synth.algorithms.stragglar.bcast import broadcast_rounds
+from collsynth.synth.algorithms.stragglar.listsched import Timeline
+from collsynth.synth.algorithms.stragglar.multi import Move, pack
+from collsynth.synth.arrivals import arrival_vector, latest_rank
+from collsynth.synth.ir import Schedule, derived_phases
+
+MAX_CHUNKS = 4096
+
+
+class _Funnel:
+    """One schedule under construction (module docstring)."""
+
+    def __init__(self, grid: np.ndarray, times: np.ndarray, M: int, size: float, topology: Any, fan: int,
+                 pxn: bool, tail: bool = True) -> None:
+        self.grid, self.M, self.times, self.pxn = grid, M, times, pxn
+        self.N, self.G = N, G = grid.shape
+        n = grid.size
+        self.tl = Timeline(topology, G * M, times, size / (G * M))
+        ranks = grid.reshape(-1)
+        same_node = np.repeat(grid, G, axis=0).reshape(-1)
+        same_rail = np.repeat(grid.T, N, axis=0).reshape(-1)
+        self.tl.prime(np.concatenate([np.repeat(ranks, G), np.repeat(grid.T.reshape(-1), N)]),
+                      np.concatenate([same_node, same_rail]))
+        self.node_of = np.empty(n, np.int64)
+        self.node_of[ranks] = np.repeat(np.arange(N), G)
+        self.local_of = np.empty(n, np.int64)
+        self.local_of[ranks] = np.tile(np.arange(G), N)
+        self.L = L = latest_rank(times, n)
+        self.m = m = int(self.node_of[L])
+        self.lL = int(self.local_of[L])
+        t0 = float(times.min())
+        # a late GPU x -> its helpers: the node peers that arrived first (if before x); helper j mod k
+        # collects the node's block j of x's part before x arrives and spreads x's final block j
+        self.helpers: dict[int, list[int]] = {}
+        for b in range(N):
+            row = [int(y) for y in grid[b]]
+            for i, x in enumerate(row):
+                first = min(float(times[y]) for y in row if y != x)
+                if first < float(times[x]) or (first == float(times[x]) and x == L):
+                    self.helpers[x] = sorted((y for y in row if y != x and float(times[y]) == first),
+                                             key=lambda y: (int(self.local_of[y]) - i) % G)
+        ready = [max((float(times[x]) for x in grid[b] if int(x) != L), default=0.0) for b in range(N)]
+        others = sorted((b for b in range(N) if b != m), key=lambda b: (ready[b], b))
+        self.ready = ready
+        self.fan = max(1, min(fan, len(others)))
+        # upstream[b, g]: the nodes whose rail-g GPUs send into node b's: per rail a chain of the nodes in
+        # ready order whose rail-g GPU is punctual, its last ``fan`` nodes straight into m; a node whose
+        # rail-g GPU is late takes in nothing on rail g (its NIC's ingress stays free for the broadcast)
+        # and sends into the next chain node after it; the late-rail nodes after the last chain node
+        # (which would all send into m's one NIC) join the chain's end, taking in through their helpers
+        # (PXN, ``into_helpers``); without ``tail`` they send into m too
+        self.upstream: dict[tuple[int, int], list[int]] = {}
+        self.into_helpers: set[tuple[int, int]] = set()
+        for g in range(G):
+            chain = [b for b in others if float(times[int(grid[b, g])]) <= t0]
+            after = others[others.index(chain[-1]) + 1:] if chain else list(others)
+            if tail:
+                chain += after
+                self.into_helpers.update((b, g) for b in after if int(grid[b, g]) in self.helpers)
+            head = chain[:max(1, len(chain) - self.fan + 1)]
+            nxt = {a: b for a, b in zip(head, head[1:])}
+            for a in chain[len(head):] + head[-1:]:
+                nxt[a] = m
+            for i, a in enumerate(others):
+                if a not in nxt:
+                    nxt[a] = next((b for b in others[i + 1:] if b in chain), m)
+            for a in others:
+                self.upstream.setdefault((nxt[a], g), []).append(a)
+        self.order = [*others, m]  # every node after its upstream nodes
+
+    def owner(self, b: int, g: int, j: int) -> int:
+        """Who holds node b's sum of block j of part g after its ReduceScatter (a helper of the rail GPU if
+        it is late)."""
+        r = int(self.grid[b, g])
+        h = self.helpers.get(r)
+        return h[j % len(h)] if h else r
+
+    def target(self, b: int, g: int) -> int:
+        """Where node b's rail g receives the upstream blocks (and, in node m, holds the final part)."""
+        return int(self.grid[b, g])
+
+    # ------------------------------------------------------------------ 1 and 2: toward node m
+    def funnel(self) -> None:
+        tl, grid, G, M, L = self.tl, self.grid, self.G, self.M, self.L
+        arr = [float(x) for x in self.times]
+        for j in range(M):
+            for b in self.order:
+                ev: list[tuple[float, int, Move]] = []
+                for sh in range(1, G):  # ReduceScatter rounds: local i sends part i + sh
+                    for i in range(G):
+                        x = int(grid[b, i])
+                        g = (i + sh) % G
+                        o = self.owner(b, g, j)
+                        if x == o:  # (L sends every part but its own: i + sh != i)
+                            continue
+                        ev.append((arr[x], len(ev), (x, o, g * M + j, 1, True)))
+                if self.pxn and b == self.m and self.owner(b, self.lL, j) != L:  # L's own block into its helper
+                    ev.append((arr[L], len(ev), (L, self.owner(b, self.lL, j), self.lL * M + j, 1, True)))
+                for g in range(G):
+                    c = g * M + j
+                    for a in self.upstream.get((b, g), ()):
+                        src = self.target(a, g)
+                        into = (b == self.m and self.pxn) or (b, g) in self.into_helpers
+                        dst = self.owner(b, g, j) if into else self.target(b, g)
+                        ev.append((tl.ready(src, c), len(ev), (src, dst, c, 1, True)))
+                ev.sort(key=lambda e: (e[0], e[1]))
+                for _, _, mv in ev:
+                    tl.add(*mv)
+                for g in range(G):  # a late rail GPU takes its node's block from its helper (L: the final)
+                    r, o = int(grid[b, g]), self.owner(b, g, j)
+                    if o != r:
+                        tl.add(o, r, g * M + j, 1, r != L or not self.pxn)
+
+    # ------------------------------------------------------------------ 3: the final blocks out
+    def _spread(self, b: int, g: int, j: int) -> None:
+        """Block j of part g over NVLink in node b from the GPU that holds it to the others; a late GPU hands
+        it to its helper, which spreads it (so its own NVLink port sends about s after its arrival)."""
+        tl, c = self.tl, g * self.M + j
+        r = self.target(b, g)
+        h = self.owner(b, g, j)
+        if h != r and (r != self.L or not self.pxn):  # (with pxn L's helper summed L's final block)
+            tl.add(r, h, c, 1, False)
+        for x in self.grid[b]:
+            x = int(x)
+            if x != h and x != r:
+                tl.add(h, x, c, 1, False)
+
+    def broadcast(self, trees: bool) -> None:
+        """Each final block from node m along its rail to every other node, then spread in each node.
+        ``trees``: two binary trees (``two_trees``) over the other nodes, even blocks down one and odd
+        blocks down the other; every node is interior in at most one of them, and the node that was ready
+        last (still sending its own stream when L arrives) is a leaf in both where the count allows;
+        otherwise the hypercube rounds (bcast.broadcast_rounds; receivers in reverse chain order)."""
+        tl, G, M, N, m = self.tl, self.G, self.M, self.N, self.m
+        tgt = self.target
+        if trees:
+            pair = two_trees(self.order[:-1])
+            for j in range(M):
+                for g in range(G):
+                    c = g * M + j
+                    self._spread(m, g, j)
+                    for x, y in pair[j % 2]:
+                        tl.add(tgt(m if x < 0 else x, g), tgt(y, g), c, 1, False)
+                        self._spread(y, g, j)
+            return
+        nodes = [m, *reversed(self.order[:-1])]  # position 0 is the root
+        done: set[tuple[int, int, int]] = set()
+
+        def spread_once(b: int, g: int, j: int) -> None:
+            if (b, g, j) not in done:
+                done.add((b, g, j))
+                self._spread(b, g, j)
+
+        for rnd in broadcast_rounds(N, M):
+            for g in range(G):
+                for x, y, j in rnd:
+                    tl.add(tgt(nodes[x], g), tgt(nodes[y], g), g * M + j, 1, False)
+            for g in range(G):
+                for x, y, j in rnd:
+                    if x == 0:
+                        spread_once(m, g, j)
+                    spread_once(nodes[y], g, j)
+        for g in range(G):
+            for j in range(M):
+                spread_once(m, g, j)
+
+    def schedule(self, n: int, meta: dict[str, object], name: str) -> Schedule:
+        atoms = self.tl.ordered()
+        steps = pack(atoms, self.tl.classes, self.times)
+        mv = np.array([a[0] for a in atoms], np.int64).reshape(-1, 5)
+        nsteps = int(steps.max()) + 1 if len(steps) else 0
+        phases = derived_phases(n, steps, mv[:, 0], mv[:, 1], nsteps)
+        return Schedule.from_arrays("allreduce", n, self.G * self.M, step=steps, src=mv[:, 0], dst=mv[:, 1],
+                                    chunk=mv[:, 2], count=mv[:, 3], reduce=mv[:, 4].astype(bool), nsteps=nsteps,
+                                    phases=phases, ports=2, name=name, meta=meta)
+
+
+def two_trees(nodes: list[int]) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Two broadcast trees over ``nodes`` (least busy first) as (parent, child) edges in breadth-first
+    order, -1 the source: heap-shaped binary trees whose interior nodes are disjoint (the first
+    floor(R/2) nodes interior in one, the next ones in the other; with R odd the last node is a leaf in
+    both). Each node then forwards about one stream when the blocks alternate between the trees (the
+    two-tree idea of Sanders, Speck and Traeff, Parallel Computing 2009)."""
+    R = len(nodes)
+    inner = R // 2
+    out: list[list[tuple[int, int]]] = []
+    for k in range(2):
+        if k == 0:
+            heap = list(nodes)
+        else:
+            mine = nodes[inner:2 * inner] if R > 1 else list(nodes)
+            heap = mine + [x for x in nodes if x not in mine]
+        edges = [(-1, heap[0])] if heap else []
+        edges += [(heap[(i - 1) // 2], heap[i]) for i in range(1, R)]
+        out.append(edges)
+    return out[0], out[1]
+
+
+def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fan: int = 1,
+              trees: bool = True, pxn: bool = True, tail: bool = True) -> Schedule:
+    """The funnel schedule for M blocks per part, ``fan`` chains ending at the last rank's node, the
+    broadcast by two ``trees`` (else hypercube rounds), L's part summed at its helpers (``pxn``) and the
+    late-rail nodes at a rail's end joining its chain (``tail``) (module docstring). Needs a topology of
+    at least 2 nodes of at least 2 GPUs."""
+    grid = node_grid(topology, n)
+    N, G = grid.shape
+    if N < 2 or G < 2:
+        raise CollsynthError("the funnel form of clusterstraggler needs a topology with at least 2 nodes of at "
+                             "least 2 GPUs")
+    if isinstance(M, bool) or not isinstance(M, (int, np.integer)) or not 1 <= M <= MAX_CHUNKS // G:
+        raise CollsynthError(f"the funnel form needs 1 to {MAX_CHUNKS // G} blocks per part, got {M!r}")
+    times = arrival_vector(arrivals, n)
+    plan = _Funnel(grid, times, int(M), float(size), topology, fan, pxn, tail)
+    plan.funnel()
+    plan.broadcast(trees)
+    t0 = float(times.min())
+    late = sorted((r for r in range(n) if times[r] > t0), key=lambda r: (float(times[r]), r))
+    meta: dict[str, object] = {"algorithm": "clusterstraggler", "form": "funnel",
+                               "late": [[r, float(times[r])] for r in late], "last": plan.L,
+                               "nodes": N, "gpus_per_node": G, "pipeline": int(M), "fan": plan.fan,
+                               "pxn": pxn, "tail": tail,
+                               "broadcast": "two-tree" if trees else "hypercube",
+                               "chain": [int(b) for b in plan.order], "topology_name": topology.name}
+    spec = getattr(topology, "spec", None)
+    if spec is not None:
+        meta["topology"] = spec
+    return plan.schedule(n, meta, f"clusterstraggler_funnel_n{n}_l{plan.L}")

@@ -1,0 +1,127 @@
+"""Issue 13 Scale, emit: every format's memory and time are estimated (backends/cost.py) before any
+lowering, in both `emit` and `synth --format`, and a job beyond the budget is refused in one line naming
+the largest size that fits (exit 2); MSCCL XML's per-rank limits are checked before lowering."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from collsynth import budget
+from collsynth.backends import cost, emit
+from collsynth.backends.msccl import emit as msccl_emit
+from collsynth.backends.mscclpp import emit as mscclpp_emit
+from collsynth.cli import main
+from collsynth.errors import CollsynthError
+from collsynth.synth.algorithms.estimate import work
+from collsynth.synth.ir import Schedule
+from collsynth.synth.registry import build_schedule
+
+
+def run(capsys, *argv):
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_exit_2(code, err, needle=""):
+    assert code == 2, err
+    assert err.startswith("collsynth: error: ") and err.count("\n") == 1, err
+    assert needle in err, err
+
+
+@pytest.fixture
+def no_lowering(monkeypatch):
+    """Any lowering (MSCCL or MSCCL++) fails the test: the refusal must come before it."""
+    def boom(*a, **k):
+        raise AssertionError("lowered before the estimate refused")
+
+    monkeypatch.setattr(msccl_emit, "lower", boom)
+    monkeypatch.setattr(mscclpp_emit, "_build", boom)
+
+
+@pytest.mark.parametrize("fmt", ["msccl-xml", "mscclpp-plan", "nccl-cuda"])
+def test_emit_beyond_the_memory_budget_is_refused_before_lowering(capsys, tmp_path, no_lowering, fmt):
+    src = tmp_path / "r16.json"
+    assert run(capsys, "synth", "-a", "ring", "-n", "16", "-o", src)[0] == 0
+    out = tmp_path / "out"
+    code, _, err = run(capsys, "--max-memory", "64KiB", "emit", src, "--format", fmt, "-o", out)
+    one_line_exit_2(code, err, f"emitting ring_allreduce_n16 as {fmt} (16 ranks, 480 transfers) needs about")
+    assert "the largest that fits is about" in err and "transfers on 16 ranks" in err and "--max-memory" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("fmt", ["msccl-xml", "mscclpp-plan"])
+def test_synth_format_beyond_the_time_budget_names_the_largest_n(capsys, tmp_path, no_lowering, fmt):
+    out = tmp_path / "out"
+    code, _, err = run(capsys, "--max-time", "20ms", "synth", "-a", "ring", "-n", "64", "--format", fmt, "-o", out)
+    one_line_exit_2(code, err, f"synth -a ring -n 64 --format {fmt} would run for about")
+    assert "--max-time" in err and not out.exists()
+    fit = int(err.split("the largest that fits is ")[1].split(" ranks")[0])
+    assert 2 <= fit < 64
+    # the size it names does fit (and one more does not)
+    budget.set_max_seconds(0.02)
+    try:
+        cost.check_synth_emit(fmt, "ring", fit)
+        with pytest.raises(CollsynthError):
+            cost.check_synth_emit(fmt, "ring", fit + 1)
+    finally:
+        budget.set_max_seconds(None)
+
+
+def test_emit_largest_transfers_fits_and_one_more_does_not() -> None:
+    s = build_schedule("direct", 12, "allreduce")
+    shape = cost.shape_of(s)
+    budget.set_max_memory(2**20)
+    try:
+        t = cost.largest_transfers("mscclpp-plan", shape)
+        assert 0 < t < shape.transfers
+        assert cost.cost("mscclpp-plan", cost._scaled(shape, t))[0] <= 2**20
+        assert cost.cost("mscclpp-plan", cost._scaled(shape, t + 1))[0] > 2**20
+        with pytest.raises(CollsynthError, match=f"largest that fits is about {t} transfers on 12 ranks"):
+            emit(s, "mscclpp-plan")
+    finally:
+        budget.set_max_memory(None)
+
+
+@pytest.mark.parametrize("alg,n", [("ring", 16), ("direct", 12), ("rhd", 16), ("rhd", 12), ("stragglar", 9),
+                                   ("tree", 16), ("multiring", 12), ("twoshot", 8)])
+@pytest.mark.parametrize("fmt", ["msccl-xml", "mscclpp-plan", "nccl-cuda"])
+def test_synth_estimate_is_not_below_the_built_schedules(alg: str, n: int, fmt: str) -> None:
+    """synth checks before building (from synth.algorithms.estimate's Work); it must not promise less than
+    the estimate of the schedule actually built."""
+    s = build_schedule(alg, n, "allreduce")
+    before = cost.cost(fmt, cost.shape_of_work(work(alg, n), cost.peers_of(alg, n)))
+    after = cost.cost(fmt, cost.shape_of(s))
+    assert before[0] >= after[0] and before[1] >= after[1], (before, after)
+
+
+def test_msccl_peer_limits_refuse_before_lowering(capsys, tmp_path, no_lowering) -> None:
+    """direct on 66 ranks: every rank has 65 send peers, one thread block each, more than MSCCL's 64
+    (it took 7 s and 1.1 GB at n = 300 to find out after lowering)."""
+    src = tmp_path / "d66.json"
+    assert run(capsys, "synth", "-a", "direct", "-n", "66", "-o", src)[0] == 0
+    code, _, err = run(capsys, "emit", src, "--format", "msccl-xml", "-o", tmp_path / "x.xml")
+    one_line_exit_2(code, err, "rank 0 exchanges with 65 peers in one direction")
+    assert "at most 64 per GPU (checked before lowering)" in err and "at most 65 for an all-to-all" in err
+    with pytest.raises(CollsynthError, match="peer and instance and allows at most 64 per GPU"):
+        emit(build_schedule("direct", 23, "allreduce"), "msccl-xml", instances=3)
+    msccl_emit.check_peer_limits(build_schedule("direct", 23, "allreduce"), instances=2)  # 44 fit
+
+
+def test_msccl_step_limit_refuses_before_lowering(no_lowering) -> None:
+    """A rank that sends more transfers than MSCCL's per-rank steps hold (64 thread blocks of 64 steps,
+    4096 XML elements): a ring AllGather repeated 2100 times (2 x 2100 sends per rank)."""
+    s = build_schedule("ring", 4, "allgather")
+    k = 2100
+    big = Schedule.from_arrays("allgather", 4, s.nchunks, step=(np.tile(s.step, k) +
+                                                               np.repeat(np.arange(k), s.ntransfers) * s.nsteps),
+                               src=np.tile(s.src, k), dst=np.tile(s.dst, k), chunk=np.tile(s.chunk, k),
+                               count=np.tile(s.count, k), reduce=np.tile(s.reduce, k))
+    with pytest.raises(CollsynthError, match=r"^rank 0 runs at least 6300 steps .*at most 4091 per GPU .*checked "
+                                             r"before lowering"):
+        msccl_emit.check_peer_limits(big)
+    msccl_emit.check_peer_limits(s)

@@ -1,0 +1,159 @@
+"""clusterstraggler's funnel form (issue 15, point 3): reduce toward the last rank's node, then broadcast.
+
+Every schedule is verified (each contribution exactly once, the per-class ports of the topology) and
+simulated; arrival patterns: random, late ranks in one node, in the last rank's node, the last two equal,
+one late rank; on synthetic clusters, both cluster presets (rail and fat-tree) and a topology JSON."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from test_cluster_algorithms import cluster
+
+from collsynth.cli import main as cli_main
+from collsynth.errors import CollsynthError
+from collsynth.synth.algorithms.stragglar import funnel
+from collsynth.synth.algorithms.stragglar.funnel import two_trees
+from collsynth.synth.registry import build_schedule
+from collsynth.synth.simulate import simulate
+from collsynth.synth.topology import make_topology
+from collsynth.synth.verify import verify
+
+GiB = 2**30
+
+
+def _check(n, arr, t, M, trees, fan=1, pxn=True, tail=True):
+    s = funnel.construct(n, arr, GiB, t, M, fan, trees, pxn, tail)
+    r = verify(s)
+    assert r.ok, (arr, M, trees, fan, pxn, tail, r.message)
+    assert s.ports == 2 and s.meta["form"] == "funnel" and s.nchunks == t.nranks // s.meta["nodes"] * M
+    last = max(arr.values()) if arr else 0.0
+    res = simulate(s, GiB, t, arr)
+    assert res.completion_s > last
+    return s, res
+
+
+@pytest.mark.parametrize("N,G,seed", [(2, 2, 0), (2, 4, 1), (3, 3, 2), (4, 4, 3), (5, 2, 4), (8, 2, 5)])
+@pytest.mark.parametrize("M,trees,fan,pxn,tail", [(1, True, 1, True, True), (3, False, 1, False, True),
+                                                  (4, True, 2, True, False), (2, True, 1, False, False)])
+def test_random_arrivals_verify(N, G, seed, M, trees, fan, pxn, tail):
+    rng = np.random.default_rng(seed)
+    n = N * G
+    t = cluster(N, G)
+    for _ in range(2):
+        ranks = rng.choice(n, size=int(rng.integers(1, n)), replace=False)
+        arr = {int(r): float(rng.uniform(0, 0.01)) for r in ranks}
+        _check(n, arr, t, M, trees, fan, pxn, tail)
+
+
+def _patterns(N, G):
+    """Late ranks in one node; in the last rank's node and elsewhere; the last two equal (one node, two
+    nodes); one late rank; a whole late node; nobody late."""
+    n = N * G
+    return [{1: 0.004, 2: 0.006, 3: 0.008},
+            {G + 1: 0.009, G + 2: 0.003, 2 * G % n: 0.005},
+            {1: 0.007, G + 1: 0.007},
+            {1: 0.007, 2: 0.007},
+            {n - 1: 0.005},
+            {r: 0.006 for r in range(G)},
+            {}]
+
+
+@pytest.mark.parametrize("N,G", [(2, 4), (4, 2), (4, 4)])
+@pytest.mark.parametrize("trees,pxn,tail", [(True, True, True), (False, False, False), (True, False, True)])
+def test_arrival_patterns_verify(N, G, trees, pxn, tail):
+    t = cluster(N, G)
+    for arr in _patterns(N, G):
+        s, _ = _check(N * G, arr, t, 4, trees, 1, pxn, tail)
+        if arr:
+            last = max(arr, key=lambda r: (arr[r], r))
+            assert s.meta["last"] == last
+
+
+@pytest.mark.parametrize("spec", ["h100-cluster", "h100-cluster:fabric=fat-tree"])
+def test_presets(spec):
+    t = make_topology(spec, 32)
+    arr = {3: 0.002, 12: 0.008, 29: 0.0075}
+    for trees in (True, False):
+        _check(32, arr, t, 4, trees)
+
+
+def test_topology_json(tmp_path):
+    N, G = 2, 4
+    links = []
+    for r in range(N * G):
+        links.append({"src": r, "dst": f"nvsw{r // G}", "class": "nvlink", "alpha": "1.7us", "bandwidth": "450GB/s"})
+        links.append({"src": r, "dst": f"rail{r % G}", "class": "net", "alpha": "7us", "bandwidth": "50GB/s"})
+    d = {"name": "json-2x4", "gpus": N * G, "links": links, "ports": {"nvlink": 1, "net": 1},
+         "switches": [f"nvsw{a}" for a in range(N)] + [f"rail{g}" for g in range(G)],
+         "nodes": [list(range(a * G, (a + 1) * G)) for a in range(N)], "fabric": "rail"}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(d))
+    t = make_topology(str(path), 8)
+    for arr in _patterns(N, G):
+        _check(8, arr, t, 3, True)
+    out = tmp_path / "s.json"
+    assert cli_main(["synth", "-a", "clusterstraggler", "-n", "8", "-t", str(path), "--size", "1GiB",
+                     "--arrival", "1=2ms,6=9ms,5=8ms", "-o", str(out)]) == 0
+    assert cli_main(["verify", str(out)]) == 0
+
+
+def test_close_arrivals_never_slower_than_waiting_for_everyone():
+    """Two late GPUs in two nodes, 0.5 ms apart, long after the others: the form auto picks finishes no later
+    after the last arrival than the synchronous schedule started then."""
+    t = make_topology("h100-cluster", 64)
+    arr = {5: 0.009, 20: 0.0085, 40: 0.003}
+    s = build_schedule("clusterstraggler", 64, arrivals=arr, size=GiB, topology=t)
+    assert verify(s).ok
+    ours = simulate(s, GiB, t, arr).after_last_arrival_s
+    hier = simulate(build_schedule("hierarchical", 64, size=GiB, topology=t), GiB, t, arr).after_last_arrival_s
+    assert ours <= hier * (1 + 1e-9)
+
+
+def test_chain_ahead_after_arrival_near_the_late_gpu_bound():
+    """The other late ranks long before the last: after the last arrival about the late-GPU form's work (L's
+    s bytes over NVLink, one part per rail out of its node, the broadcast's extra hops), within 1.6x of the
+    late-GPU bound max(s/(B_nv + B_net), s/(G B_net)) (brief's clusters.md section 4)."""
+    t = make_topology("h100-cluster", 64)
+    arr = {5: 0.009, 20: 0.005, 40: 0.003}
+    bound = max(GiB / (450e9 + 50e9), GiB / (8 * 50e9))
+    best = min(simulate(funnel.construct(64, arr, GiB, t, 16, 1, trees, pxn), GiB, t, arr).after_last_arrival_s
+               for trees in (True, False) for pxn in (True, False))
+    assert bound <= best < 1.6 * bound
+
+
+def test_deterministic():
+    t = cluster(4, 4)
+    arr = {1: 0.004, 6: 0.009, 13: 0.0085}
+    a = funnel.construct(16, arr, GiB, t, 4)
+    b = funnel.construct(16, arr, GiB, t, 4)
+    assert a.to_json() == b.to_json()
+
+
+def test_two_trees_disjoint_interiors():
+    for R in range(1, 12):
+        for edges in two_trees(list(range(R))):
+            assert sorted(c for _, c in edges) == list(range(R))
+            seen = {-1}
+            for p, c in edges:  # parents come before their children
+                assert p in seen
+                seen.add(c)
+        a, b = ({p for p, _ in e if p >= 0} for e in two_trees(list(range(R))))
+        if R > 1:
+            assert not a & b and len(a) + len(b) <= R
+        if R > 2 and R % 2:  # the busiest node (last) forwards nothing
+            assert R - 1 not in a | b
+
+
+def test_bad_input():
+    t = cluster(2, 4)
+    with pytest.raises(CollsynthError, match="blocks per part"):
+        funnel.construct(8, {1: 0.1}, GiB, t, 0)
+    with pytest.raises(CollsynthError, match="2 nodes"):
+        funnel.construct(4, {1: 0.1}, GiB, cluster(1, 4), 2)
+    with pytest.raises(CollsynthError, match="ranks are 0..7"):
+        funnel.construct(8, {8: 0.1}, GiB, t, 2)
+    assert cli_main(["synth", "-a", "clusterstraggler", "-n", "16", "-t", "h100-cluster", "--arrival",
+                     "1=2ms,3=inf"]) == 2
