@@ -275,6 +275,21 @@ def test_phase2_plan_chunk_count_is_the_chunks_it_moves(n: int, k: int) -> None:
     assert plan.nchunks == k * (n - 1) == len({mv[3] for mv in plan.moves()})
 
 
+
+@pytest.mark.parametrize("n,k", [(3, 2), (4, 1), (5, 1), (6, 2), (8, 2), (12, 1)])
+def test_phase2_plan_moves_are_sorted_by_round_source_destination(n: int, k: int) -> None:
+    plan = phase2_plan(n, k=k)
+    keys = list(zip(plan.round.tolist(), plan.src.tolist(), plan.dst.tolist()))
+    assert keys == sorted(keys)
+
+
+def test_round_model_takes_up_to_16_gpus() -> None:
+    from collsynth.synth.algorithms.stragglar.rounds import solve_rounds
+
+    assert solve_rounds(16, 14).status == "infeasible"  # fewer rounds than S's n - 1 sends: no solver run
+    with pytest.raises(CollsynthError, match="--gpus 17: the round model is exact only for small n"):
+        solve_rounds(17, 30)
+
 @pytest.mark.parametrize("N,G,late", [(2, 4, {3: 1e-3}), (3, 2, {0: 1e-3, 1: 1e-3})])
 def test_clusterstraggler_before_the_arrival_verifies(N: int, G: int, late: dict[int, float]) -> None:
     s = clusterstraggler.build(N * G, arrivals=late, topology=cluster_topology(N, G), size=2**20)
