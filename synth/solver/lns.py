@@ -220,10 +220,11 @@ def _solve_window(s: Schedule, a: int, b: int, send_cls: np.ndarray, recv_cls: n
                 groups.setdefault((r, 0), []).append((t, i))
                 if cls[t]:
                     groups.setdefault((r, int(cls[t])), []).append((t, i))
-        for (_, c), members in groups.items():
-            if len(members) > cap[c]:
+        for (_, c), grp in groups.items():
+            if len(grp) > cap[c]:
                 for k in range(W):
-                    prob += pulp.lpSum(zs[t, i, k] if (t, i, k) in zs else x[t, k] for t, i in members) <= int(cap[c])
+                    load = pulp.lpSum(zs[tt, ii, k] if (tt, ii, k) in zs else x[tt, k] for tt, ii in grp)
+                    prob += load <= int(cap[c])
     # the original assignment as the start (CBC and HiGHS take it as a MIP start)
     used = {int(s.step[t]) - a for t in ts}
     for (t, k), var in x.items():
