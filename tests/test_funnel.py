@@ -24,10 +24,10 @@ from collsynth.synth.verify import verify
 GiB = 2**30
 
 
-def _check(n, arr, t, M, trees, fan=1):
-    s = funnel.construct(n, arr, GiB, t, M, fan, trees)
+def _check(n, arr, t, M, trees, fan=1, pxn=True, tail=True):
+    s = funnel.construct(n, arr, GiB, t, M, fan, trees, pxn, tail)
     r = verify(s)
-    assert r.ok, (arr, M, trees, fan, r.message)
+    assert r.ok, (arr, M, trees, fan, pxn, tail, r.message)
     assert s.ports == 2 and s.meta["form"] == "funnel" and s.nchunks == t.nranks // s.meta["nodes"] * M
     last = max(arr.values()) if arr else 0.0
     res = simulate(s, GiB, t, arr)
@@ -36,15 +36,16 @@ def _check(n, arr, t, M, trees, fan=1):
 
 
 @pytest.mark.parametrize("N,G,seed", [(2, 2, 0), (2, 4, 1), (3, 3, 2), (4, 4, 3), (5, 2, 4), (8, 2, 5)])
-@pytest.mark.parametrize("M,trees,fan", [(1, True, 1), (3, False, 1), (4, True, 2)])
-def test_random_arrivals_verify(N, G, seed, M, trees, fan):
+@pytest.mark.parametrize("M,trees,fan,pxn,tail", [(1, True, 1, True, True), (3, False, 1, False, True),
+                                                  (4, True, 2, True, False), (2, True, 1, False, False)])
+def test_random_arrivals_verify(N, G, seed, M, trees, fan, pxn, tail):
     rng = np.random.default_rng(seed)
     n = N * G
     t = cluster(N, G)
     for _ in range(2):
         ranks = rng.choice(n, size=int(rng.integers(1, n)), replace=False)
         arr = {int(r): float(rng.uniform(0, 0.01)) for r in ranks}
-        _check(n, arr, t, M, trees, fan)
+        _check(n, arr, t, M, trees, fan, pxn, tail)
 
 
 def _patterns(N, G):
@@ -61,11 +62,11 @@ def _patterns(N, G):
 
 
 @pytest.mark.parametrize("N,G", [(2, 4), (4, 2), (4, 4)])
-@pytest.mark.parametrize("trees", [True, False])
-def test_arrival_patterns_verify(N, G, trees):
+@pytest.mark.parametrize("trees,pxn,tail", [(True, True, True), (False, False, False), (True, False, True)])
+def test_arrival_patterns_verify(N, G, trees, pxn, tail):
     t = cluster(N, G)
     for arr in _patterns(N, G):
-        s, _ = _check(N * G, arr, t, 4, trees)
+        s, _ = _check(N * G, arr, t, 4, trees, 1, pxn, tail)
         if arr:
             last = max(arr, key=lambda r: (arr[r], r))
             assert s.meta["last"] == last
@@ -118,8 +119,8 @@ def test_chain_ahead_after_arrival_near_the_late_gpu_bound():
     t = make_topology("h100-cluster", 64)
     arr = {5: 0.009, 20: 0.005, 40: 0.003}
     bound = max(GiB / (450e9 + 50e9), GiB / (8 * 50e9))
-    best = min(simulate(funnel.construct(64, arr, GiB, t, M, 1, trees), GiB, t, arr).after_last_arrival_s
-               for M in (16, 24) for trees in (True, False))
+    best = min(simulate(funnel.construct(64, arr, GiB, t, 16, 1, trees, pxn), GiB, t, arr).after_last_arrival_s
+               for trees in (True, False) for pxn in (True, False))
     assert bound <= best < 1.6 * bound
 
 

@@ -12,10 +12,15 @@ verified schedule:
    run when that warm start already meets the model's slot lower bound (``slot_lower_bound``: then it
    is optimal in the model) or when the model is too large for the time limit (CBC would not get past
    its root node); CBC gets a hard deadline.
-3. The returned schedule is the fastest verified candidate by simulated completion time. Its
+3. With late ranks on a topology with several link classes (a cluster: the warm start is then a
+   construction outside the model class, e.g. clusterstraggler), a large-neighbourhood search
+   (synth/solver/lns.py) re-solves windows of the fastest candidate's steps with a small MILP in the
+   time left, keeping a window only when the schedule verifies and simulates faster.
+4. The returned schedule is the fastest verified candidate by simulated completion time. Its
    ``meta["solver"]`` records the status (``optimal``: no schedule of the model class on this grid
-   finishes sooner; ``time-limit``: stopped with the gap shown; ``warm-start``: the MILP did not run,
-   found nothing, or something outside its model is faster, see ``note``), the simulated completion
+   finishes sooner; ``time-limit``: stopped with the gap shown; ``improved``: the search made the warm
+   start faster, with ``warm_start_s``, ``improvement`` and ``lns``; ``warm-start``: the MILP did not
+   run, found nothing, or something outside its model is faster, see ``note``), the simulated completion
    ``objective_s``, the universal lower bound ``lower_bound_s`` of synth/bounds.py with ``gap``,
    and the model's proven bound ``model_bound_s`` with ``model_gap``.
 
@@ -48,6 +53,7 @@ from collsynth.synth.solver.grid import (
     schedule_moves,
     to_schedule,
 )
+from collsynth.synth.solver.lns import improve
 from collsynth.synth.solver.model import (
     SOLVERS,
     SolveResult,
@@ -319,6 +325,17 @@ def solve(n: int, *, topology: Topology | str | None = None, arrivals: Arrivals 
     else:
         status = "warm-start"
         note = note or f"{solver} found no schedule within the time limit: returning the best warm start"
+    warm = best
+    lns = None
+    if _lns_applies(topo, arr) and status != "optimal":
+        remaining = limit - (time.monotonic() - t_start)
+        if remaining >= LNS_MIN_SECONDS:
+            progress.note(f"solver: large-neighbourhood search around {best.source} ({remaining:.0f} s limit)")
+            lns = improve(best.schedule, lambda x: float(_simulate(x, nbytes, topo, arr).completion_s),
+                          topology=topo, time_limit=remaining, solver=solver)
+            if lns.time_s < best.time:
+                best = _Candidate("lns", lns.schedule, _simulate(lns.schedule, nbytes, topo, arr))
+                status = "improved"
     obj = best.time
     if model_bound_s is not None and abs(obj - model_bound_s) <= 1e-9 * max(obj, 1e-30):
         model_bound_s = obj
@@ -340,10 +357,31 @@ def solve(n: int, *, topology: Topology | str | None = None, arrivals: Arrivals 
         "size_bytes": nbytes,
         "topology": topo.name,
     }
+    if lns is not None or status == "improved":
+        assert lns is not None
+        info.update(warm_start_source=warm.source, warm_start_s=warm.time,
+                    improvement=(warm.time - obj) / warm.time if warm.time > 0 else 0.0,
+                    lns={"windows": lns.windows, "kept": lns.improved, "steps_saved": lns.steps_saved,
+                         "stopped": lns.stats.get("stopped", "")})
+        if status == "improved":
+            note = (f"large-neighbourhood search improved the warm start ({warm.source}) in {lns.improved} of "
+                    f"{lns.windows} windows" + (f"; {note}" if note else ""))
+        else:
+            note = (note + "; " if note else "") + (f"large-neighbourhood search: {lns.windows} windows around "
+                                                    f"{warm.source}, none verified faster")
     if note:
         info["note"] = note
     out = best.schedule.replace(name=f"solver_allreduce_n{n}", meta={"algorithm": "solver", "solver": info})
     return check(out)
+
+
+LNS_MIN_SECONDS = 1.0  # the search starts only with this much of the time limit left
+
+
+def _lns_applies(topo: Any, arrivals: tuple[float, ...]) -> bool:
+    """The search runs for late ranks on a topology with several link classes (a cluster), where the
+    warm start is a construction outside the MILP's model class (clusterstraggler, hierarchical)."""
+    return len(getattr(topo, "classes", ())) > 1 and len(set(arrivals)) > 1
 
 
 def build(n: int, collective: str = "allreduce", *, topology: Topology | str | None = None, arrivals: Arrivals = None,
@@ -359,6 +397,8 @@ def build(n: int, collective: str = "allreduce", *, topology: Topology | str | N
 
 def _why(note: str) -> str:
     """A few words for why the MILP's answer is not what was returned (from the solver's note)."""
+    if note.startswith("large-neighbourhood search improved"):
+        return "LNS, " + note.split(") in ", 1)[1].split(";")[0]
     for key, short in (("too large", "MILP too large for the time limit"), ("too short", "time limit too short"),
                        ("meets the model", "warm start meets the model bound"),
                        ("did not fit", "warm start outside the model grid"),
@@ -374,14 +414,18 @@ def status_line(info: Mapping[str, Any], *, short: bool = False) -> str:
     bound, from ``meta["solver"]`` of a solver schedule: one line for the terminal, or (``short``) for
     compare's note."""
     status = str(info.get("status", "?"))
-    words = {"optimal": "optimal", "time-limit": "time limit (best found)", "warm-start": "warm start"}.get(status,
-                                                                                                          status)
+    words = {"optimal": "optimal", "time-limit": "time limit (best found)", "warm-start": "warm start",
+             "improved": "improved warm start"}.get(status, status)
     note = str(info.get("note") or "")
     head = f"{words} ({_why(note) if short else note})" if note else words
     obj, gap = info.get("objective_s"), info.get("gap")
     tail = []
     if isinstance(obj, (int, float)) and not short:
         tail.append(f"objective {obj * 1e3:.4g} ms")
+    imp, warm = info.get("improvement"), info.get("warm_start_s")
+    if isinstance(imp, (int, float)) and isinstance(warm, (int, float)):
+        tail.append(f"{imp:.2%} better than the warm start ({info.get('warm_start_source')}, {warm * 1e3:.4g} ms)"
+                    if not short else f"{imp:.2%} over the warm start")
     if isinstance(gap, (int, float)):
         tail.append(f"gap {gap:.1%} to the lower bound")
     return ("" if short else "solver: ") + ", ".join([head, *tail])

@@ -14,7 +14,9 @@ partial sum, so:
 2. Per rail g, a pipelined reduce of part g toward node m, by blocks: a chain of the nodes in ready order
    (the latest arrival in the node, L left out) whose rail-g GPU is punctual, ending in m (variant ``fan``
    = f: its last f nodes each send straight into m); a node whose rail-g GPU is late takes in nothing on
-   rail g (its NIC's ingress stays free for the broadcast) and sends into the next chain node after it.
+   rail g (its NIC's ingress stays free for the broadcast) and sends into the next chain node after it;
+   those after the last chain node join the chain's end instead (variant ``tail``), taking in through
+   their helpers over PXN, so node m's NIC does not take several streams.
    A chain node's rail GPU receives the upstream blocks whenever they come (before its node's late GPUs
    arrive: ingress early), adds its node's part, and sends each block on once it is complete. Into node m
    (variant ``pxn``) a late rail GPU's blocks go to its helpers (over PXN), L's own blocks of its part
@@ -57,7 +59,7 @@ class _Funnel:
     """One schedule under construction (module docstring)."""
 
     def __init__(self, grid: np.ndarray, times: np.ndarray, M: int, size: float, topology: Any, fan: int,
-                 pxn: bool) -> None:
+                 pxn: bool, tail: bool = True) -> None:
         self.grid, self.M, self.times, self.pxn = grid, M, times, pxn
         self.N, self.G = N, G = grid.shape
         n = grid.size
@@ -92,10 +94,17 @@ class _Funnel:
         # upstream[b, g]: the nodes whose rail-g GPUs send into node b's: per rail a chain of the nodes in
         # ready order whose rail-g GPU is punctual, its last ``fan`` nodes straight into m; a node whose
         # rail-g GPU is late takes in nothing on rail g (its NIC's ingress stays free for the broadcast)
-        # and sends into the next chain node after it (m if none)
+        # and sends into the next chain node after it; the late-rail nodes after the last chain node
+        # (which would all send into m's one NIC) join the chain's end, taking in through their helpers
+        # (PXN, ``into_helpers``); without ``tail`` they send into m too
         self.upstream: dict[tuple[int, int], list[int]] = {}
+        self.into_helpers: set[tuple[int, int]] = set()
         for g in range(G):
             chain = [b for b in others if float(times[int(grid[b, g])]) <= t0]
+            after = others[others.index(chain[-1]) + 1:] if chain else list(others)
+            if tail:
+                chain += after
+                self.into_helpers.update((b, g) for b in after if int(grid[b, g]) in self.helpers)
             head = chain[:max(1, len(chain) - self.fan + 1)]
             nxt = {a: b for a, b in zip(head, head[1:])}
             for a in chain[len(head):] + head[-1:]:
@@ -139,7 +148,8 @@ class _Funnel:
                     c = g * M + j
                     for a in self.upstream.get((b, g), ()):
                         src = self.target(a, g)
-                        dst = self.owner(b, g, j) if b == self.m and self.pxn else self.target(b, g)
+                        into = (b == self.m and self.pxn) or (b, g) in self.into_helpers
+                        dst = self.owner(b, g, j) if into else self.target(b, g)
                         ev.append((tl.ready(src, c), len(ev), (src, dst, c, 1, True)))
                 ev.sort(key=lambda e: (e[0], e[1]))
                 for _, _, mv in ev:
@@ -235,9 +245,11 @@ def two_trees(nodes: list[int]) -> tuple[list[tuple[int, int]], list[tuple[int, 
 
 
 def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fan: int = 1,
-              trees: bool = True, pxn: bool = True) -> Schedule:
-    """The funnel schedule for M blocks per part and ``fan`` chains ending at the last rank's node (module
-    docstring). Needs a topology of at least 2 nodes of at least 2 GPUs."""
+              trees: bool = True, pxn: bool = True, tail: bool = True) -> Schedule:
+    """The funnel schedule for M blocks per part, ``fan`` chains ending at the last rank's node, the
+    broadcast by two ``trees`` (else hypercube rounds), L's part summed at its helpers (``pxn``) and the
+    late-rail nodes at a rail's end joining its chain (``tail``) (module docstring). Needs a topology of
+    at least 2 nodes of at least 2 GPUs."""
     grid = node_grid(topology, n)
     N, G = grid.shape
     if N < 2 or G < 2:
@@ -246,14 +258,15 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     if isinstance(M, bool) or not isinstance(M, (int, np.integer)) or not 1 <= M <= MAX_CHUNKS // G:
         raise CollsynthError(f"the funnel form needs 1 to {MAX_CHUNKS // G} blocks per part, got {M!r}")
     times = arrival_vector(arrivals, n)
-    plan = _Funnel(grid, times, int(M), float(size), topology, fan, pxn)
+    plan = _Funnel(grid, times, int(M), float(size), topology, fan, pxn, tail)
     plan.funnel()
     plan.broadcast(trees)
     t0 = float(times.min())
     late = sorted((r for r in range(n) if times[r] > t0), key=lambda r: (float(times[r]), r))
     meta: dict[str, object] = {"algorithm": "clusterstraggler", "form": "funnel",
                                "late": [[r, float(times[r])] for r in late], "last": plan.L,
-                               "nodes": N, "gpus_per_node": G, "pipeline": int(M), "fan": plan.fan, "pxn": pxn,
+                               "nodes": N, "gpus_per_node": G, "pipeline": int(M), "fan": plan.fan,
+                               "pxn": pxn, "tail": tail,
                                "broadcast": "two-tree" if trees else "hypercube",
                                "chain": [int(b) for b in plan.order], "topology_name": topology.name}
     spec = getattr(topology, "spec", None)

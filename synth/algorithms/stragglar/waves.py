@@ -64,7 +64,8 @@ from collsynth.units import parse_size
 
 DEFAULT_SIZE = float(2**30)
 MAX_CHUNKS = 4096
-FUNNEL_CHOICES = ((16, True, True), (16, False, True), (16, True, False), (16, False, False))  # funnel (M, trees, pxn)
+# the funnel form's (M, two trees, pxn, tail) that auto simulates (chosen on random vectors: bench/)
+FUNNEL_CHOICES = ((16, True, False, True), (16, True, False, False), (16, False, True, False))
 SEARCH_MAX_GPUS = 256  # up to this many GPUs "auto" simulates several (M, broadcast) choices and keeps the best
 
 
@@ -339,8 +340,8 @@ def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = No
     consider(16, False, cut)
     consider(16, True, cut)
     if G >= 2:  # reduce toward the last rank's node, then broadcast (funnel.py)
-        for M, trees, pxn in FUNNEL_CHOICES:
-            f = funnel.construct(n, arrivals, s_bytes, topology, M, trees=trees, pxn=pxn)
+        for M, trees, pxn, tail in FUNNEL_CHOICES:
+            f = funnel.construct(n, arrivals, s_bytes, topology, M, trees=trees, pxn=pxn, tail=tail)
             t = simulate(f, s_bytes, topology, times).completion_s
             tried += 1
             if t < best[0] * (1 - 1e-12):
