@@ -294,13 +294,16 @@ def thin_and_resume(python: str, keep: float | None, timeout: float) -> float:
     for name in meta["targets"]:
         cfg, db = os.path.join(SAMPLE, f"{name}.toml"), os.path.join(SAMPLE, f"{name}.sqlite")
         con = sqlite3.connect(db)
-        if con.execute("SELECT COUNT(*) FROM work_results WHERE worker_outcome = 'SKIPPED'").fetchone()[0]:
+        ops = [str(o) for (o,) in con.execute("SELECT DISTINCT operator_name FROM mutation_specs")]
+        if con.execute("SELECT COUNT(*) FROM work_results WHERE worker_outcome = 'SKIPPED'").fetchone()[0] or any(
+                o.split("/", 1)[-1] not in KEEP for o in ops):  # not cut yet (filtered, or all operators)
             every: dict[str, list[tuple[tuple[object, ...], str]]] = {}
             for job, mod, r0, c0, r1, c1, op, occ in con.execute(
                     "SELECT m.job_id, m.module_path, m.start_pos_row, m.start_pos_col, m.end_pos_row, m.end_pos_col, "
                     "m.operator_name, m.occurrence FROM mutation_specs m LEFT JOIN work_results r "
                     "ON m.job_id = r.job_id WHERE r.job_id IS NULL"):
-                every.setdefault(mod, []).append((((r0, c0), (r1, c1), op, occ), job))
+                if str(op).split("/", 1)[-1] in KEEP:
+                    every.setdefault(mod, []).append((((r0, c0), (r1, c1), op, occ), job))
             chosen = [job for mod, items in every.items()
                       for i, (_, job) in enumerate(sorted(items)) if i in pos[mod]]
             con.execute("CREATE TEMP TABLE keep (job_id TEXT PRIMARY KEY)")
@@ -317,7 +320,8 @@ def thin_and_resume(python: str, keep: float | None, timeout: float) -> float:
                 per.setdefault(str(row[1]), []).append(row)
             for m, items in sorted(per.items()):
                 k = min(len(items), max(1, round(keep * len(items))))
-                drop = [r[0] for r in items if r not in rng.sample(items, k)] if k < len(items) else []
+                kept = set(rng.sample(items, k))  # one draw per module (a draw per item dropped whole modules)
+                drop = [r[0] for r in items if r not in kept]
                 for table in ("mutation_specs", "work_items"):
                     con.executemany(f"DELETE FROM {table} WHERE job_id = ?", [(j,) for j in drop])
                 meta.setdefault("dropped", {})[m] = meta.get("dropped", {}).get(m, 0) + len(drop)
