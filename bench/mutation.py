@@ -415,7 +415,17 @@ def rerun_survivors(name: str, timeout: float, python: str, sampled: bool = Fals
               file=sys.stderr, flush=True)
     env = dict(os.environ, PYTHONPATH=work, PYTHONDONTWRITEBYTECODE="1")
     tests = sorted(tests, key=lambda t: t not in (KS, KB))  # the tests written for survivors first: fail fast
-    test_cmd = f"{python} -m pytest -x -q -p no:cacheprovider {' '.join(tests)}"
+    stale = ""
+    if sampled:  # survivor tests of behaviour the snapshot predates fail on it unmutated: leave those out
+        mine = [t for t in tests if t in (KS, KB)]
+        r = subprocess.run([python, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", *mine], cwd=pkg, env=env,
+                           capture_output=True, text=True)
+        failed = re.findall(r"^FAILED (\S+)", r.stdout, flags=re.M)
+        if failed:
+            print(f"mutation: {name}: left out (they fail on the snapshot unmutated): {' '.join(failed)}",
+                  file=sys.stderr, flush=True)
+        stale = "".join(f" --deselect {t}" for t in failed)
+    test_cmd = f"{python} -m pytest -x -q -p no:cacheprovider {' '.join(tests)}{stale}"
     base = subprocess.run(test_cmd.split(), cwd=pkg, env=env, capture_output=True, text=True)
     if base.returncode != 0:
         raise SystemExit(f"mutation: the tests of target {name} fail before mutating: {base.stdout[-1500:]}")

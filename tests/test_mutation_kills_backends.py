@@ -209,3 +209,25 @@ def test_msccl_unmatched_send_names_the_first_unreceived_send() -> None:
     with pytest.raises(ExecFailure, match=r"never receives it \(1 send\(s\) unmatched\)") as e:  # the executor's
         execute(resolve(parse_xml_text(text, "t.xml"), "t.xml"), "inplace")
     assert (e.value.kind, e.value.gpu, e.value.tb, e.value.step) == ("fifo", 0, 0, 1), e.value
+
+
+# ---------------------------------------------------------------------- nccl plugin, layout
+@pytest.mark.parametrize("bad", [2.5, "2", b"2", [1, "2"], {"r": 1}])
+def test_scheduler_straggler_entry_must_be_a_rank_or_ranks(tmp_path, bad: object) -> None:
+    from collsynth.backends.nccl.plugin import render_msccl_scheduler
+
+    (tmp_path / "ring_n4_Simple.xml").write_text(emit(build_schedule("ring", 4, "allreduce"), "msccl-xml"))
+    with pytest.raises(CollsynthError, match="must be a rank or a list of ranks, got"):
+        render_msccl_scheduler(str(tmp_path), stragglers={"ring_n4_Simple.xml": bad})
+
+
+@pytest.mark.parametrize("n,m", [(3, 1), (4, 2)])
+def test_reducescatter_partial_sums_fill_the_scratch_in_chunk_order(n: int, m: int) -> None:
+    """Rank r keeps a partial sum of every chunk outside its own block in scratch: chunks below its block
+    at their index, those above it one block lower (docs: the rank's own block left out)."""
+    lay = Layout("reducescatter", n, n * m)
+    for r in range(n):
+        want = [("s", c if c < r * m else c - m) for c in range(n * m) if c // m != r]
+        assert [lay.write(r, c) for c in range(n * m) if c // m != r] == want
+        assert [k for _, k in want] == list(range((n - 1) * m))
+        assert [lay.write(r, r * m + j) for j in range(m)] == [("o", j) for j in range(m)]

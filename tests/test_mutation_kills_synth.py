@@ -386,6 +386,15 @@ def test_highs_status_maps_to_the_result(monkeypatch: pytest.MonkeyPatch, hstatu
     assert made == [{"msg": False, "timeLimit": 1.0, "threads": 3}]  # at least one second
 
 
+
+@pytest.mark.parametrize("u,v,why", [(-1, 0, "out of range"), (0, 2, "out of range"), (1, 1, "out of range"),
+                                     (0, -1, "out of range")])
+def test_solver_model_refuses_a_move_with_a_rank_out_of_range(u: int, v: int, why: str) -> None:
+    from collsynth.synth.solver.grid import COPY, ModelState
+
+    g = make_grid(2, 1, GiB, make_topology("nvswitch", 2), normalize_arrivals({}, 2), final_slots=4)
+    assert ModelState(g).check(0, [(COPY, 0, u, v)]) == f"transfer {COPY} c0 {u}->{v} {why}"
+
 # ---------------------------------------------------------------------- stragglar: design search, tables
 @pytest.mark.parametrize("n", [5, 6, 7, 9, 10, 12])
 def test_design_search_finds_a_valid_design_at_depth_log2_plus_one(n: int) -> None:
