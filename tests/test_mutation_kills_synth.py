@@ -439,3 +439,19 @@ def test_tables_generate_stores_found_designs_only(monkeypatch: pytest.MonkeyPat
     assert "n=7: NOT FOUND" in log.getvalue() and "n=5: found" in log.getvalue()
     for n in (5, 6):
         assert data["designs"][str(n)] == tables.encode(real(n - 1, tables.ceil_log2(n) + 1, 30.0))
+
+
+# ---------------------------------------------------------------------- topology view
+@pytest.mark.parametrize("preset,n", [("nvswitch", 8), ("h100-cluster", 16)])
+def test_topology_plot_frames_every_node_with_one_unit_of_margin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                 preset: str, n: int) -> None:
+    pytest.importorskip("matplotlib")
+    from collsynth.synth import topology_view
+
+    saved = []
+    monkeypatch.setattr(topology_view, "save_figure", lambda fig, path: saved.append(fig))
+    topology_view.plot_topology(make_topology(preset, n), str(tmp_path / "t.png"))
+    ax = saved[0].axes[0]
+    xy = np.concatenate([c.get_offsets() for c in ax.collections if len(c.get_offsets())])  # the node markers
+    assert ax.get_xlim() == pytest.approx((xy[:, 0].min() - 1, xy[:, 0].max() + 1))
+    assert ax.get_ylim() == pytest.approx((xy[:, 1].min() - 1, xy[:, 1].max() + 1))
