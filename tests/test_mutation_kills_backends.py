@@ -9,6 +9,9 @@ from collsynth.backends import emit
 from collsynth.backends.layout import Layout
 from collsynth.backends.msccl import XmlFormatError, check_xml_text
 from collsynth.backends.msccl import emit as msccl_emit_module
+from collsynth.backends.msccl.execute import ExecFailure, execute
+from collsynth.backends.msccl.load import resolve
+from collsynth.backends.msccl.parse import parse_xml_text
 from collsynth.backends.msccl.schedule import straggler_independence
 from collsynth.backends.mscclpp.check import launches_for, read_plan_text
 from collsynth.backends.mscclpp.library import entries as mscclpp_entries
@@ -189,3 +192,20 @@ def test_launcher_picks_up_results_within_50_ms(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(launch_module, "time", types.SimpleNamespace(monotonic=lambda: now[0], sleep=sleep))
     assert launch_module.launch(print, 2, timeout=60) == {0: "a", 1: "b"}
     assert taken and landed <= min(taken) and max(taken) <= landed + 0.05
+
+
+def test_msccl_unmatched_send_names_the_first_unreceived_send() -> None:
+    """GPU 0 sends twice, GPU 1 receives once: the executor blames GPU 0's second send (step 1)."""
+    out = [HEAD]
+    for g, steps in ((0, ["s", "s"]), (1, ["r"])):
+        out += [f'  <gpu id="{g}" i_chunks="2" o_chunks="2" s_chunks="0">',
+                f'    <tb id="0" send="{1 - g}" recv="{1 - g}" chan="0">']
+        out += [f'      <step s="{k}" type="{t}" srcbuf="i" srcoff="0" dstbuf="o" dstoff="0" cnt="2" depid="-1" '
+                'deps="-1" hasdep="0"/>' for k, t in enumerate(steps)]
+        out += ["    </tb>", "  </gpu>"]
+    text = "\n".join([*out, "</algo>"]) + "\n"
+    r = check_xml_text(text, "t.xml")  # the static count check catches it first
+    assert not r.ok and r.kind == "fifo" and "gpu 0 sends 2 time(s) to gpu 1 but gpu 1 receives 1" in r.message
+    with pytest.raises(ExecFailure, match=r"never receives it \(1 send\(s\) unmatched\)") as e:  # the executor's
+        execute(resolve(parse_xml_text(text, "t.xml"), "t.xml"), "inplace")
+    assert (e.value.kind, e.value.gpu, e.value.tb, e.value.step) == ("fifo", 0, 0, 1), e.value

@@ -121,8 +121,10 @@ class ClusterPlan:
         self.model = model
         self.est: list[float] = []
         self.busy: dict[tuple[int, int, int], _Busy] = {}  # (rank, send 0 / receive 1, class) -> intervals
-        self.written: dict[tuple[int, int], float] = {}  # (rank, chunk) -> end of its last write
-        self.read: dict[tuple[int, int], float] = {}  # (rank, chunk) -> end of its last read
+        self.C = grid.shape[1] * M  # chunks
+        self.written = [0.0] * (grid.size * self.C)  # rank * C + chunk -> end of its last write
+        self.read = [0.0] * (grid.size * self.C)  # rank * C + chunk -> end of its last read
+        self._ports: dict[tuple[int, int], tuple[int, int]] = {}  # (src, dst) -> port(src, dst)
         self.N, self.G = grid.shape
         self.node = np.empty(grid.size, np.int64)
         self.local = np.empty(grid.size, np.int64)
@@ -156,14 +158,17 @@ class ClusterPlan:
         start = 0.0
         ports = []
         dur = 0.0
+        C, w, rd = self.C, self.written, self.read
         for src, dst, chunk, count, _ in moves:
             cs, cr = self.port(src, dst)
             net = self.node[src] != self.node[dst]
             dur = max(dur, (a_net if net else a_nv) + count * self.chunk_bytes / (b_net if net else b_nv))
             start = max(start, float(self.times[src]), float(self.times[dst]))
-            for c in range(chunk, chunk + count):
-                start = max(start, self.written.get((src, c), 0.0), self.written.get((dst, c), 0.0),
-                            self.read.get((dst, c), 0.0))
+            ls, ld = src * C + chunk, dst * C + chunk
+            if count == 1:
+                start = max(start, w[ls], w[ld], rd[ld])
+            else:
+                start = max(start, max(w[ls:ls + count]), max(w[ld:ld + count]), max(rd[ld:ld + count]))
             ports += [self.busy.setdefault((src, 0, cs), _Busy()), self.busy.setdefault((dst, 1, cr), _Busy())]
         while True:  # the earliest time every port has a gap of dur
             t = start
@@ -176,9 +181,9 @@ class ClusterPlan:
         for q in ports:
             q.take(t, end)
         for src, dst, chunk, count, _ in moves:
-            for c in range(chunk, chunk + count):
-                self.written[dst, c] = end
-                self.read[src, c] = max(self.read.get((src, c), 0.0), end)
+            ls, ld = src * C + chunk, dst * C + chunk
+            w[ld:ld + count] = [end] * count
+            rd[ls:ls + count] = [x if x > end else end for x in rd[ls:ls + count]]
         self.est.append(t)
 
     def ordered(self) -> list[list[Move]]:
@@ -203,9 +208,12 @@ class ClusterPlan:
         """(send, receive) port class: the topology's (``transfer_class``: first and last hop) where it has
         link classes, else 0 NVLink, 1 network (a cross-rail message leaves over NVLink: PXN)."""
         if self.classes is not None:
-            cs, cr = self.classes(src, dst)
-            ids = self.class_ids
-            return ids.setdefault(cs, len(ids)), ids.setdefault(cr, len(ids))
+            got = self._ports.get((src, dst))
+            if got is None:
+                cs, cr = self.classes(src, dst)
+                ids = self.class_ids
+                got = self._ports[src, dst] = (ids.setdefault(cs, len(ids)), ids.setdefault(cr, len(ids)))
+            return got
         if self.node[src] == self.node[dst]:
             return 0, 0
         return (1 if self.local[src] == self.local[dst] else 0), 1
@@ -511,11 +519,16 @@ def even_rows(M: int, R: int) -> list[tuple[int, int]]:
     return [(edges[i], edges[i + 1] - edges[i]) for i in range(R) if edges[i + 1] > edges[i]]
 
 
+COARSE_MAX_NODES = 32  # above, rows of several blocks are not used (build time, see coarse_rows_apply)
+
+
 def coarse_rows_apply(N: int, G: int) -> bool:
     """Whether a late node's NVLink rows may span several blocks (``best_rows``): G a power of two (the
-    node reduces whole rows) and N a power of two (the hypercube broadcast, where the estimate holds;
-    with the greedy broadcast the model measured no gain)."""
-    return G & (G - 1) == 0 and N & (N - 1) == 0
+    node reduces whole rows), N a power of two (the hypercube broadcast, where the estimate holds; with
+    the greedy broadcast the model measured no gain) and at most COARSE_MAX_NODES (the other nodes then
+    spread every block of every part on its own, G - 1 messages instead of log2 G per row: 2.8x the
+    transfers and 3.6x the build time at 64 nodes, which would break the 1,024-GPU synthesis budget)."""
+    return G & (G - 1) == 0 and N & (N - 1) == 0 and N <= COARSE_MAX_NODES
 
 
 def best_rows(N: int, G: int, M: int, size: float, model: tuple[float, ...]) -> list[tuple[int, int]]:
@@ -588,6 +601,16 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     name = f"clusterstraggler_{form}_n{n}_l{late[0]}" if form == "gpu" else f"clusterstraggler_node_n{n}_" \
         f"node{int(plan.node[late[0]])}"
     return plan.to_schedule(name, meta)
+
+
+def auto_pipeline(n: int, topology: Any, form: str, size: int | float | str | None = None) -> int:
+    """The M (blocks per part) that ``pipeline="auto"`` builds the ``form`` ("gpu" or "node") with on
+    ``topology`` for ``size`` bytes (``best_pipeline``); an explicit M builds the same schedule and keeps the
+    late form (choose.py returns it as is)."""
+    grid = node_grid(topology, n)
+    N, G = grid.shape
+    s_bytes = DEFAULT_SIZE if size is None else float(parse_size(size) if isinstance(size, str) else size)
+    return best_pipeline(form, N, G, s_bytes, _model(topology, grid))[0]
 
 
 def new_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int,
