@@ -531,11 +531,16 @@ def even_rows(M: int, R: int) -> list[tuple[int, int]]:
     return [(edges[i], edges[i + 1] - edges[i]) for i in range(R) if edges[i + 1] > edges[i]]
 
 
+COARSE_MAX_NODES = 32  # above, rows of several blocks are not used (build time, see coarse_rows_apply)
+
+
 def coarse_rows_apply(N: int, G: int) -> bool:
     """Whether a late node's NVLink rows may span several blocks (``best_rows``): G a power of two (the
-    node reduces whole rows) and N a power of two (the hypercube broadcast, where the estimate holds;
-    with the greedy broadcast the model measured no gain)."""
-    return G & (G - 1) == 0 and N & (N - 1) == 0
+    node reduces whole rows), N a power of two (the hypercube broadcast, where the estimate holds; with
+    the greedy broadcast the model measured no gain) and at most COARSE_MAX_NODES (the other nodes then
+    spread every block of every part on its own, G - 1 messages instead of log2 G per row: 2.8x the
+    transfers and 3.6x the build time at 64 nodes, which would break the 1,024-GPU synthesis budget)."""
+    return G & (G - 1) == 0 and N & (N - 1) == 0 and N <= COARSE_MAX_NODES
 
 
 def best_rows(N: int, G: int, M: int, size: float, model: tuple[float, ...]) -> list[tuple[int, int]]:
