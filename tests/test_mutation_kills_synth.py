@@ -386,6 +386,15 @@ def test_highs_status_maps_to_the_result(monkeypatch: pytest.MonkeyPatch, hstatu
     assert made == [{"msg": False, "timeLimit": 1.0, "threads": 3}]  # at least one second
 
 
+
+@pytest.mark.parametrize("u,v,why", [(-1, 0, "out of range"), (0, 2, "out of range"), (1, 1, "out of range"),
+                                     (0, -1, "out of range")])
+def test_solver_model_refuses_a_move_with_a_rank_out_of_range(u: int, v: int, why: str) -> None:
+    from collsynth.synth.solver.grid import COPY, ModelState
+
+    g = make_grid(2, 1, GiB, make_topology("nvswitch", 2), normalize_arrivals({}, 2), final_slots=4)
+    assert ModelState(g).check(0, [(COPY, 0, u, v)]) == f"transfer {COPY} c0 {u}->{v} {why}"
+
 # ---------------------------------------------------------------------- stragglar: design search, tables
 @pytest.mark.parametrize("n", [5, 6, 7, 9, 10, 12])
 def test_design_search_finds_a_valid_design_at_depth_log2_plus_one(n: int) -> None:
@@ -430,3 +439,19 @@ def test_tables_generate_stores_found_designs_only(monkeypatch: pytest.MonkeyPat
     assert "n=7: NOT FOUND" in log.getvalue() and "n=5: found" in log.getvalue()
     for n in (5, 6):
         assert data["designs"][str(n)] == tables.encode(real(n - 1, tables.ceil_log2(n) + 1, 30.0))
+
+
+# ---------------------------------------------------------------------- topology view
+@pytest.mark.parametrize("preset,n", [("nvswitch", 8), ("h100-cluster", 16)])
+def test_topology_plot_frames_every_node_with_one_unit_of_margin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                 preset: str, n: int) -> None:
+    pytest.importorskip("matplotlib")
+    from collsynth.synth import topology_view
+
+    saved = []
+    monkeypatch.setattr(topology_view, "save_figure", lambda fig, path: saved.append(fig))
+    topology_view.plot_topology(make_topology(preset, n), str(tmp_path / "t.png"))
+    ax = saved[0].axes[0]
+    xy = np.concatenate([c.get_offsets() for c in ax.collections if len(c.get_offsets())])  # the node markers
+    assert ax.get_xlim() == pytest.approx((xy[:, 0].min() - 1, xy[:, 0].max() + 1))
+    assert ax.get_ylim() == pytest.approx((xy[:, 1].min() - 1, xy[:, 1].max() + 1))
