@@ -95,15 +95,22 @@ class _Busy:
 
     def fit(self, t: float, dur: float) -> float:
         """The earliest start >= t of a free gap of length dur."""
-        i = bisect.bisect_right(self.hi, t)
-        while i < len(self.lo):
-            if t + dur <= self.lo[i] * (1 + 1e-12):
+        hi, lo = self.hi, self.lo
+        if not hi or t >= hi[-1]:  # after every busy interval (the common case)
+            return t
+        i = bisect.bisect_right(hi, t)
+        while i < len(lo):
+            if t + dur <= lo[i] * (1 + 1e-12):
                 return t
-            t = max(t, self.hi[i])
+            t = max(t, hi[i])
             i += 1
         return t
 
     def take(self, start: float, end: float) -> None:
+        if not self.lo or start > self.lo[-1]:
+            self.lo.append(start)
+            self.hi.append(end)
+            return
         i = bisect.bisect_left(self.lo, start)
         self.lo.insert(i, start)
         self.hi.insert(i, end)
@@ -126,6 +133,8 @@ class ClusterPlan:
         self.written = [0.0] * (grid.size * self.C)  # rank * C + chunk -> end of its last write
         self.read = [0.0] * (grid.size * self.C)  # rank * C + chunk -> end of its last read
         self._ports: dict[tuple[int, int], tuple[int, int]] = {}  # (src, dst) -> port(src, dst)
+        self._node_l: list[int] = []  # node and times as lists (add_atom)
+        self._times_l: list[float] = []
         self.N, self.G = grid.shape
         self.node = np.empty(grid.size, np.int64)
         self.local = np.empty(grid.size, np.int64)
@@ -161,24 +170,27 @@ class ClusterPlan:
         ports = []
         dur = 0.0
         C, w, rd = self.C, self.written, self.read
+        if len(self._node_l) != len(self.node):  # plain lists of the per-rank arrays (numpy scalars are slow)
+            self._node_l, self._times_l = self.node.tolist(), [float(x) for x in self.times]
+        node, times = self._node_l, self._times_l
         for src, dst, chunk, count, _ in moves:
             cs, cr = self.port(src, dst)
-            net = self.node[src] != self.node[dst]
+            net = node[src] != node[dst]
             dur = max(dur, (a_net if net else a_nv) + count * self.chunk_bytes / (b_net if net else b_nv))
-            start = max(start, float(self.times[src]), float(self.times[dst]))
+            start = max(start, times[src], times[dst])
             ls, ld = src * C + chunk, dst * C + chunk
             if count == 1:
                 start = max(start, w[ls], w[ld], rd[ld])
             else:
                 start = max(start, max(w[ls:ls + count]), max(w[ld:ld + count]), max(rd[ld:ld + count]))
             ports += [self.busy.setdefault((src, 0, cs), _Busy()), self.busy.setdefault((dst, 1, cr), _Busy())]
-        while True:  # the earliest time every port has a gap of dur
-            t = start
+        t = start
+        while True:  # the earliest time every port has a gap of dur: fit each in turn until none moves it
+            t0 = t
             for q in ports:
                 t = q.fit(t, dur)
-            if all(q.fit(t, dur) == t for q in ports):
+            if t == t0:
                 break
-            start = t
         end = t + dur
         for q in ports:
             q.take(t, end)
