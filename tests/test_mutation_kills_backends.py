@@ -263,3 +263,14 @@ def test_msccl_order_dependencies_cross_thread_blocks_only(alg: str, n: int) -> 
         assert f'depid="{tb.group(1)}"' not in tb.group(2)
     r = check_xml_text(xml, "t.xml")
     assert r.ok, r.message
+
+
+@pytest.mark.parametrize("peer", [0, 4])
+def test_mscclpp_channel_peer_message_quotes_the_rank_range(peer: int) -> None:
+    import json
+
+    plan = json.loads(emit(build_schedule("ring", 4, "allreduce"), "mscclpp-plan", proto="LL"))
+    plan["gpus"][0]["channels"][0]["connected_to"][0] = peer
+    with pytest.raises(CollsynthError, match=rf"memory channel 0 connects to rank {peer}; peers are the other ranks "
+                                             r"0\.\.3$"):
+        read_plan_text(json.dumps(plan), "p.json")
