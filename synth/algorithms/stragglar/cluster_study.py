@@ -18,7 +18,10 @@ and each over the bound. The delay (default 50 ms) is long enough to hide the wo
 as in the issue's numbers.
 
 Cost (the default node counts are 2, 4, ..., 128; bench/bench_cluster_study.py prints the seconds of each
-node count and case). Three things keep it short; the first two change no row:
+node count and case): measured 143 s of CPU (334 s wall on 2 cores shared with other jobs), of which the
+random case at 32 nodes (clusterstraggler's search over its several-late-rank forms, 39 s) and the late
+GPU and late node at 128 nodes (15 s, 19 s) are the largest; the synchronous schedules take 1-4 s per node
+count. Three things keep it short; the first two change no row:
 
 - the synchronous schedules have no phases, so every step waits for every rank (synth/simulate.py) and
   their time after the last arrival does not depend on the arrivals: each is built, verified and
@@ -30,7 +33,7 @@ node count and case). Three things keep it short; the first two change no row:
   below the best of hierarchical and tree; otherwise the row names them in ``sync_pruned`` with the
   bound, which is above the best synchronous time, so they could not have been the best;
 - multistraggler (the flat form: no nodes, a ring ReduceScatter of (n-1)(n-2) transfers, several forms
-  each simulated; at 32 nodes 87 s to build and 13x slower than clusterstraggler after the last
+  each simulated; at 32 nodes 87 s wall to build and 13x slower than clusterstraggler after the last
   arrival) is tried for random arrivals up to ``FLAT_MAX_NODES`` nodes only (``ours_tried`` lists the
   candidates of each row); above, ours is clusterstraggler alone. This can only make ours slower, never
   faster than what was built.
