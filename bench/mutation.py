@@ -388,7 +388,8 @@ def sample_report(python: str, seconds: float) -> dict[str, object]:
             "modules": dict(sorted(modules.items())), "total": tot}
 
 
-def rerun_survivors(name: str, timeout: float, python: str, sampled: bool = False) -> dict[str, object]:
+def rerun_survivors(name: str, timeout: float, python: str, sampled: bool = False,
+                    new_only: bool = False) -> dict[str, object]:
     """Run the last session's survivors again against the target's test list as it is now (killed
     mutants stay killed: tests are only added). While the target's modules are byte-identical to the
     mutated copy, the copy gets the current files; otherwise the copy's own snapshot is measured. Either
@@ -428,7 +429,7 @@ def rerun_survivors(name: str, timeout: float, python: str, sampled: bool = Fals
         # the snapshot's own tests passed unmutated before its first pass; the tests new to it are the
         # survivor tests and the first pass's SLOW ones: run those unmutated, and leave out the ones that
         # fail there (survivor tests of behaviour the snapshot predates), naming them
-        new = [t for t in tests if t in (KS, KB)] + SLOW.get(name, [])
+        new = [t for t in tests if t in (KS, KB)] + ([] if new_only else SLOW.get(name, []))
         r = subprocess.run([python, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", *new], cwd=pkg, env=env,
                            capture_output=True, text=True)
         failed = re.findall(r"^FAILED (\S+)", r.stdout, flags=re.M)
@@ -438,6 +439,8 @@ def rerun_survivors(name: str, timeout: float, python: str, sampled: bool = Fals
             print(f"mutation: {name}: left out (they fail on the snapshot unmutated): {' '.join(failed)}",
                   file=sys.stderr, flush=True)
         stale = "".join(f" --deselect {t}" for t in failed)
+    if new_only:  # a survivor survived the rest of the list already: only the tests written since can kill it
+        tests = [t for t in tests if t in (KS, KB)]
     test_cmd = f"{python} -m pytest -x -q -p no:cacheprovider {' '.join(tests)}{stale}"
     if not sampled:
         base = subprocess.run(test_cmd.split(), cwd=pkg, env=env, capture_output=True, text=True)
@@ -448,7 +451,21 @@ def rerun_survivors(name: str, timeout: float, python: str, sampled: bool = Fals
     with open(cfg, "w") as f:
         f.write(re.sub(r"^test-command = .*$", lambda _: f"test-command = {json.dumps(test_cmd)}", text, flags=re.M))
     con = sqlite3.connect(db)
-    n = con.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'").rowcount
+    if new_only:  # the ones judged equivalent stay as they are
+        equivalent: dict[str, str] = {}
+        if os.path.exists(EQUIVALENT):
+            with open(EQUIVALENT) as f:
+                equivalent = json.load(f)
+        again = []
+        for job, mod, op, diff in con.execute(
+                "SELECT r.job_id, m.module_path, m.operator_name, r.diff FROM work_results r JOIN mutation_specs m "
+                "ON r.job_id = m.job_id WHERE r.test_outcome = 'SURVIVED'").fetchall():
+            if _key(str(mod), str(op).split("/", 1)[-1], str(diff or "")) not in equivalent:
+                again.append((job,))
+        con.executemany("DELETE FROM work_results WHERE job_id = ?", again)
+        n = len(again)
+    else:
+        n = con.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'").rowcount
     con.commit()
     con.close()
     print(f"mutation: {name}: {n} survivors again, against {' '.join(tests)}", file=sys.stderr, flush=True)
@@ -548,6 +565,9 @@ def main() -> int:
     ap.add_argument("--sampled", action="store_true",
                     help="with --report-only, --rerun-survivors or --resume: the last --sample run")
     ap.add_argument("--resume", action="store_true", help="with --sampled: run its pending mutants")
+    ap.add_argument("--new-tests-only", action="store_true",
+                    help="with --sampled --rerun-survivors: run the survivors (not those judged equivalent) against "
+                         "the survivor tests only (tests/test_mutation_kills_*.py), not the whole list again")
     ap.add_argument("--thin", type=float, default=None, metavar="KEEP",
                     help="with --sampled --resume: first keep only this share (0..1] of each module's pending "
                          "mutants (seeded); the report weights modules by population / mutants run")
@@ -578,7 +598,7 @@ def main() -> int:
             with open(os.path.join(SAMPLE, "sample.json")) as f:
                 sampled = json.load(f)["targets"]
             for name in sampled if args.targets is None else [n for n in names if n in sampled]:
-                rerun_survivors(name, args.timeout, python, sampled=True)
+                rerun_survivors(name, args.timeout, python, sampled=True, new_only=args.new_tests_only)
         print(json.dumps(sample_report(python, seconds), indent=1))
         return 0
     if args.sample is not None:

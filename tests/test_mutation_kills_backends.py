@@ -249,3 +249,28 @@ def test_reducescatter_partial_sums_fill_the_scratch_in_chunk_order(n: int, m: i
         assert [lay.write(r, c) for c in range(n * m) if c // m != r] == want
         assert [k for _, k in want] == list(range((n - 1) * m))
         assert [lay.write(r, r * m + j) for j in range(m)] == [("o", j) for j in range(m)]
+
+
+@pytest.mark.parametrize("alg,n", [("tree", 4), ("rhd", 5), ("stragglar", 3), ("stragglar", 5),
+                                   ("multistraggler", 5)])
+def test_msccl_order_dependencies_cross_thread_blocks_only(alg: str, n: int) -> None:
+    """The order dependencies the emitter adds for transfers that could run early point at another
+    thread block (a thread block runs its steps in order anyway), and the file checks."""
+    import re
+
+    xml = emit(build_schedule(alg, n, "allreduce"), "msccl-xml")
+    for tb in re.finditer(r'<tb id="(\d+)"(.*?)</tb>', xml, re.S):
+        assert f'depid="{tb.group(1)}"' not in tb.group(2)
+    r = check_xml_text(xml, "t.xml")
+    assert r.ok, r.message
+
+
+@pytest.mark.parametrize("peer", [0, 4])
+def test_mscclpp_channel_peer_message_quotes_the_rank_range(peer: int) -> None:
+    import json
+
+    plan = json.loads(emit(build_schedule("ring", 4, "allreduce"), "mscclpp-plan", proto="LL"))
+    plan["gpus"][0]["channels"][0]["connected_to"][0] = peer
+    with pytest.raises(CollsynthError, match=rf"memory channel 0 connects to rank {peer}; peers are the other ranks "
+                                             r"0\.\.3$"):
+        read_plan_text(json.dumps(plan), "p.json")

@@ -455,3 +455,19 @@ def test_topology_plot_frames_every_node_with_one_unit_of_margin(monkeypatch: py
     xy = np.concatenate([c.get_offsets() for c in ax.collections if len(c.get_offsets())])  # the node markers
     assert ax.get_xlim() == pytest.approx((xy[:, 0].min() - 1, xy[:, 0].max() + 1))
     assert ax.get_ylim() == pytest.approx((xy[:, 1].min() - 1, xy[:, 1].max() + 1))
+
+
+@pytest.mark.parametrize("arch,vendor,family,model,gbps", [
+    ("ppc64", None, None, None, 32.0), ("aarch64", None, None, None, 6.0),
+    ("x86_64", "GenuineIntel", 6, 0x4F, 6.0), ("x86_64", "GenuineIntel", 6, 0x54, 6.0),
+    ("x86_64", "GenuineIntel", 6, 0x55, 10.0), ("x86_64", "GenuineIntel", 6, 0x8E, 10.0),
+    ("x86_64", "GenuineIntel", 6, 0x8F, 22.0), ("x86_64", "GenuineIntel", 6, 0xCE, 22.0),
+    ("x86_64", "GenuineIntel", 6, 0xCF, 40.0), ("x86_64", "AuthenticAMD", 25, 1, 16.0),
+    ("x86_64", None, None, None, 6.0)])
+def test_cpu_to_cpu_bandwidth_is_the_documented_nccl_table(arch: str, vendor: str | None, family: int | None,
+                                                         model: int | None, gbps: float) -> None:
+    """docs/topology-import.md: Broadwell 6, Skylake+ 10, Sapphire Rapids 22, Emerald Rapids 40, AMD 16,
+    ARM 6, POWER 32 GB/s (NCCL topo.h; Intel by family 6 model >= 0x55, 0x8F, 0xCF)."""
+    from collsynth.synth.topology_import.constants import cpu_link_gbps
+
+    assert cpu_link_gbps(arch, vendor, family, model) == gbps

@@ -18,10 +18,10 @@ and each over the bound. The delay (default 50 ms) is long enough to hide the wo
 as in the issue's numbers.
 
 Cost (the default node counts are 2, 4, ..., 128; bench/bench_cluster_study.py prints the seconds of each
-node count and case): measured 143 s of CPU (334 s wall on 2 cores shared with other jobs), of which the
-random case at 32 nodes (clusterstraggler's search over its several-late-rank forms, 39 s) and the late
-GPU and late node at 128 nodes (15 s, 19 s) are the largest; the synchronous schedules take 1-4 s per node
-count. Three things keep it short; the first two change no row:
+node count and case): measured 104 s of CPU (207 s wall on 2 cores shared with other jobs; main 5597c06),
+of which the random case at 32 nodes (clusterstraggler's search over its several-late-rank forms, 32 s)
+and the late GPU and late node at 128 nodes (11 s, 7 s) are the largest; the synchronous schedules take
+1-4 s per node count. Three things keep it short; the first two change no row:
 
 - the synchronous schedules have no phases, so every step waits for every rank (synth/simulate.py) and
   their time after the last arrival does not depend on the arrivals: each is built, verified and
