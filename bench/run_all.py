@@ -16,7 +16,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 QUICK = {"bench_solver.py": ["--quick"], "bench_training.py": ["--no-real"], "bench_nccl.py": ["--sizes", "8,64"],
-         "bench_setup.py": ["--no-test"]}
+         "bench_setup.py": ["--no-test"], "bench_cluster_study.py": ["--quick"]}
 
 
 def main() -> int:

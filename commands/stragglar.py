@@ -11,7 +11,7 @@ from collsynth.commands.common import print_json, print_table
 from collsynth.errors import CollsynthError, require_extra
 from collsynth.fileio import check_output
 from collsynth.synth.algorithms.stragglar.analysis import DEFAULT_NS, plot, reproduce
-from collsynth.synth.algorithms.stragglar.cluster_study import ALL_NODES, DEFAULT_NODES, plot_cluster, reproduce_cluster
+from collsynth.synth.algorithms.stragglar.cluster_study import DEFAULT_NODES, plot_cluster, reproduce_cluster
 from collsynth.units import format_time, parse_count, parse_rate, parse_size, parse_time
 
 
@@ -53,11 +53,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                     "schedule is built, verified and simulated.",
         epilog="example:\n  collsynth reproduce cluster --nodes 2,4 --json\n"
                "  collsynth reproduce cluster --plot cluster.png\n"
-               f"  collsynth reproduce cluster --nodes {','.join(map(str, ALL_NODES))}   # minutes at 64-128 nodes",
+               "  collsynth reproduce cluster   # 2 to 128 nodes (bench/bench_cluster_study.py times each)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("--nodes", "-N", default=None,
-                   help=f"comma-separated node counts >= 2 (default {','.join(map(str, DEFAULT_NODES))}; up to 128 "
-                        f"and beyond, slower)")
+                   help=f"comma-separated node counts >= 2 (default {','.join(map(str, DEFAULT_NODES))}; more "
+                        f"is slower)")
     c.add_argument("--size", default="1GiB", help="buffer bytes per rank (default 1GiB)")
     c.add_argument("--topology", "-t", default="h100-cluster",
                    help="cluster preset, built for nodes x 8 GPUs (default h100-cluster; options as "
@@ -194,6 +194,10 @@ def cmd_reproduce_cluster(args: argparse.Namespace) -> int:
                 ["nodes", "GPUs", "late", "late ranks", "best synchronous", "ours", "bound", "speedup",
                  "ours/bound", "sync/bound"])
     print("speedup = best synchronous / ours; bound = synth.bounds.allreduce_bound after the last arrival")
+    pruned = sorted({(r["nodes"], a) for r in rows for a in r["sync_pruned"]})
+    if pruned:
+        print("not built (their lower bound is above the best synchronous time): "
+              + ", ".join(f"{a} at {N} nodes" for N, a in pruned))
     if args.plot is not None:
         print(f"wrote {args.plot}")
     return 0

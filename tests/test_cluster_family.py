@@ -3,6 +3,7 @@ per late GPU and per late node, built lazily and cached, or all up front."""
 
 from __future__ import annotations
 
+from collsynth.synth.algorithms.stragglar.cluster import auto_pipeline
 from collsynth.synth.algorithms.stragglar.family import ClusterFamily
 from collsynth.synth.topology import cluster_topology
 from collsynth.synth.verify import verify
@@ -23,3 +24,15 @@ def test_every_member_is_verified_and_has_the_form_of_its_late_set():
         assert late.isdisjoint(first.waits_for) and set(first.waits_for) | late == set(range(8))
     assert len({s.name for s in members.values()}) == 10
     assert fam.get([4, 5]) is None and fam.get([]) is None and fam.get([8]) is None
+
+
+def test_default_pipeline_builds_the_late_forms():
+    """Without a pipeline the family still holds the late-GPU and late-node forms (clusterstraggler's auto entry
+    point may return the synchronous schedule, which no late set can run as its own form), with auto's M."""
+    topo = cluster_topology(2, 4)
+    fam = ClusterFamily(topo)
+    gpu, node = fam.get([5]), fam.get([4, 5, 6, 7])
+    assert gpu.meta["form"] == "gpu" and gpu.meta["late"] == [5]
+    assert node.meta["form"] == "node" and node.meta["late"] == [4, 5, 6, 7]
+    assert gpu.meta["pipeline"] == auto_pipeline(8, topo, "gpu") and node.meta["pipeline"] == auto_pipeline(8, topo,
+                                                                                                             "node")

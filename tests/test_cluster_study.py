@@ -10,7 +10,15 @@ import pytest
 
 from collsynth.cli import main as cli_main
 from collsynth.synth.algorithms.layout import node_grid
-from collsynth.synth.algorithms.stragglar.cluster_study import DEFAULT_NODES, case_arrivals, cluster_row
+from collsynth.synth.algorithms.stragglar.cluster_study import (
+    DEFAULT_NODES,
+    FLAT_MAX_NODES,
+    best_sync,
+    case_arrivals,
+    cluster_row,
+    ours_names,
+    ring_family_bound,
+)
 from collsynth.synth.bounds import allreduce_bound
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
@@ -65,7 +73,7 @@ def test_cli_json_plot_and_determinism(tmp_path, capsys):
     assert rnd["ours"] in ("clusterstraggler", "multistraggler") and rnd["ours_x_bound"] >= 1
     assert cli_main(["reproduce", "cluster", "--nodes", "2", "--json"]) == 0
     assert capsys.readouterr().out == first  # byte-identical reruns
-    assert tuple(DEFAULT_NODES) == (2, 4, 8, 16)
+    assert tuple(DEFAULT_NODES) == (2, 4, 8, 16, 32, 64, 128)
 
 
 @pytest.mark.parametrize("argv,msg", [
@@ -114,3 +122,38 @@ def test_topology_file(tmp_path, capsys):
     for argv in (["--nodes", "2"], ["--nodes", "4", "--gpus-per-node", "4"]):
         assert cli_main(["reproduce", "cluster", *argv, "-t", f]) == 2
         assert "use --nodes 2 --gpus-per-node 4" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spec,n", [("h100-cluster", 16), ("h100-cluster", 32), ("h100-cluster:fabric=fat-tree", 32),
+                                    ("nvswitch", 8), ("dgx1", 8), ("full-mesh", 6), ("gb200-nvl72", 72)])
+def test_ring_family_bound_is_below_the_simulated_time(spec, n):
+    """The bound that lets the study skip ring and multiring is never above their simulated time (and not
+    trivially low: ring's is exact where one link class dominates)."""
+    topo = make_topology(spec, n)
+    for a in ("ring", "multiring"):
+        lb = ring_family_bound(a, n, topo, GiB)
+        t = simulate(check(build_schedule(a, n, topology=topo)), GiB, topo).completion_s
+        assert 0.5 * t <= lb <= t * (1 + 1e-9), (a, lb, t)
+    with pytest.raises(ValueError):
+        ring_family_bound("tree", n, topo, GiB)
+
+
+def test_synchronous_times_do_not_depend_on_the_arrivals():
+    """best_sync simulates every synchronous schedule once with everyone on time: each step waits for all ranks
+    (no phases), so the time after the last arrival is the same for any arrivals."""
+    topo = make_topology("h100-cluster", 32)
+    sy = best_sync(32, topo, GiB)
+    assert set(sy["sync_pruned"]) <= {"ring", "multiring"}
+    assert all(lb > sy["sync_after_s"] for lb in sy["sync_pruned"].values())
+    arr = {3: 2e-3, 17: 7e-3, 30: 1e-3}
+    s = check(build_schedule(sy["best_sync"], 32, topology=topo, size=GiB))
+    assert not s.phases
+    assert simulate(s, GiB, topo, arr).after_last_arrival_s == pytest.approx(sy["sync_after_s"], rel=1e-9)
+
+
+def test_flat_form_only_up_to_its_node_count():
+    assert ours_names("random", FLAT_MAX_NODES) == ("clusterstraggler", "multistraggler")
+    assert ours_names("random", 2 * FLAT_MAX_NODES) == ("clusterstraggler",)
+    assert ours_names("gpu", 2) == ("clusterstraggler",)
+    row = cluster_row(2, "gpu")
+    assert row["ours_tried"] == ["clusterstraggler"] and set(row["sync_pruned"]) <= {"ring", "multiring"}

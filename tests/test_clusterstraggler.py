@@ -247,3 +247,43 @@ def test_short_delay_falls_back_to_the_synchronous_schedule_when_it_is_faster():
             assert s.meta["late"] == [[5, delay]] and t["sync"] < t["late"]
         else:
             assert t["late"] < t["sync"]
+
+
+@pytest.mark.parametrize("N", [3, 5, 6, 7])
+def test_copyback_rounds_deliver_every_block_once_per_round_and_port(N):
+    from collsynth.synth.algorithms.stragglar.cluster import copyback_rounds
+
+    nb = 9
+    have = [set(range(nb))] + [set() for _ in range(N - 1)]
+    for moves in copyback_rounds(N, nb):
+        assert len({x for x, _, _ in moves}) == len(moves) == len({y for _, y, _ in moves})
+        for x, _, j in moves:
+            assert j in have[x]
+        for _, y, j in moves:
+            assert j not in have[y]
+            have[y].add(j)
+    assert all(h == set(range(nb)) for h in have)
+
+
+@pytest.mark.parametrize("N", [3, 5])
+def test_late_node_on_nodes_not_a_power_of_two_keeps_the_faster_broadcast(N):
+    """A whole late node on N not a power of two: build simulates the greedy broadcast with both
+    root-target rules and keeps the faster (verified; never slower than the plain greedy one)."""
+    import numpy as np
+
+    from collsynth.synth.algorithms.stragglar import cluster as cs
+
+    t = cluster(N, 8)
+    n = N * 8
+    late = {r: 0.05 for r in range(8, 16)}
+    s = cs.build(n, arrivals=late, size=GiB, topology=t)
+    assert verify(s, topology=t).ok
+    times = np.zeros(n)
+    times[8:16] = 0.05
+    plan = cs.new_plan(t, n, times, GiB, s.meta["pipeline"], None, None)
+    rows = cs.best_rows(N, 8, s.meta["pipeline"], GiB, plan.model) if cs.coarse_rows_apply(N, 8) else None
+    plan = cs.new_plan(t, n, times, GiB, s.meta["pipeline"], None, rows)
+    plan.pre(set(late))
+    plan.merge(set(late), set(range(n)) - set(late))
+    plain = simulate(plan.to_schedule("plain", {}), GiB, t, late).after_last_arrival_s
+    assert simulate(s, GiB, t, late).after_last_arrival_s <= plain * (1 + 1e-9)

@@ -9,6 +9,9 @@ from collsynth.backends import emit
 from collsynth.backends.layout import Layout
 from collsynth.backends.msccl import XmlFormatError, check_xml_text
 from collsynth.backends.msccl import emit as msccl_emit_module
+from collsynth.backends.msccl.execute import ExecFailure, execute
+from collsynth.backends.msccl.load import resolve
+from collsynth.backends.msccl.parse import parse_xml_text
 from collsynth.backends.msccl.schedule import straggler_independence
 from collsynth.backends.mscclpp.check import launches_for, read_plan_text
 from collsynth.backends.mscclpp.library import entries as mscclpp_entries
@@ -135,21 +138,20 @@ def test_mscclpp_thread_count_limits_port_puts_only() -> None:
 
 
 # ---------------------------------------------------------------------- torch launcher
-def test_launcher_picks_up_results_within_50_ms(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The launcher polls its result queue: a result that lands while it waits is taken within 50 ms
-    (a fake clock, queue and processes stand in for torch's: no process is started)."""
+def _fake_torch(monkeypatch: pytest.MonkeyPatch, items: list[tuple[int, str, str]], landed: float) -> list[float]:
+    """Stand-ins for torch's clock, queue and processes in the launcher (no process is started): the
+    queue holds ``items`` from time ``landed`` on; returns the times at which items were taken."""
     import sys
     import types
 
     from collsynth.backends.torch import launch as launch_module
 
     now = [0.0]
-    landed = 0.1  # the workers' results land at t = 0.1 s
     taken: list[float] = []
 
     class Queue:
         def __init__(self) -> None:
-            self.items = [(0, "ok", "a"), (1, "ok", "b")]
+            self.items = list(items)
 
         def empty(self) -> bool:
             return now[0] < landed or not self.items
@@ -187,5 +189,88 @@ def test_launcher_picks_up_results_within_50_ms(monkeypatch: pytest.MonkeyPatch)
         now[0] += dt
 
     monkeypatch.setattr(launch_module, "time", types.SimpleNamespace(monotonic=lambda: now[0], sleep=sleep))
-    assert launch_module.launch(print, 2, timeout=60) == {0: "a", 1: "b"}
-    assert taken and landed <= min(taken) and max(taken) <= landed + 0.05
+    return taken
+
+
+def test_launcher_picks_up_results_within_50_ms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher polls its result queue: a result that lands while it waits is taken within 50 ms."""
+    from collsynth.backends.torch.launch import launch
+
+    taken = _fake_torch(monkeypatch, [(0, "ok", "a"), (1, "ok", "b")], landed=0.1)
+    assert launch(print, 2, timeout=60) == {0: "a", 1: "b"}
+    assert taken and min(taken) >= 0.1 and max(taken) <= 0.1 + 0.05
+
+
+def test_launcher_reports_a_rank_without_a_result_at_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    from collsynth.backends.torch.launch import LaunchError, launch
+
+    _fake_torch(monkeypatch, [(0, "ok", "a")], landed=0.1)  # rank 1 never answers (and stays alive)
+    res = launch(print, 2, timeout=5, allow_failures=True)
+    assert res == {0: "a", 1: {"error": "timeout", "message": "no result within 5 s (killed)"}}
+    _fake_torch(monkeypatch, [(0, "ok", "a")], landed=0.1)
+    with pytest.raises(LaunchError, match=r"^rank 1 failed: no result within 5 s \(killed\)"):
+        launch(print, 2, timeout=5)
+
+
+def test_msccl_unmatched_send_names_the_first_unreceived_send() -> None:
+    """GPU 0 sends twice, GPU 1 receives once: the executor blames GPU 0's second send (step 1)."""
+    out = [HEAD]
+    for g, steps in ((0, ["s", "s"]), (1, ["r"])):
+        out += [f'  <gpu id="{g}" i_chunks="2" o_chunks="2" s_chunks="0">',
+                f'    <tb id="0" send="{1 - g}" recv="{1 - g}" chan="0">']
+        out += [f'      <step s="{k}" type="{t}" srcbuf="i" srcoff="0" dstbuf="o" dstoff="0" cnt="2" depid="-1" '
+                'deps="-1" hasdep="0"/>' for k, t in enumerate(steps)]
+        out += ["    </tb>", "  </gpu>"]
+    text = "\n".join([*out, "</algo>"]) + "\n"
+    r = check_xml_text(text, "t.xml")  # the static count check catches it first
+    assert not r.ok and r.kind == "fifo" and "gpu 0 sends 2 time(s) to gpu 1 but gpu 1 receives 1" in r.message
+    with pytest.raises(ExecFailure, match=r"never receives it \(1 send\(s\) unmatched\)") as e:  # the executor's
+        execute(resolve(parse_xml_text(text, "t.xml"), "t.xml"), "inplace")
+    assert (e.value.kind, e.value.gpu, e.value.tb, e.value.step) == ("fifo", 0, 0, 1), e.value
+
+
+# ---------------------------------------------------------------------- nccl plugin, layout
+@pytest.mark.parametrize("bad", [2.5, "2", b"2", [1, "2"], {"r": 1}])
+def test_scheduler_straggler_entry_must_be_a_rank_or_ranks(tmp_path, bad: object) -> None:
+    from collsynth.backends.nccl.plugin import render_msccl_scheduler
+
+    (tmp_path / "ring_n4_Simple.xml").write_text(emit(build_schedule("ring", 4, "allreduce"), "msccl-xml"))
+    with pytest.raises(CollsynthError, match="must be a rank or a list of ranks, got"):
+        render_msccl_scheduler(str(tmp_path), stragglers={"ring_n4_Simple.xml": bad})
+
+
+@pytest.mark.parametrize("n,m", [(3, 1), (4, 2)])
+def test_reducescatter_partial_sums_fill_the_scratch_in_chunk_order(n: int, m: int) -> None:
+    """Rank r keeps a partial sum of every chunk outside its own block in scratch: chunks below its block
+    at their index, those above it one block lower (docs: the rank's own block left out)."""
+    lay = Layout("reducescatter", n, n * m)
+    for r in range(n):
+        want = [("s", c if c < r * m else c - m) for c in range(n * m) if c // m != r]
+        assert [lay.write(r, c) for c in range(n * m) if c // m != r] == want
+        assert [k for _, k in want] == list(range((n - 1) * m))
+        assert [lay.write(r, r * m + j) for j in range(m)] == [("o", j) for j in range(m)]
+
+
+@pytest.mark.parametrize("alg,n", [("tree", 4), ("rhd", 5), ("stragglar", 3), ("stragglar", 5),
+                                   ("multistraggler", 5)])
+def test_msccl_order_dependencies_cross_thread_blocks_only(alg: str, n: int) -> None:
+    """The order dependencies the emitter adds for transfers that could run early point at another
+    thread block (a thread block runs its steps in order anyway), and the file checks."""
+    import re
+
+    xml = emit(build_schedule(alg, n, "allreduce"), "msccl-xml")
+    for tb in re.finditer(r'<tb id="(\d+)"(.*?)</tb>', xml, re.S):
+        assert f'depid="{tb.group(1)}"' not in tb.group(2)
+    r = check_xml_text(xml, "t.xml")
+    assert r.ok, r.message
+
+
+@pytest.mark.parametrize("peer", [0, 4])
+def test_mscclpp_channel_peer_message_quotes_the_rank_range(peer: int) -> None:
+    import json
+
+    plan = json.loads(emit(build_schedule("ring", 4, "allreduce"), "mscclpp-plan", proto="LL"))
+    plan["gpus"][0]["channels"][0]["connected_to"][0] = peer
+    with pytest.raises(CollsynthError, match=rf"memory channel 0 connects to rank {peer}; peers are the other ranks "
+                                             r"0\.\.3$"):
+        read_plan_text(json.dumps(plan), "p.json")

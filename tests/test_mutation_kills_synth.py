@@ -22,6 +22,7 @@ from collsynth.synth.arrivals import arrival_vector
 from collsynth.synth.bounds import allreduce_bound, min_route_alpha
 from collsynth.synth.compare import compare
 from collsynth.synth.ir import Schedule
+from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.solver.grid import make_grid, normalize_arrivals, to_schedule
 from collsynth.synth.solver.model import build_model, slot_lower_bound, solve_model
@@ -126,6 +127,25 @@ def test_bound_numbers_print_microseconds() -> None:
     assert " + 3 us + " in b.numbers
 
 
+
+def test_bound_of_gpus_behind_two_switches_in_series() -> None:
+    """Switch-to-switch links (the first switch is vertex n) are not GPU-switch links: the bound's
+    switch-to-node map reads only the GPU neighbours of each switch."""
+    t = topology_from_dict({"gpus": 2, "switches": ["a", "b"],
+                            "links": [{"src": 0, "dst": "a"}, {"src": "a", "dst": "b"}, {"src": "b", "dst": 1}]})
+    b = allreduce_bound(t, float(GiB), np.zeros(2))
+    assert 0 < b.value_s < float("inf") and b.terms
+
+
+def test_compare_runs_stragglar_with_the_auto_pipeline() -> None:
+    """compare gives algorithms with a pipeline parameter pipeline="auto" for the size: at 1 GiB on 8
+    GPUs StragglAR pipelines (the row says K=...), at 1 MiB it does not."""
+    big = compare(8, "1GiB", "nvswitch", arrivals={3: 1e-3}, algorithms=["ring", "stragglar"])
+    row = next(r for r in big if r["algorithm"] == "stragglar")
+    auto = build_schedule("stragglar", 8, "allreduce", straggler=3, pipeline="auto", size=GiB)
+    assert auto.meta["pipeline"] > 1 and row["note"] == f"straggler=3 K={auto.meta['pipeline']}"
+
+
 # ---------------------------------------------------------------------- topology files and presets
 def _file(**extra: object) -> dict[str, object]:
     return {"gpus": 4, "links": [{"src": g, "dst": (g + 1) % 4, "class": "nvlink" if g % 2 else "net"}
@@ -157,6 +177,20 @@ def test_cluster_preset_options() -> None:
         with pytest.raises(CollsynthError, match="write options as NAME:key=value"):
             make_topology(bad, 16)
 
+
+
+@pytest.mark.parametrize("fabric", ["fat-tree", "rail"])
+def test_spine_of_a_route_is_source_local_index_plus_destination_node(fabric: str) -> None:
+    """docs/topologies.md: leaf -> spine ((source local index + destination node) mod G) -> leaf."""
+    G = 4
+    t = cluster_topology(3, G, fabric=fabric, routing="spine")
+    for src in range(3 * G):
+        for dst in range(3 * G):
+            if src // G == dst // G or (fabric == "rail" and src % G == dst % G):
+                continue  # no spine: the same node, or the same rail
+            spines = [t.nodes[int(t.link_dst[lk])] for lk in t.path_links(src, dst)
+                      if str(t.nodes[int(t.link_dst[lk])]).startswith("spine")]
+            assert spines == [f"spine{(src % G + dst // G) % G}"], (src, dst)
 
 def test_node_zero_and_empty_routes() -> None:
     t = cluster_topology(2, 4)
@@ -203,6 +237,31 @@ def test_hierarchical_budget_estimate_counts_the_schedule(monkeypatch: pytest.Mo
     assert s.meta["gpus_per_node"] == G
 
 
+
+def test_hierarchical_pipeline_never_cuts_chunks_below_one_element() -> None:
+    """With --pipeline 3, 96 bytes on 2 nodes of 4: the profile with 32 chunks would make 3-byte chunks
+    (below a 4-byte element), so the 24-chunk one is used."""
+    s = hierarchical.build(8, topology=cluster_topology(2, 4), size=96, pipeline=3)
+    assert s.nchunks == 24 and 96 / s.nchunks >= 4
+
+
+def test_tree_declares_two_ports_only_on_several_nodes() -> None:
+    """docs: one port on one node (NVLink), two on a multi-node topology (NVLink and the NIC)."""
+    assert build_schedule("tree", 8, "allreduce").ports == 1
+    assert build_schedule("tree", 8, "allreduce", topology=cluster_topology(1, 8)).ports == 1
+    assert build_schedule("tree", 16, "allreduce", topology=cluster_topology(2, 8)).ports == 2
+
+
+def test_clusterstraggler_estimate_bounds_a_pipelined_late_gpu() -> None:
+    """The work estimate is an upper bound on what is built (here the steps: 109 of at most 4c + 4N = 136)."""
+    from collsynth.synth.algorithms.estimate import work
+
+    p = {"topology": cluster_topology(2, 8), "arrivals": {15: 0.05}, "size": GiB, "pipeline": 4}
+    s = build_schedule("clusterstraggler", 16, "allreduce", **p)
+    w = work("clusterstraggler", 16, "allreduce", p)
+    got = (s.ntransfers, int(s.count.sum()), s.nsteps, s.nchunks)
+    assert all(g <= e for g, e in zip(got, (w.transfers, w.moves, w.nsteps, w.nchunks))), (got, w)
+
 @pytest.mark.parametrize("bad", [0, -1, "x", 1.5, True])
 def test_tree_pipeline_must_be_a_positive_integer(bad: object) -> None:
     with pytest.raises(CollsynthError, match="--pipeline must be a positive integer or auto"):
@@ -215,6 +274,21 @@ def test_phase2_plan_chunk_count_is_the_chunks_it_moves(n: int, k: int) -> None:
     plan = phase2_plan(n, k=k)
     assert plan.nchunks == k * (n - 1) == len({mv[3] for mv in plan.moves()})
 
+
+
+@pytest.mark.parametrize("n,k", [(3, 2), (4, 1), (5, 1), (6, 2), (8, 2), (12, 1)])
+def test_phase2_plan_moves_are_sorted_by_round_source_destination(n: int, k: int) -> None:
+    plan = phase2_plan(n, k=k)
+    keys = list(zip(plan.round.tolist(), plan.src.tolist(), plan.dst.tolist()))
+    assert keys == sorted(keys)
+
+
+def test_round_model_takes_up_to_16_gpus() -> None:
+    from collsynth.synth.algorithms.stragglar.rounds import solve_rounds
+
+    assert solve_rounds(16, 14).status == "infeasible"  # fewer rounds than S's n - 1 sends: no solver run
+    with pytest.raises(CollsynthError, match="--gpus 17: the round model is exact only for small n"):
+        solve_rounds(17, 30)
 
 @pytest.mark.parametrize("N,G,late", [(2, 4, {3: 1e-3}), (3, 2, {0: 1e-3, 1: 1e-3})])
 def test_clusterstraggler_before_the_arrival_verifies(N: int, G: int, late: dict[int, float]) -> None:
@@ -312,6 +386,15 @@ def test_highs_status_maps_to_the_result(monkeypatch: pytest.MonkeyPatch, hstatu
     assert made == [{"msg": False, "timeLimit": 1.0, "threads": 3}]  # at least one second
 
 
+
+@pytest.mark.parametrize("u,v,why", [(-1, 0, "out of range"), (0, 2, "out of range"), (1, 1, "out of range"),
+                                     (0, -1, "out of range")])
+def test_solver_model_refuses_a_move_with_a_rank_out_of_range(u: int, v: int, why: str) -> None:
+    from collsynth.synth.solver.grid import COPY, ModelState
+
+    g = make_grid(2, 1, GiB, make_topology("nvswitch", 2), normalize_arrivals({}, 2), final_slots=4)
+    assert ModelState(g).check(0, [(COPY, 0, u, v)]) == f"transfer {COPY} c0 {u}->{v} {why}"
+
 # ---------------------------------------------------------------------- stragglar: design search, tables
 @pytest.mark.parametrize("n", [5, 6, 7, 9, 10, 12])
 def test_design_search_finds_a_valid_design_at_depth_log2_plus_one(n: int) -> None:
@@ -356,3 +439,35 @@ def test_tables_generate_stores_found_designs_only(monkeypatch: pytest.MonkeyPat
     assert "n=7: NOT FOUND" in log.getvalue() and "n=5: found" in log.getvalue()
     for n in (5, 6):
         assert data["designs"][str(n)] == tables.encode(real(n - 1, tables.ceil_log2(n) + 1, 30.0))
+
+
+# ---------------------------------------------------------------------- topology view
+@pytest.mark.parametrize("preset,n", [("nvswitch", 8), ("h100-cluster", 16)])
+def test_topology_plot_frames_every_node_with_one_unit_of_margin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                 preset: str, n: int) -> None:
+    pytest.importorskip("matplotlib")
+    from collsynth.synth import topology_view
+
+    saved = []
+    monkeypatch.setattr(topology_view, "save_figure", lambda fig, path: saved.append(fig))
+    topology_view.plot_topology(make_topology(preset, n), str(tmp_path / "t.png"))
+    ax = saved[0].axes[0]
+    xy = np.concatenate([c.get_offsets() for c in ax.collections if len(c.get_offsets())])  # the node markers
+    assert ax.get_xlim() == pytest.approx((xy[:, 0].min() - 1, xy[:, 0].max() + 1))
+    assert ax.get_ylim() == pytest.approx((xy[:, 1].min() - 1, xy[:, 1].max() + 1))
+
+
+@pytest.mark.parametrize("arch,vendor,family,model,gbps", [
+    ("ppc64", None, None, None, 32.0), ("aarch64", None, None, None, 6.0),
+    ("x86_64", "GenuineIntel", 6, 0x4F, 6.0), ("x86_64", "GenuineIntel", 6, 0x54, 6.0),
+    ("x86_64", "GenuineIntel", 6, 0x55, 10.0), ("x86_64", "GenuineIntel", 6, 0x8E, 10.0),
+    ("x86_64", "GenuineIntel", 6, 0x8F, 22.0), ("x86_64", "GenuineIntel", 6, 0xCE, 22.0),
+    ("x86_64", "GenuineIntel", 6, 0xCF, 40.0), ("x86_64", "AuthenticAMD", 25, 1, 16.0),
+    ("x86_64", None, None, None, 6.0)])
+def test_cpu_to_cpu_bandwidth_is_the_documented_nccl_table(arch: str, vendor: str | None, family: int | None,
+                                                         model: int | None, gbps: float) -> None:
+    """docs/topology-import.md: Broadwell 6, Skylake+ 10, Sapphire Rapids 22, Emerald Rapids 40, AMD 16,
+    ARM 6, POWER 32 GB/s (NCCL topo.h; Intel by family 6 model >= 0x55, 0x8F, 0xCF)."""
+    from collsynth.synth.topology_import.constants import cpu_link_gbps
+
+    assert cpu_link_gbps(arch, vendor, family, model) == gbps

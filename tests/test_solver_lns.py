@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from collsynth.cli import main
+from collsynth.synth.ir import Schedule
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.solver import lns
@@ -37,6 +38,45 @@ def test_lns_improves_an_improvable_warm_start_and_the_result_verifies() -> None
     assert res.time_s == f(res.schedule)
     assert verify(res.schedule).ok and class_port_violation(res.schedule, topo) is None
     assert res.schedule.nsteps == s.nsteps - res.steps_saved and res.schedule.ntransfers == s.ntransfers
+
+
+def test_lns_turns_a_serial_broadcast_into_a_tree() -> None:
+    """Reduce along a chain to rank 0, then rank 0 copies the sum to 1, 2 and 3 one per step (ports 1):
+    re-sourcing lets rank 1 forward to 3 while 0 sends to 2, one step fewer and faster."""
+    s = check(Schedule.from_arrays("allreduce", 4, 1, step=[0, 1, 2, 3, 4, 5], src=[3, 2, 1, 0, 0, 0],
+                                   dst=[2, 1, 0, 1, 2, 3], chunk=[0] * 6, reduce=[1, 1, 1, 0, 0, 0]))
+    topo = make_topology("nvswitch", 4)
+    f = (lambda x: float(simulate(x, 2**20, topo, {}).completion_s))
+    res = lns.improve(s, f, topology=topo, time_limit=60)
+    assert res.improved >= 1 and res.steps_saved == 1 and res.time_s < res.start_s
+    out = res.schedule
+    assert verify(out).ok and out.nsteps == 5
+    (k0, a0, r), *last = sorted(zip(out.step[3:].tolist(), out.src[3:].tolist(), out.dst[3:].tolist()))
+    assert (k0, a0) == (3, 0) and {k for k, _, _ in last} == {4}  # 0 -> r, then 0 and r send at once
+    assert sorted(a for _, a, _ in last) == sorted([0, r]) and {d for _, _, d in last} == {1, 2, 3} - {r}
+
+
+def test_lns_on_the_late_gpu_form_is_never_slower() -> None:
+    """clusterstraggler on 2 x 8 H100s, rank 5 late (the solver's warm start there)."""
+    topo = make_topology("h100-cluster", 16)
+    s = check(build_schedule("clusterstraggler", 16, "allreduce", arrivals=ARR, size=2**30, topology=topo))
+    f = (lambda x: float(simulate(x, 2**30, topo, ARR).completion_s))
+    res = lns.improve(s, f, topology=topo, time_limit=60, max_windows=3)
+    assert res.time_s <= res.start_s and res.time_s == f(res.schedule)
+    assert verify(res.schedule).ok and class_port_violation(res.schedule, topo) is None
+
+
+def test_sources_offer_only_receivers_of_the_same_final_value() -> None:
+    topo = make_topology("h100-cluster", 16)
+    s = check(build_schedule("clusterstraggler", 16, "allreduce", arrivals=ARR, size=2**30, topology=topo))
+    ts = list(range(int(s.step_bounds[s.nsteps - 8]), s.ntransfers))
+    src = lns._sources(s, ts, topo)
+    assert src
+    for t, opts in src.items():
+        assert not s.reduce[t]
+        for j, t2 in opts:
+            assert not s.reduce[t2] and int(s.src[t2]) == int(s.src[t]) and int(s.dst[t2]) == j != int(s.dst[t])
+            assert (int(s.chunk[t2]), int(s.count[t2])) == (int(s.chunk[t]), int(s.count[t]))
 
 
 @pytest.mark.parametrize("alg", ["tree", "hierarchical", "ring"])

@@ -66,9 +66,9 @@ def never_arrives(rank: int, n: int) -> dict:
 
 @pytest.mark.parametrize("scenario", [dies_mid_collective, never_arrives])
 def test_other_ranks_raise_a_clear_error(scenario):
-    t0 = time.monotonic()
+    # a rank the launcher had to kill (a hang) has an "error" entry, not a result: the checks below fail on it;
+    # the whole launch's wall time is not checked (three torch imports under load took 90 s once)
     res = launch(scenario, N, timeout=90, allow_failures=True)
-    assert time.monotonic() - t0 < 80
     if scenario is dies_mid_collective:
         assert res[2]["error"] == "died" and "code 17" in res[2]["message"]
     for r in (0, 1):

@@ -47,6 +47,8 @@ def is_plan_object(obj: object) -> bool:
 TEXT_BYTES = 16  # about the bytes of decoded JSON (dicts, lists, strings) per byte of plan text
 OP_BYTES = 4096  # about the bytes per op of the parsed plan and the symbolic executor's per-op state
 OP_SECONDS = 5e-5  # about the seconds per op and launch of the symbolic execution (15 us measured, n = 32)
+OP_ACTOR_BYTES = 0.4  # per op and actor: the executor's vector clocks span every actor (backends/cost.py)
+PAIR_ACTOR_BYTES = 6  # per channel and actor: the counters keep clocks of signals (measured: direct, n = 50, 100)
 
 
 def plan_size(plan: Plan) -> tuple[int, int]:
@@ -61,7 +63,9 @@ def check_plan_work(plan: Plan, launches: int) -> None:
     ntbs, nops = plan_size(plan)
     what = (f"checking the MSCCL++ plan {plan.source} ({len(plan.gpus)} GPUs, {ntbs} thread blocks, {nops} ops, "
             f"{launches} launches)")
-    budget.check(OP_BYTES * nops * 2, what)
+    actors = ntbs + 2 * len(plan.gpus)  # thread blocks, port-channel proxies and callers (execute.py)
+    chans = sum(len(p) for g in plan.gpus for p in g.peers.values())
+    budget.check(nops * (2 * OP_BYTES + OP_ACTOR_BYTES * actors) + PAIR_ACTOR_BYTES * chans * actors, what)
     budget.check_seconds(OP_SECONDS * nops * launches, what)
 
 

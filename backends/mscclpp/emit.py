@@ -269,7 +269,8 @@ def render(b: _Built, *, name: str, proto: str, inplace: bool, min_bytes: int, m
                      "threadblocks": tbs, "channels": channels, "remote_buffers": remote,
                      "semaphores": [{"init_value": 0} for _ in range(b.segments(r) - 1)]})
     meta = {"format_version": FORMAT_VERSION, "generator": "collsynth", "schedule": s.name,
-            "algorithm": s.meta.get("algorithm"), "straggler": _late_rank(s), "collective": s.collective,
+            "algorithm": s.meta.get("algorithm"), "straggler": _late_rank(s), **_late_many(s),
+            "collective": s.collective,
             "nranks": n, "nchunks": s.nchunks, "plan_chunks": b.M, "nsteps": s.nsteps, "ports": s.ports,
             "gpus_per_node": n // (max(b.node_of) + 1), "pipeline_unit": b.pipeline or None,
             "phases": [ph.to_json() for ph in s.phases], "send_steps": steps, "send_transfers": transfers}
@@ -284,15 +285,33 @@ def _piece_table(b: _Built) -> dict[int, tuple[int, int]]:
     return {p.id: (p.step, p.t) for p in b.pcs}
 
 
-def _late_rank(s: Any) -> int | None:
-    """The rank a straggler-aware schedule is built for: its ``straggler`` meta, else the one rank its
-    first phase does not wait for."""
+def _late_set(s: Any) -> list[int]:
+    """The ranks a straggler-aware schedule is built for, sorted: its ``straggler`` meta, clusterstraggler's
+    late-GPU or late-node ``late`` ranks, else the ranks some phase does not wait for (the late set the MSCCL
+    scheduler plugin reads from the same phases)."""
     if isinstance(s.meta.get("straggler"), int):
-        return int(s.meta["straggler"])
-    missing = set()
+        return [int(s.meta["straggler"])]
+    late = s.meta.get("late")
+    if s.meta.get("form") in ("gpu", "node") and isinstance(late, list) and late and \
+            all(isinstance(r, int) and 0 <= r < s.nranks for r in late):
+        return sorted(set(late))
+    missing: set[int] = set()
     for ph in s.phases:
         missing |= set(range(s.nranks)) - set(ph.waits_for)
-    return missing.pop() if len(missing) == 1 else None
+    return sorted(missing)
+
+
+def _late_rank(s: Any) -> int | None:
+    """The one rank a straggler-aware schedule is built for, else None."""
+    late = _late_set(s)
+    return late[0] if len(late) == 1 else None
+
+
+def _late_many(s: Any) -> dict[str, list[int]]:
+    """{"late": ranks} for a schedule built for several late ranks (a cluster's late node), else {} (plans
+    for one late rank or none keep their record)."""
+    late = _late_set(s)
+    return {"late": late} if len(late) > 1 else {}
 
 
 _COMPACT = frozenset(("channels", "remote_buffer_refs", "remote_buffers", "semaphores", "phases", "send_steps",

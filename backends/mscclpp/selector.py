@@ -16,8 +16,12 @@ Selection rules, the same as the MSCCL scheduler plugin's (backends/nccl/plugin.
 matching (docs/mscclpp-plan.md, "Choosing a plan"): the collective, the world size and ranks per node
 match; the message size (the total output for allgather) lies in the plan's range and is a multiple of its
 granularity (16 bytes times its chunk count: the executor refuses other sizes); the buffer mode matches.
-Plans tied to a late rank are chosen first, when the late rank (``late_rank``, else
-``$COLLSYNTH_STRAGGLER``) is that rank; then the plans for punctual ranks; first match in manifest order.
+Plans tied to a late set (one rank: StragglAR, a cluster's late GPU; several: a cluster's late node; the
+entry's ``late``) are chosen first when the late set in force is exactly theirs: ``late_ranks`` /
+``late_rank`` (Python), ``set_late`` / ``set_late_rank`` (C++), else ``$COLLSYNTH_STRAGGLER`` ("5", "4-7",
+"0,4-7"), the MSCCL scheduler plugin's rules (backends/nccl/plugin.py; the C++ parsing and matching are
+rendered from its template, nccl/late_set.inc.j2); then the plans for punctual ranks; first match in
+manifest order.
 """
 
 from __future__ import annotations
@@ -40,17 +44,43 @@ _NAME_OK = re.compile(r"^[A-Za-z0-9._+-]+$")
 def render_selector_files(manifest: dict[str, Any]) -> dict[str, str]:
     """selector.py, collsynth_mscclpp_selector.{h,cc} and run_plans.py for a manifest's entries."""
     rows = []
-    for e in manifest["entries"]:
+    late_ranks: list[int] = []
+    entries = [{**e, "late": entry_late(e)} for e in manifest["entries"]]
+    for e in entries:
         if not _NAME_OK.match(str(e["name"])) or not _FILE_OK.match(os.path.basename(str(e["file"]))):
             raise CollsynthError(f"plan {e['name']!r} ({e['file']}): use letters, digits and ._+- in names and files "
                                  "(they are compiled into the selector as strings)")
-        rows.append({**e, "straggler": -1 if e["straggler"] is None else int(e["straggler"])})
-    table = "[\n" + "".join(f"    {e!r},\n" for e in manifest["entries"]) + "]"
-    ctx = {"rows": rows, "nplans": len(rows), "table": table}
+        late = e["late"]
+        rows.append({**e, "straggler": late[0] if late else -1, "nlate": len(late), "late_at": len(late_ranks)})
+        late_ranks.extend(late)
+    table = "[\n" + "".join(f"    {e!r},\n" for e in entries) + "]"
+    ctx = {"rows": rows, "nplans": len(rows), "table": table, "late_ranks": ", ".join(map(str, late_ranks)) or "-1",
+           "nlate_max": max([len(e["late"]) for e in entries] + [1])}
     return {"selector.py": render("mscclpp/selector.py.j2", **ctx),
             "collsynth_mscclpp_selector.h": render("mscclpp/selector.h.j2", **ctx),
             "collsynth_mscclpp_selector.cc": render("mscclpp/selector.cc.j2", **ctx),
             "run_plans.py": render("mscclpp/run_plans.py.j2", **ctx)}
+
+
+def entry_late(e: dict[str, Any]) -> list[int]:
+    """A manifest entry's late set, sorted: its ``late`` ranks, else its one ``straggler``, else [] (punctual)."""
+    late = e.get("late")
+    if isinstance(late, list):
+        return sorted(int(r) for r in late)
+    return [] if e.get("straggler") is None else [int(e["straggler"])]
+
+
+def plan_late(meta: dict[str, Any], nranks: int) -> list[int]:
+    """The late set a plan's collsynth record names: ``late`` (emit.py writes it for several late ranks, e.g. a
+    cluster's late node), else ``straggler`` (one rank), else [] (punctual); ranks outside 0..n-1 are refused."""
+    late = meta.get("late")
+    if isinstance(late, list) and late and all(isinstance(r, int) and not isinstance(r, bool) for r in late):
+        got = sorted(set(late))
+    else:
+        s = meta.get("straggler")
+        got = [s] if isinstance(s, int) and not isinstance(s, bool) else []
+    bad = [r for r in got if not 0 <= r < nranks]
+    return [] if bad else got
 
 
 def selector_manifest(plan_dir: str) -> dict[str, Any]:
@@ -69,14 +99,14 @@ def selector_manifest(plan_dir: str) -> dict[str, Any]:
         plan_to_schedule(plan)  # checks the plan (CollsynthError naming the problem when it does not verify)
         meta = plan.meta
         g0 = plan.gpus[0]
-        late = meta.get("straggler")
+        late = plan_late(meta, plan.nranks)
         gpn = meta.get("gpus_per_node")
         items.append({"name": plan.name, "file": f, "algorithm": meta.get("algorithm"),
                       "collective": plan.collective, "world_size": plan.nranks,
                       "ranks_per_node": gpn if isinstance(gpn, int) else plan.nranks,
                       "protocol": "LL" if plan.packets else "Simple", "inplace": plan.inplace,
                       "min_bytes": plan.min_size, "max_bytes": plan.max_size,
-                      "straggler": late if isinstance(late, int) and 0 <= late < plan.nranks else None,
+                      "straggler": late[0] if len(late) == 1 else None, "late": late,
                       "granularity": plan.alignment * (g0.output_chunks if plan.collective == "allgather"
                                                        else g0.input_chunks)})
     return {"entries": items}

@@ -3,17 +3,22 @@
  * Rules (the same as selector.py): collective, world size and ranks per node match; the message size (allgather:
  * the total output) lies in [min_bytes, max_bytes] and is a multiple of the plan's granularity (the executor
  * refuses other sizes); the buffer mode matches. Plans built for a late rank come first when the late rank is
- * theirs, then the plans for punctual ranks; first match in table order.
+ * theirs, then the plans for punctual ranks; first match in table order. A plan is built for a late set: one
+ * rank (StragglAR, a cluster's late GPU) or several (a cluster's late node); it is chosen only when the late set
+ * in force is exactly its own. The late set: set_late(ranks, count) or set_late_rank(rank), else
+ * $COLLSYNTH_STRAGGLER (ranks and ranges, "5", "4-7", "0,4-7"), the rules of collsynth's MSCCL scheduler (the
+ * same C code, rendered from one template).
  *
  * The selector keeps its own in-place flag per plan: DslAlgorithm::bufferMode caches one answer for every DSL
  * plan in MSCCL++ 0.9.0, so MSCCL++'s own matching cannot tell in-place plans from out-of-place ones.
  */
 #include "collsynth_mscclpp_selector.h"
 
-#include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #ifdef COLLSYNTH_WITH_MSCCLPP
 #include <memory>
@@ -25,85 +30,161 @@
 
 namespace collsynth_mscclpp {
 
-/* name, file, collective, world size, ranks per node, min bytes, max bytes, granularity, inplace, late rank */
+/* name, file, collective, world size, ranks per node, min bytes, max bytes, granularity, inplace, first late rank,
+ * late ranks, where they start in kLate */
 const PlanEntry kPlans[] = {
-    {"direct_n4_LL_inplace", "plans/direct_n4_LL_inplace.json", "allreduce", 4, 4, 0ULL, 65536ULL, 16ULL, true, -1},
-    {"rhd_n4_LL_inplace", "plans/rhd_n4_LL_inplace.json", "allreduce", 4, 4, 65537ULL, 1048576ULL, 64ULL, true, -1},
-    {"ring_n4_Simple_inplace", "plans/ring_n4_Simple_inplace.json", "allreduce", 4, 4, 1048577ULL, 2863311488ULL, 64ULL, true, -1},
-    {"stragglar_n4_s0_LL_inplace", "plans/stragglar_n4_s0_LL_inplace.json", "allreduce", 4, 4, 0ULL, 1048576ULL, 512ULL, true, 0},
-    {"stragglar_n4_s0_Simple_inplace", "plans/stragglar_n4_s0_Simple_inplace.json", "allreduce", 4, 4, 1048577ULL, 2545165312ULL, 512ULL, true, 0},
-    {"stragglar_n4_s1_LL_inplace", "plans/stragglar_n4_s1_LL_inplace.json", "allreduce", 4, 4, 0ULL, 1048576ULL, 512ULL, true, 1},
-    {"stragglar_n4_s1_Simple_inplace", "plans/stragglar_n4_s1_Simple_inplace.json", "allreduce", 4, 4, 1048577ULL, 2545165312ULL, 512ULL, true, 1},
-    {"stragglar_n4_s2_LL_inplace", "plans/stragglar_n4_s2_LL_inplace.json", "allreduce", 4, 4, 0ULL, 1048576ULL, 512ULL, true, 2},
-    {"stragglar_n4_s2_Simple_inplace", "plans/stragglar_n4_s2_Simple_inplace.json", "allreduce", 4, 4, 1048577ULL, 2545165312ULL, 512ULL, true, 2},
-    {"stragglar_n4_s3_LL_inplace", "plans/stragglar_n4_s3_LL_inplace.json", "allreduce", 4, 4, 0ULL, 1048576ULL, 512ULL, true, 3},
-    {"stragglar_n4_s3_Simple_inplace", "plans/stragglar_n4_s3_Simple_inplace.json", "allreduce", 4, 4, 1048577ULL, 2545165312ULL, 512ULL, true, 3},
-    {"direct_n4_LL_outofplace", "plans/direct_n4_LL_outofplace.json", "allreduce", 4, 4, 0ULL, 65536ULL, 16ULL, false, -1},
-    {"rhd_n4_LL_outofplace", "plans/rhd_n4_LL_outofplace.json", "allreduce", 4, 4, 65537ULL, 1048576ULL, 64ULL, false, -1},
-    {"ring_n4_Simple_outofplace", "plans/ring_n4_Simple_outofplace.json", "allreduce", 4, 4, 1048577ULL, 2863311488ULL, 64ULL, false, -1},
-    {"stragglar_n4_s0_LL_outofplace", "plans/stragglar_n4_s0_LL_outofplace.json", "allreduce", 4, 4, 0ULL, 1048576ULL, 512ULL, false, 0},
-    {"stragglar_n4_s0_Simple_outofplace", "plans/stragglar_n4_s0_Simple_outofplace.json", "allreduce", 4, 4, 1048577ULL, 2545165312ULL, 512ULL, false, 0},
-    {"stragglar_n4_s1_LL_outofplace", "plans/stragglar_n4_s1_LL_outofplace.json", "allreduce", 4, 4, 0ULL, 1048576ULL, 512ULL, false, 1},
-    {"stragglar_n4_s1_Simple_outofplace", "plans/stragglar_n4_s1_Simple_outofplace.json", "allreduce", 4, 4, 1048577ULL, 2545165312ULL, 512ULL, false, 1},
-    {"stragglar_n4_s2_LL_outofplace", "plans/stragglar_n4_s2_LL_outofplace.json", "allreduce", 4, 4, 0ULL, 1048576ULL, 512ULL, false, 2},
-    {"stragglar_n4_s2_Simple_outofplace", "plans/stragglar_n4_s2_Simple_outofplace.json", "allreduce", 4, 4, 1048577ULL, 2545165312ULL, 512ULL, false, 2},
-    {"stragglar_n4_s3_LL_outofplace", "plans/stragglar_n4_s3_LL_outofplace.json", "allreduce", 4, 4, 0ULL, 1048576ULL, 512ULL, false, 3},
-    {"stragglar_n4_s3_Simple_outofplace", "plans/stragglar_n4_s3_Simple_outofplace.json", "allreduce", 4, 4, 1048577ULL, 2545165312ULL, 512ULL, false, 3},
-    {"direct_n8_LL_inplace", "plans/direct_n8_LL_inplace.json", "allreduce", 8, 8, 0ULL, 65536ULL, 16ULL, true, -1},
-    {"rhd_n8_LL_inplace", "plans/rhd_n8_LL_inplace.json", "allreduce", 8, 8, 65537ULL, 1048576ULL, 128ULL, true, -1},
-    {"ring_n8_Simple_inplace", "plans/ring_n8_Simple_inplace.json", "allreduce", 8, 8, 1048577ULL, 2454267008ULL, 128ULL, true, -1},
-    {"stragglar_n8_s0_LL_inplace", "plans/stragglar_n8_s0_LL_inplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, true, 0},
-    {"stragglar_n8_s0_Simple_inplace", "plans/stragglar_n8_s0_Simple_inplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, true, 0},
-    {"stragglar_n8_s1_LL_inplace", "plans/stragglar_n8_s1_LL_inplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, true, 1},
-    {"stragglar_n8_s1_Simple_inplace", "plans/stragglar_n8_s1_Simple_inplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, true, 1},
-    {"stragglar_n8_s2_LL_inplace", "plans/stragglar_n8_s2_LL_inplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, true, 2},
-    {"stragglar_n8_s2_Simple_inplace", "plans/stragglar_n8_s2_Simple_inplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, true, 2},
-    {"stragglar_n8_s3_LL_inplace", "plans/stragglar_n8_s3_LL_inplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, true, 3},
-    {"stragglar_n8_s3_Simple_inplace", "plans/stragglar_n8_s3_Simple_inplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, true, 3},
-    {"stragglar_n8_s4_LL_inplace", "plans/stragglar_n8_s4_LL_inplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, true, 4},
-    {"stragglar_n8_s4_Simple_inplace", "plans/stragglar_n8_s4_Simple_inplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, true, 4},
-    {"stragglar_n8_s5_LL_inplace", "plans/stragglar_n8_s5_LL_inplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, true, 5},
-    {"stragglar_n8_s5_Simple_inplace", "plans/stragglar_n8_s5_Simple_inplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, true, 5},
-    {"stragglar_n8_s6_LL_inplace", "plans/stragglar_n8_s6_LL_inplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, true, 6},
-    {"stragglar_n8_s6_Simple_inplace", "plans/stragglar_n8_s6_Simple_inplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, true, 6},
-    {"stragglar_n8_s7_LL_inplace", "plans/stragglar_n8_s7_LL_inplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, true, 7},
-    {"stragglar_n8_s7_Simple_inplace", "plans/stragglar_n8_s7_Simple_inplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, true, 7},
-    {"direct_n8_LL_outofplace", "plans/direct_n8_LL_outofplace.json", "allreduce", 8, 8, 0ULL, 65536ULL, 16ULL, false, -1},
-    {"rhd_n8_LL_outofplace", "plans/rhd_n8_LL_outofplace.json", "allreduce", 8, 8, 65537ULL, 1048576ULL, 128ULL, false, -1},
-    {"ring_n8_Simple_outofplace", "plans/ring_n8_Simple_outofplace.json", "allreduce", 8, 8, 1048577ULL, 2454267008ULL, 128ULL, false, -1},
-    {"stragglar_n8_s0_LL_outofplace", "plans/stragglar_n8_s0_LL_outofplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, false, 0},
-    {"stragglar_n8_s0_Simple_outofplace", "plans/stragglar_n8_s0_Simple_outofplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, false, 0},
-    {"stragglar_n8_s1_LL_outofplace", "plans/stragglar_n8_s1_LL_outofplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, false, 1},
-    {"stragglar_n8_s1_Simple_outofplace", "plans/stragglar_n8_s1_Simple_outofplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, false, 1},
-    {"stragglar_n8_s2_LL_outofplace", "plans/stragglar_n8_s2_LL_outofplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, false, 2},
-    {"stragglar_n8_s2_Simple_outofplace", "plans/stragglar_n8_s2_Simple_outofplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, false, 2},
-    {"stragglar_n8_s3_LL_outofplace", "plans/stragglar_n8_s3_LL_outofplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, false, 3},
-    {"stragglar_n8_s3_Simple_outofplace", "plans/stragglar_n8_s3_Simple_outofplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, false, 3},
-    {"stragglar_n8_s4_LL_outofplace", "plans/stragglar_n8_s4_LL_outofplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, false, 4},
-    {"stragglar_n8_s4_Simple_outofplace", "plans/stragglar_n8_s4_Simple_outofplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, false, 4},
-    {"stragglar_n8_s5_LL_outofplace", "plans/stragglar_n8_s5_LL_outofplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, false, 5},
-    {"stragglar_n8_s5_Simple_outofplace", "plans/stragglar_n8_s5_Simple_outofplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, false, 5},
-    {"stragglar_n8_s6_LL_outofplace", "plans/stragglar_n8_s6_LL_outofplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, false, 6},
-    {"stragglar_n8_s6_Simple_outofplace", "plans/stragglar_n8_s6_Simple_outofplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, false, 6},
-    {"stragglar_n8_s7_LL_outofplace", "plans/stragglar_n8_s7_LL_outofplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, false, 7},
-    {"stragglar_n8_s7_Simple_outofplace", "plans/stragglar_n8_s7_Simple_outofplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, false, 7},
+    {"direct_n4_LL_inplace", "plans/direct_n4_LL_inplace.json", "allreduce", 4, 4, 0ULL, 65536ULL, 16ULL, true, -1, 0, 0},
+    {"rhd_n4_LL_inplace", "plans/rhd_n4_LL_inplace.json", "allreduce", 4, 4, 65537ULL, 1048576ULL, 64ULL, true, -1, 0, 0},
+    {"ring_n4_Simple_inplace", "plans/ring_n4_Simple_inplace.json", "allreduce", 4, 4, 1048577ULL, 2863311488ULL, 64ULL, true, -1, 0, 0},
+    {"stragglar_n4_s0_LL_inplace", "plans/stragglar_n4_s0_LL_inplace.json", "allreduce", 4, 4, 0ULL, 1048576ULL, 512ULL, true, 0, 1, 0},
+    {"stragglar_n4_s0_Simple_inplace", "plans/stragglar_n4_s0_Simple_inplace.json", "allreduce", 4, 4, 1048577ULL, 2545165312ULL, 512ULL, true, 0, 1, 1},
+    {"stragglar_n4_s1_LL_inplace", "plans/stragglar_n4_s1_LL_inplace.json", "allreduce", 4, 4, 0ULL, 1048576ULL, 512ULL, true, 1, 1, 2},
+    {"stragglar_n4_s1_Simple_inplace", "plans/stragglar_n4_s1_Simple_inplace.json", "allreduce", 4, 4, 1048577ULL, 2545165312ULL, 512ULL, true, 1, 1, 3},
+    {"stragglar_n4_s2_LL_inplace", "plans/stragglar_n4_s2_LL_inplace.json", "allreduce", 4, 4, 0ULL, 1048576ULL, 512ULL, true, 2, 1, 4},
+    {"stragglar_n4_s2_Simple_inplace", "plans/stragglar_n4_s2_Simple_inplace.json", "allreduce", 4, 4, 1048577ULL, 2545165312ULL, 512ULL, true, 2, 1, 5},
+    {"stragglar_n4_s3_LL_inplace", "plans/stragglar_n4_s3_LL_inplace.json", "allreduce", 4, 4, 0ULL, 1048576ULL, 512ULL, true, 3, 1, 6},
+    {"stragglar_n4_s3_Simple_inplace", "plans/stragglar_n4_s3_Simple_inplace.json", "allreduce", 4, 4, 1048577ULL, 2545165312ULL, 512ULL, true, 3, 1, 7},
+    {"direct_n4_LL_outofplace", "plans/direct_n4_LL_outofplace.json", "allreduce", 4, 4, 0ULL, 65536ULL, 16ULL, false, -1, 0, 8},
+    {"rhd_n4_LL_outofplace", "plans/rhd_n4_LL_outofplace.json", "allreduce", 4, 4, 65537ULL, 1048576ULL, 64ULL, false, -1, 0, 8},
+    {"ring_n4_Simple_outofplace", "plans/ring_n4_Simple_outofplace.json", "allreduce", 4, 4, 1048577ULL, 2863311488ULL, 64ULL, false, -1, 0, 8},
+    {"stragglar_n4_s0_LL_outofplace", "plans/stragglar_n4_s0_LL_outofplace.json", "allreduce", 4, 4, 0ULL, 1048576ULL, 512ULL, false, 0, 1, 8},
+    {"stragglar_n4_s0_Simple_outofplace", "plans/stragglar_n4_s0_Simple_outofplace.json", "allreduce", 4, 4, 1048577ULL, 2545165312ULL, 512ULL, false, 0, 1, 9},
+    {"stragglar_n4_s1_LL_outofplace", "plans/stragglar_n4_s1_LL_outofplace.json", "allreduce", 4, 4, 0ULL, 1048576ULL, 512ULL, false, 1, 1, 10},
+    {"stragglar_n4_s1_Simple_outofplace", "plans/stragglar_n4_s1_Simple_outofplace.json", "allreduce", 4, 4, 1048577ULL, 2545165312ULL, 512ULL, false, 1, 1, 11},
+    {"stragglar_n4_s2_LL_outofplace", "plans/stragglar_n4_s2_LL_outofplace.json", "allreduce", 4, 4, 0ULL, 1048576ULL, 512ULL, false, 2, 1, 12},
+    {"stragglar_n4_s2_Simple_outofplace", "plans/stragglar_n4_s2_Simple_outofplace.json", "allreduce", 4, 4, 1048577ULL, 2545165312ULL, 512ULL, false, 2, 1, 13},
+    {"stragglar_n4_s3_LL_outofplace", "plans/stragglar_n4_s3_LL_outofplace.json", "allreduce", 4, 4, 0ULL, 1048576ULL, 512ULL, false, 3, 1, 14},
+    {"stragglar_n4_s3_Simple_outofplace", "plans/stragglar_n4_s3_Simple_outofplace.json", "allreduce", 4, 4, 1048577ULL, 2545165312ULL, 512ULL, false, 3, 1, 15},
+    {"direct_n8_LL_inplace", "plans/direct_n8_LL_inplace.json", "allreduce", 8, 8, 0ULL, 65536ULL, 16ULL, true, -1, 0, 16},
+    {"rhd_n8_LL_inplace", "plans/rhd_n8_LL_inplace.json", "allreduce", 8, 8, 65537ULL, 1048576ULL, 128ULL, true, -1, 0, 16},
+    {"ring_n8_Simple_inplace", "plans/ring_n8_Simple_inplace.json", "allreduce", 8, 8, 1048577ULL, 2454267008ULL, 128ULL, true, -1, 0, 16},
+    {"stragglar_n8_s0_LL_inplace", "plans/stragglar_n8_s0_LL_inplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, true, 0, 1, 16},
+    {"stragglar_n8_s0_Simple_inplace", "plans/stragglar_n8_s0_Simple_inplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, true, 0, 1, 17},
+    {"stragglar_n8_s1_LL_inplace", "plans/stragglar_n8_s1_LL_inplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, true, 1, 1, 18},
+    {"stragglar_n8_s1_Simple_inplace", "plans/stragglar_n8_s1_Simple_inplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, true, 1, 1, 19},
+    {"stragglar_n8_s2_LL_inplace", "plans/stragglar_n8_s2_LL_inplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, true, 2, 1, 20},
+    {"stragglar_n8_s2_Simple_inplace", "plans/stragglar_n8_s2_Simple_inplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, true, 2, 1, 21},
+    {"stragglar_n8_s3_LL_inplace", "plans/stragglar_n8_s3_LL_inplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, true, 3, 1, 22},
+    {"stragglar_n8_s3_Simple_inplace", "plans/stragglar_n8_s3_Simple_inplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, true, 3, 1, 23},
+    {"stragglar_n8_s4_LL_inplace", "plans/stragglar_n8_s4_LL_inplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, true, 4, 1, 24},
+    {"stragglar_n8_s4_Simple_inplace", "plans/stragglar_n8_s4_Simple_inplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, true, 4, 1, 25},
+    {"stragglar_n8_s5_LL_inplace", "plans/stragglar_n8_s5_LL_inplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, true, 5, 1, 26},
+    {"stragglar_n8_s5_Simple_inplace", "plans/stragglar_n8_s5_Simple_inplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, true, 5, 1, 27},
+    {"stragglar_n8_s6_LL_inplace", "plans/stragglar_n8_s6_LL_inplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, true, 6, 1, 28},
+    {"stragglar_n8_s6_Simple_inplace", "plans/stragglar_n8_s6_Simple_inplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, true, 6, 1, 29},
+    {"stragglar_n8_s7_LL_inplace", "plans/stragglar_n8_s7_LL_inplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, true, 7, 1, 30},
+    {"stragglar_n8_s7_Simple_inplace", "plans/stragglar_n8_s7_Simple_inplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, true, 7, 1, 31},
+    {"direct_n8_LL_outofplace", "plans/direct_n8_LL_outofplace.json", "allreduce", 8, 8, 0ULL, 65536ULL, 16ULL, false, -1, 0, 32},
+    {"rhd_n8_LL_outofplace", "plans/rhd_n8_LL_outofplace.json", "allreduce", 8, 8, 65537ULL, 1048576ULL, 128ULL, false, -1, 0, 32},
+    {"ring_n8_Simple_outofplace", "plans/ring_n8_Simple_outofplace.json", "allreduce", 8, 8, 1048577ULL, 2454267008ULL, 128ULL, false, -1, 0, 32},
+    {"stragglar_n8_s0_LL_outofplace", "plans/stragglar_n8_s0_LL_outofplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, false, 0, 1, 32},
+    {"stragglar_n8_s0_Simple_outofplace", "plans/stragglar_n8_s0_Simple_outofplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, false, 0, 1, 33},
+    {"stragglar_n8_s1_LL_outofplace", "plans/stragglar_n8_s1_LL_outofplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, false, 1, 1, 34},
+    {"stragglar_n8_s1_Simple_outofplace", "plans/stragglar_n8_s1_Simple_outofplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, false, 1, 1, 35},
+    {"stragglar_n8_s2_LL_outofplace", "plans/stragglar_n8_s2_LL_outofplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, false, 2, 1, 36},
+    {"stragglar_n8_s2_Simple_outofplace", "plans/stragglar_n8_s2_Simple_outofplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, false, 2, 1, 37},
+    {"stragglar_n8_s3_LL_outofplace", "plans/stragglar_n8_s3_LL_outofplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, false, 3, 1, 38},
+    {"stragglar_n8_s3_Simple_outofplace", "plans/stragglar_n8_s3_Simple_outofplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, false, 3, 1, 39},
+    {"stragglar_n8_s4_LL_outofplace", "plans/stragglar_n8_s4_LL_outofplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, false, 4, 1, 40},
+    {"stragglar_n8_s4_Simple_outofplace", "plans/stragglar_n8_s4_Simple_outofplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, false, 4, 1, 41},
+    {"stragglar_n8_s5_LL_outofplace", "plans/stragglar_n8_s5_LL_outofplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, false, 5, 1, 42},
+    {"stragglar_n8_s5_Simple_outofplace", "plans/stragglar_n8_s5_Simple_outofplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, false, 5, 1, 43},
+    {"stragglar_n8_s6_LL_outofplace", "plans/stragglar_n8_s6_LL_outofplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, false, 6, 1, 44},
+    {"stragglar_n8_s6_Simple_outofplace", "plans/stragglar_n8_s6_Simple_outofplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, false, 6, 1, 45},
+    {"stragglar_n8_s7_LL_outofplace", "plans/stragglar_n8_s7_LL_outofplace.json", "allreduce", 8, 8, 0ULL, 1048576ULL, 1024ULL, false, 7, 1, 46},
+    {"stragglar_n8_s7_Simple_outofplace", "plans/stragglar_n8_s7_Simple_outofplace.json", "allreduce", 8, 8, 1048577ULL, 2309898240ULL, 1024ULL, false, 7, 1, 47},
 };
 const int kNumPlans = 60;
+const int kLate[] = { 0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7 };
 
-static std::atomic<int> gOverride{-2};
+/* The late-set rules shared by collsynth's MSCCL scheduler and MSCCL++ selector (one template,
+ * backends/nccl/templates/late_set.inc.j2; needs kMaxLate, <errno.h>, <limits.h>, <stdlib.h>, <string.h>). */
 
-void set_late_rank(int rank) { gOverride.store(rank < -1 ? -2 : rank); }
+/* Add rank r to the sorted set set[0..*n) of capacity kMaxLate; 0 when it does not fit. */
+static int csAdd(int* set, int* n, int r) {
+  int i = 0;
+  while (i < *n && set[i] < r) i++;
+  if (i < *n && set[i] == r) return 1;
+  if (*n >= kMaxLate) return 0;
+  for (int j = *n; j > i; j--) set[j] = set[j - 1];
+  set[i] = r;
+  (*n)++;
+  return 1;
+}
+
+/* The late set a $COLLSYNTH_STRAGGLER value names (ranks and ranges: "5", "4-7", "0,4-7") into out[kMaxLate]:
+ * its size; 0 for none (NULL, empty, "none", "-1" or malformed); -1 when it is larger than any file's. */
+static int csParseLate(const char* v, int* out) {
+  if (!v || !*v || !strcmp(v, "none")) return 0;
+  int n = 0;
+  const char* p = v;
+  while (*p) {
+    char* end;
+    errno = 0;
+    long lo = strtol(p, &end, 10), hi = lo;
+    if (errno || end == p || lo < -1 || lo > INT_MAX) return 0;
+    p = end;
+    if (*p == '-') {
+      errno = 0;
+      hi = strtol(p + 1, &end, 10);
+      if (errno || end == p + 1 || hi < lo || hi > INT_MAX) return 0;
+      p = end;
+    }
+    if (*p == ',') p++;
+    else if (*p) return 0;
+    if (lo < 0) return 0; /* "-1": none */
+    for (long r = lo; r <= hi; r++)
+      if (!csAdd(out, &n, (int)r)) return -1;
+  }
+  return n;
+}
+
+/* Whether the sorted late sets want[0..nwant) and late[0..nlate) are equal. */
+static int csSameLate(const int* want, int nwant, const int* late, int nlate) {
+  if (nwant != nlate) return 0;
+  for (int i = 0; i < nlate; i++)
+    if (want[i] != late[i]) return 0;
+  return 1;
+}
+
+
+/* The late set given at run time: gOverN -2 means "read the environment"; else gOverN sorted ranks in gOver (-1:
+ * more than any plan has, so it matches none). */
+static std::mutex gLock;
+static int gOverN = -2;
+static int gOver[kMaxLate];
+
+void set_late(const int* ranks, int count) {
+  int buf[kMaxLate];
+  int n = 0;
+  if (count < 0 || (count > 0 && !ranks)) n = -2;
+  for (int i = 0; i < count && n >= 0; i++) {
+    if (ranks[i] < 0) n = -2;
+    else if (!csAdd(buf, &n, ranks[i])) n = -1;
+  }
+  std::lock_guard<std::mutex> hold(gLock);
+  gOverN = n;
+  for (int i = 0; i < n; i++) gOver[i] = buf[i];
+}
+
+void set_late_rank(int rank) {
+  if (rank < -1) set_late(nullptr, -1);
+  else set_late(&rank, rank < 0 ? 0 : 1);
+}
+
+int late_set(int* out) {
+  std::lock_guard<std::mutex> hold(gLock);
+  if (gOverN != -2) {
+    for (int i = 0; i < gOverN; i++) out[i] = gOver[i];
+    return gOverN;
+  }
+  return csParseLate(std::getenv("COLLSYNTH_STRAGGLER"), out);
+}
 
 int late_rank() {
-  int o = gOverride.load();
-  if (o != -2) return o;
-  const char* v = std::getenv("COLLSYNTH_STRAGGLER");
-  if (!v || !*v || !std::strcmp(v, "none")) return -1;
-  char* end = nullptr;
-  errno = 0;
-  long r = std::strtol(v, &end, 10);
-  if (errno || *end || r < 0 || r > 1 << 30) return -1;
-  return static_cast<int>(r);
+  int late[kMaxLate];
+  int n = late_set(late);
+  return n == 1 ? late[0] : -1;
 }
 
 static bool matches(const PlanEntry& e, const char* collective, int world_size, int ranks_per_node,
@@ -114,17 +195,27 @@ static bool matches(const PlanEntry& e, const char* collective, int world_size, 
 }
 
 const PlanEntry* select_plan(const char* collective, int world_size, int ranks_per_node, unsigned long long bytes,
-                             bool inplace, int late) {
+                             bool inplace, const int* late, int nlate) {
   unsigned long long size = std::strcmp(collective, "allgather") ? bytes : bytes * (unsigned long long)world_size;
-  if (late >= 0) {
+  int want[kMaxLate];
+  int n = 0;
+  for (int i = 0; i < nlate && n >= 0; i++)
+    if (late[i] < 0 || !csAdd(want, &n, late[i])) n = -1; /* a negative rank or too many: no late plan */
+  if (n > 0) {
     for (int i = 0; i < kNumPlans; i++)
-      if (kPlans[i].straggler == late && matches(kPlans[i], collective, world_size, ranks_per_node, size, inplace))
+      if (csSameLate(kLate + kPlans[i].late_at, kPlans[i].nlate, want, n) &&
+          matches(kPlans[i], collective, world_size, ranks_per_node, size, inplace))
         return &kPlans[i];
   }
   for (int i = 0; i < kNumPlans; i++)
-    if (kPlans[i].straggler == -1 && matches(kPlans[i], collective, world_size, ranks_per_node, size, inplace))
+    if (kPlans[i].nlate == 0 && matches(kPlans[i], collective, world_size, ranks_per_node, size, inplace))
       return &kPlans[i];
   return nullptr;
+}
+
+const PlanEntry* select_plan(const char* collective, int world_size, int ranks_per_node, unsigned long long bytes,
+                             bool inplace, int late_rank) {
+  return select_plan(collective, world_size, ranks_per_node, bytes, inplace, &late_rank, late_rank >= 0 ? 1 : 0);
 }
 
 #ifdef COLLSYNTH_WITH_MSCCLPP
@@ -143,8 +234,12 @@ void register_plans(const std::string& plan_dir, int rank) {
              algos,
          const mscclpp::CollectiveRequest& request) -> std::shared_ptr<mscclpp::Algorithm> {
         bool inplace = request.bufferMode() == mscclpp::CollectiveBufferMode::InPlace;
-        const PlanEntry* e = select_plan(request.collective.c_str(), request.worldSize, request.nRanksPerNode,
-                                         request.messageSize, inplace, late_rank());
+        int late[kMaxLate];
+        int nlate = late_set(late);
+        const PlanEntry* e = nlate < 0 ? select_plan(request.collective.c_str(), request.worldSize,
+                                                     request.nRanksPerNode, request.messageSize, inplace, -1)
+                                       : select_plan(request.collective.c_str(), request.worldSize,
+                                                     request.nRanksPerNode, request.messageSize, inplace, late, nlate);
         if (!e) return nullptr;
         auto byCollective = algos.find(request.collective);
         if (byCollective == algos.end()) return nullptr;

@@ -24,17 +24,30 @@ struct PlanEntry {
   unsigned long long min_bytes, max_bytes; /* the plan's message range (allgather: total output) */
   unsigned long long granularity;          /* sizes must be multiples of this (16 bytes x chunks) */
   bool inplace;
-  int straggler; /* the late rank the plan is built for, -1: punctual ranks */
+  int straggler; /* the first late rank the plan is built for, -1: punctual ranks */
+  int nlate;     /* its late set is kLate[late_at .. late_at + nlate), sorted (one GPU, or a whole node) */
+  int late_at;
 };
 
+enum { kMaxLate = 1 }; /* the most late ranks a late set here can hold */
 extern const PlanEntry kPlans[];
 extern const int kNumPlans;
+extern const int kLate[];
 
-/* The late rank: set_late_rank's value, else $COLLSYNTH_STRAGGLER; -1 for none. */
+/* The late set in force into out[kMaxLate]: set_late's (or set_late_rank's) ranks, else $COLLSYNTH_STRAGGLER's
+ * ("5", "4-7", "0,4-7"; unset, empty, "none", "-1" or malformed: none). Its size; -1 when larger than any plan's. */
+int late_set(int* out);
+/* Name the late ranks (count 0: none); a negative count restores the environment's. */
+void set_late(const int* ranks, int count);
+/* The one late rank in force, -1 for none or several. */
 int late_rank();
-void set_late_rank(int rank); /* a negative rank: none (-2 restores the environment's) */
+void set_late_rank(int rank); /* -1: none; -2 or lower: the environment's again */
 
-/* The plan to run, or nullptr. bytes: per rank (count x type size); ranks_per_node <= 0: any. */
+/* The plan to run, or nullptr. bytes: per rank (count x type size); ranks_per_node <= 0: any. A plan built for
+ * a late set runs only when the given late ranks are exactly its own; then the plans for punctual ranks. */
+const PlanEntry* select_plan(const char* collective, int world_size, int ranks_per_node, unsigned long long bytes,
+                             bool inplace, const int* late, int nlate);
+/* The same for one late rank (-1: none). */
 const PlanEntry* select_plan(const char* collective, int world_size, int ranks_per_node, unsigned long long bytes,
                              bool inplace, int late_rank);
 

@@ -11,7 +11,7 @@ For each plan with this world size, and each size it serves (its range and granu
 result of an executor run (every rank's input is a pattern of its rank; the output must be their sum), then
 times ``--iters`` launches of the plan and of ncclAllReduce on the same buffers (float32; the late rank, if
 any, sleeps ``--delay-us`` on the GPU before each call) and prints one JSON line per (plan, size) on rank 0.
-Plans tied to a late rank run only when ``--late-rank`` names it.
+Plans tied to a late set run only when it is the one rank ``--late-rank`` names.
 """
 
 import argparse
@@ -51,7 +51,7 @@ def work(world, sizes, late):
     for e in PLANS:
         if e["collective"] != "allreduce" or e["world_size"] != world:
             continue
-        if e["straggler"] is not None and e["straggler"] != late:
+        if e["late"] and e["late"] != [late]:  # a plan for another late set (a late node: several ranks)
             continue
         for size in sizes:
             if e["min_bytes"] <= size <= e["max_bytes"] and size % e["granularity"] == 0:

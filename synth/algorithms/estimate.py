@@ -18,6 +18,9 @@ tests/test_estimate.py checks them against built schedules):
   4 late ranks in 2 s).
 - clusterstraggler: the punctual AllReduce, then the late buffer in at most cluster.MAX_CHUNKS blocks
   streamed to every rank (measured: 16 nodes x 8 GPUs with one late GPU, 18,672 transfers in 1.8 s).
+  With several late ranks on a topology with nodes (its waves form) it builds and simulates the schedules
+  waves.build tries (``_waves_copies``: one above waves.SEARCH_MAX_GPUS, not multistraggler's 20 per late
+  rank, which refused 64 nodes with 5 late ranks at ~1,650 s, built in 4 s).
   clusterstraggler for one late GPU or one whole late node on a topology with nodes (issue 15) builds
   one plan of C = G M chunks (M <= max(cluster.UNITS) for auto): the present ranks' AllReduce and the
   late data's rail chains move each chunk about 3 times per rank (measured 2.9-3.0 C per rank at 16
@@ -40,6 +43,7 @@ from collsynth.synth.algorithms import hierarchical, tree
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar import cluster as stragglar_cluster
 from collsynth.synth.algorithms.stragglar import pipeline as stragglar_pipeline
+from collsynth.synth.algorithms.stragglar import waves as stragglar_waves
 from collsynth.synth.algorithms.stragglar.tables import stored_sizes
 from collsynth.synth.arrivals import arrival_vector
 from collsynth.synth.composition import inter_steps
@@ -94,7 +98,7 @@ def _hierarchical(n: int, pipe: Any, topology: Any, size: Any) -> Work:
     grid = node_grid(topology, n)
     N, G = grid.shape
     s_bytes = hierarchical.DEFAULT_SIZE if size is None else float(size)
-    w, kind, _ = hierarchical.plan(n, grid, s_bytes, hierarchical.link_model(topology, grid), pipe)
+    w, kind, _ = hierarchical.cached_plan(n, grid, s_bytes, hierarchical.link_model(topology, grid), pipe)
     M, fracs = inter_steps(kind, N)
     per = 2 * (G - 1) + len(fracs)
     t = len(w) * per * n
@@ -159,6 +163,30 @@ def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
     return Work(n, c, 4 * c + 4 * N, 4 * n * c, 4 * n * c, copies=2)  # and the synchronous one (choose.py)
 
 
+def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
+    """The schedules clusterstraggler's waves form (several late ranks on a topology with nodes) builds and
+    simulates (waves.build): up to waves.SEARCH_MAX_GPUS with pipeline "auto", two (as built, retimed) per
+    cutoff (none, and each late arrival time), two more pairs at the best cutoff, one funnel form per
+    waves.FUNNEL_CHOICES and the synchronous hierarchical; otherwise one. None when the arrivals or topology
+    do not make that form."""
+    topo = params.get("topology")
+    if topo is None or isinstance(topo, str) or getattr(topo, "nranks", None) != n:
+        return None
+    N, G = node_grid(topo, n).shape
+    if N < 2 or G < 2:
+        return None
+    try:
+        times = arrival_vector(params.get("arrivals"), n)
+    except CollsynthError:
+        return None
+    late = {float(t) for t in times if t > times.min()}
+    if len(late) < 1:
+        return None
+    if n > stragglar_waves.SEARCH_MAX_GPUS or params.get("pipeline", "auto") != "auto":
+        return 1
+    return 2 * (len(late) + 1) + 4 + len(stragglar_waves.FUNNEL_CHOICES) + 1
+
+
 def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, Any] | None = None,
          always: bool = False) -> Work:
     """About the work of ``build_schedule(name, n, collective, **params)`` (budget.Work); ``always``:
@@ -196,8 +224,9 @@ def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, 
         # the other cluster forms: the punctual AllReduce, then the late buffer in at most MAX_CHUNKS blocks
         chunks = min(stragglar_cluster.MAX_CHUNKS, 4 * n + 256)
         t = 2 * n * (n - 1) + n * chunks
+        copies = _waves_copies(n, params)
         return Work(n, max(chunks, multi.nchunks), max(2 * (n + chunks), multi.nsteps), max(t, multi.transfers),
-                    max(4 * t, multi.moves), multi.search_s, max(2, multi.copies))
+                    max(4 * t, multi.moves), multi.search_s, max(2, multi.copies) if copies is None else copies)
     if name == "hierarchical":
         return _hierarchical(n, pipe, params.get("topology"), params.get("size"))
     if name == "tree":

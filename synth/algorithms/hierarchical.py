@@ -97,6 +97,22 @@ def plan(n: int, grid: np.ndarray, size: float, lm: LinkModel, pipeline: int | s
     return best[4], best[3], best[0]
 
 
+_PLANS: dict[tuple[Any, ...], tuple[list[int], str, float]] = {}
+
+
+def cached_plan(n: int, grid: np.ndarray, size: float, lm: LinkModel, pipeline: int | str,
+                kinds: tuple[str, ...] = KINDS) -> tuple[list[int], str, float]:
+    """``plan``, remembered for the same arguments (the budget estimate and the build ask for the same plan;
+    up to 64 kept)."""
+    key = (n, grid.shape, grid.tobytes(), float(size), lm, str(pipeline), kinds)
+    got = _PLANS.get(key)
+    if got is None:
+        if len(_PLANS) >= 64:
+            _PLANS.clear()
+        got = _PLANS[key] = plan(n, grid, size, lm, pipeline, kinds)
+    return list(got[0]), got[1], got[2]
+
+
 def build(n: int, collective: str = "allreduce", topology: Any = None, size: float | None = None,
           pipeline: int | str = "auto") -> Schedule:
     """Hierarchical AllReduce on ``topology``'s nodes (one node of all GPUs without a topology)."""
@@ -119,7 +135,7 @@ def assemble(n: int, topology: Any, size: float, pipeline: int | str = "auto",
     grid = node_grid(topology, n)
     N, G = grid.shape
     lm = link_model(topology, grid)
-    weights, kind, model_s = plan(n, grid, s, lm, pipeline, kinds)
+    weights, kind, model_s = cached_plan(n, grid, s, lm, pipeline, kinds)
     K = len(weights)
     M = inter_steps(kind, N)[0] if N > 1 else 1
     transfers = n * (2 * (G - 1) + (len(inter_steps(kind, N)[1]) if N > 1 else 0)) * K

@@ -44,26 +44,35 @@ def _rail_rings(grid: np.ndarray, local: list[int]) -> list[list[int]]:
     return rings
 
 
+def rings(n: int, topology: Any = None) -> tuple[list[list[int]], list[int], bool]:
+    """(rings, chunk weights, together) of the multi-ring AllReduce on ``topology`` (module docstring):
+    each ring a rank sequence through all n ranks carrying weight / sum(weights) of the buffer; together:
+    all rings advance in the same step (ports C), else one ring after another (ports 2)."""
+    grid = node_grid(topology, n)
+    N, G = grid.shape
+    if N > 1 and G > 1:
+        out = _rail_rings(grid, intra_order(topology, grid))
+        weights = [1] * len(out)
+        together = False
+    elif topology is not None:
+        found = disjoint_cycles(topology, np.arange(n, dtype=np.int64), MAX_RINGS)
+        out = [list(o) for o, _ in found] or [list(range(n))]
+        low = min((bw for _, bw in found), default=1.0)
+        weights = [max(1, min(8, round(bw / low))) for _, bw in found] or [1]
+        together = True
+    else:
+        out, weights, together = [list(range(n))], [1], True
+    return out, weights, together
+
+
 def build(n: int, collective: str = "allreduce", topology: Any = None) -> Schedule:
     """Multi-ring AllReduce on ``topology`` (one rank-order ring without a topology)."""
     check_topology(topology, n, "multiring")
     if collective != "allreduce":
         raise CollsynthError(f"multiring builds allreduce, not {collective!r}")
     grid = node_grid(topology, n)
-    N, G = grid.shape
-    if N > 1 and G > 1:
-        rings = _rail_rings(grid, intra_order(topology, grid))
-        weights = [1] * len(rings)
-        together = False
-    elif topology is not None:
-        found = disjoint_cycles(topology, np.arange(n, dtype=np.int64), MAX_RINGS)
-        rings = [list(o) for o, _ in found] or [list(range(n))]
-        low = min((bw for _, bw in found), default=1.0)
-        weights = [max(1, min(8, round(bw / low))) for _, bw in found] or [1]
-        together = True
-    else:
-        rings, weights, together = [list(range(n))], [1], True
-    C = len(rings)
+    ring_list, weights, together = rings(n, topology)
+    C = len(ring_list)
     offs = np.concatenate([[0], np.cumsum(weights)]) * n
     meta: dict[str, object] = {"algorithm": "multiring", "rings": C, "weights": weights}
     meta.update(cluster_meta(topology, grid))
@@ -75,7 +84,7 @@ def build(n: int, collective: str = "allreduce", topology: Any = None) -> Schedu
         shift = t + 1 if reduce else t - (n - 1)
         if together:
             b.new_step()
-        for c, ring in enumerate(rings):
+        for c, ring in enumerate(ring_list):
             r = np.asarray(ring, np.int64)
             if not together:
                 b.new_step()

@@ -16,7 +16,12 @@ re-assigned to steps of the window by a small MILP (pulp, CBC or HiGHS):
 - ports: per new step, rank and link class at most class_ports sends (first hop) and receives (last
   hop), the verifier's rule (synth/verify.py);
 - objective: the fewest steps used (u[k] = 1 when step k holds a transfer; u non-increasing), then
-  the earliest steps (a small weight on sum k x[t, k]).
+  the earliest steps (a small weight on sum k x[t, k]);
+- re-sourcing: a copy of a final value (never written again) may come from a rank that received the
+  same value by an earlier copy of the window, in a later step (a rank's serial broadcast to its node
+  peers becomes a tree);
+- a second pass ("spread") may use one more step and minimises the transfers sharing a link in one
+  step instead (the simulator splits a link's bandwidth among its step's transfers).
 
 Compacted windows are renumbered (later steps shift down); the new schedule is verified and simulated
 with the arrivals, and kept only when its completion time is lower. Windows are visited from the end
@@ -96,12 +101,60 @@ def _order(s: Schedule, ts: list[int]) -> list[tuple[int, int, str]]:
     return sorted(out)
 
 
+MAX_SOURCES = 4  # alternative senders per copy (earlier receivers of the same value)
+
+
+def _sources(s: Schedule, ts: list[int], topology: Any) -> dict[int, list[tuple[int, int]]]:
+    """Alternative senders of the window's copies: a copy t of chunks c..c+k from rank a may come from
+    the receiver j of an earlier copy t' (in the window) of the same chunks from a, when neither a's nor
+    j's chunks are written after t' anywhere in the schedule (the value is final: both hold the same)
+    and the route from j has the same link classes. {t: [(j, t'), ...]}."""
+    last_w: dict[tuple[int, int], int] = {}  # location -> last step that writes it
+    for t in range(s.ntransfers):
+        b, c, k = int(s.dst[t]), int(s.chunk[t]), int(s.count[t])
+        for x in range(c, c + k):
+            last_w[(b, x)] = max(last_w.get((b, x), -1), int(s.step[t]))
+    copies = [t for t in ts if not s.reduce[t]]
+    by_value: dict[tuple[int, int, int], list[int]] = {}
+    for t in copies:
+        by_value.setdefault((int(s.src[t]), int(s.chunk[t]), int(s.count[t])), []).append(t)
+    out: dict[int, list[tuple[int, int]]] = {}
+    for (a, c, k), group in by_value.items():
+        if len(group) < 2:
+            continue
+        for t in group:
+            opts = []
+            for t2 in group:
+                if t2 == t:
+                    continue
+                j, k2 = int(s.dst[t2]), int(s.step[t2])
+                if j == int(s.dst[t]):
+                    continue
+                if any(last_w.get((a, x), -1) >= k2 for x in range(c, c + k)):
+                    continue
+                if any(last_w.get((j, x), -1) != k2 for x in range(c, c + k)):
+                    continue
+                if topology is not None and len(getattr(topology, "classes", ())) > 1:
+                    cj = topology.route_classes(np.array([j]), np.array([int(s.dst[t])]))
+                    ca = topology.route_classes(np.array([a]), np.array([int(s.dst[t])]))
+                    if int(cj[0][0]) != int(ca[0][0]) or int(cj[1][0]) != int(ca[1][0]):
+                        continue
+                opts.append((j, t2))
+            if opts:
+                out[t] = opts[:MAX_SOURCES]
+    return out
+
+
 def _solve_window(s: Schedule, a: int, b: int, send_cls: np.ndarray, recv_cls: np.ndarray, cap: np.ndarray,
-                  solver: str, limit: float, links: list[tuple[int, ...]] | None = None) -> dict[int, int] | None:
+                  solver: str, limit: float, links: list[tuple[int, ...]] | None = None,
+                  sources: dict[int, list[tuple[int, int]]] | None = None
+                  ) -> tuple[dict[int, int], dict[int, int]] | None:
     """New window steps of the transfers of steps a..b-1, or None when the MILP found nothing (in time).
     Without ``links`` (compact): b-a steps, the fewest used; with ``links`` (the route of every transfer,
     spread): b-a+1 steps, the fewest transfers sharing a link in one step (the simulator splits a link's
-    bandwidth among its step's transfers, synth/simulate.py), then the fewest steps."""
+    bandwidth among its step's transfers, synth/simulate.py), then the fewest steps. ``sources``
+    (compact only, from ``_sources``) lets a copy come from an earlier receiver of the same value
+    instead (a broadcast chain becomes a tree). Returns (new window step, new sender) per transfer."""
     import pulp
 
     bounds = s.step_bounds
@@ -140,22 +193,48 @@ def _solve_window(s: Schedule, a: int, b: int, send_cls: np.ndarray, recv_cls: n
             prob += step[t2] >= step[t1]
         else:
             prob += step[t2] == step[t1]
-    for ranks, cls in ((s.src, send_cls), (s.dst, recv_cls)):
-        groups: dict[tuple[int, int], list[int]] = {}
-        for t in ts:
-            groups.setdefault((int(ranks[t]), 0), []).append(t)
-            if cls[t]:
-                groups.setdefault((int(ranks[t]), int(cls[t])), []).append(t)
-        for (_, c), members in groups.items():
-            if len(members) > cap[c]:
+    sources = sources or {}
+    y: dict[tuple[int, int], Any] = {}  # (t, option) -> sender chosen; option 0 is the original sender
+    zs: dict[tuple[int, int, int], Any] = {}  # (t, option, k): sent from that sender in step k
+    for t, opts in sources.items():  # z[t, i, k] = x[t, k] and y[t, i], time-indexed (no big-M)
+        m = len(opts) + 1
+        for i in range(m):
+            y[t, i] = pulp.LpVariable(f"y_{t}_{i}", cat=pulp.LpBinary)
+            for k in range(W):
+                zs[t, i, k] = pulp.LpVariable(f"z_{t}_{i}_{k}", cat=pulp.LpBinary)
+            prob += pulp.lpSum(zs[t, i, k] for k in range(W)) == y[t, i]
+            if i:  # from the earlier receiver: only once it has the value (a step after its copy)
+                t2 = opts[i - 1][1]
                 for k in range(W):
-                    prob += pulp.lpSum(x[t, k] for t in members) <= int(cap[c])
+                    prob += zs[t, i, k] <= pulp.lpSum(x[t2, q] for q in range(k))
+        prob += pulp.lpSum(y[t, i] for i in range(m)) == 1
+        for k in range(W):
+            prob += pulp.lpSum(zs[t, i, k] for i in range(m)) == x[t, k]
+    for ranks, cls, is_send in ((s.src, send_cls, True), (s.dst, recv_cls, False)):
+        groups: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (rank, class) -> (t, option)
+        for t in ts:
+            opts = [(int(ranks[t]), 0)]
+            if is_send and t in sources:
+                opts += [(j, i) for i, (j, _) in enumerate(sources[t], 1)]
+            for r, i in opts:
+                groups.setdefault((r, 0), []).append((t, i))
+                if cls[t]:
+                    groups.setdefault((r, int(cls[t])), []).append((t, i))
+        for (_, c), grp in groups.items():
+            if len(grp) > cap[c]:
+                for k in range(W):
+                    load = pulp.lpSum(zs[tt, ii, k] if (tt, ii, k) in zs else x[tt, k] for tt, ii in grp)
+                    prob += load <= int(cap[c])
     # the original assignment as the start (CBC and HiGHS take it as a MIP start)
     used = {int(s.step[t]) - a for t in ts}
     for (t, k), var in x.items():
         var.setInitialValue(1 if int(s.step[t]) - a == k else 0)
     for k in range(W):
         u[k].setInitialValue(1 if any(j >= k for j in used) else 0)
+    for (_t, i), var in y.items():
+        var.setInitialValue(1 if i == 0 else 0)
+    for (t, i, k), var in zs.items():
+        var.setInitialValue(1 if i == 0 and int(s.step[t]) - a == k else 0)
     if solver == "highs":
         cmd: Any = pulp.HiGHS(msg=False, timeLimit=max(0.2, limit), threads=1)
     else:
@@ -168,17 +247,28 @@ def _solve_window(s: Schedule, a: int, b: int, send_cls: np.ndarray, recv_cls: n
     if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         return None
     new: dict[int, int] = {}
+    senders: dict[int, int] = {}
     for t in ts:
         ks = [k for k in range(W) if (x[t, k].varValue or 0) > 0.5]
         if len(ks) != 1:
             return None
         new[t] = ks[0]
-    return new
+    for t, opts in sources.items():
+        pick = [i for i in range(len(opts) + 1) if (y[t, i].varValue or 0) > 0.5]
+        if len(pick) != 1:
+            return None
+        if pick[0]:
+            senders[t] = opts[pick[0] - 1][0]
+    return new, senders
 
 
-def _apply(s: Schedule, a: int, b: int, new: dict[int, int]) -> Schedule | None:
-    """The schedule with the window's transfers on their new steps and later steps shifted down; None
-    when nothing changed."""
+def _apply(s: Schedule, a: int, b: int, new: dict[int, int], senders: dict[int, int] | None = None
+           ) -> Schedule | None:
+    """The schedule with the window's transfers on their new steps (and senders) and later steps shifted
+    down; None when nothing changed."""
+    src = s.src.copy()
+    for t, j in (senders or {}).items():
+        src[t] = j
     steps = s.step.copy()
     for t, k in new.items():
         steps[t] = a + k
@@ -187,13 +277,13 @@ def _apply(s: Schedule, a: int, b: int, new: dict[int, int]) -> Schedule | None:
     saved = (b - a) - len(used)
     for t in new:
         steps[t] = ren[int(steps[t])]
-    if np.array_equal(steps, s.step):
+    if np.array_equal(steps, s.step) and np.array_equal(src, s.src):
         return None
     bounds = s.step_bounds
     steps[int(bounds[b]):] -= saved  # saved < 0: a spread window took one more step
     phases = tuple(ph.__class__(ph.name, ph.start - (saved if ph.start >= b else 0),
                                 ph.stop - (saved if ph.stop >= b else 0), ph.waits_for) for ph in s.phases)
-    return Schedule.from_arrays(s.collective, s.nranks, s.nchunks, step=steps, src=s.src, dst=s.dst, chunk=s.chunk,
+    return Schedule.from_arrays(s.collective, s.nranks, s.nchunks, step=steps, src=src, dst=s.dst, chunk=s.chunk,
                                 count=s.count, reduce=s.reduce, nsteps=s.nsteps - saved, phases=phases,
                                 owner=s.owner, ports=s.ports, name=s.name, meta=s.meta)
 
@@ -246,14 +336,15 @@ def improve(s: Schedule, simulate_fn: Callable[[Schedule], float], *, topology: 
             if left < MIN_WINDOW_SECONDS:
                 break
             links = None
+            bounds = best.step_bounds
+            ts = list(range(int(bounds[a]), int(bounds[b])))
             if mode == "spread":
                 if topology is None or not hasattr(topology, "path_links"):
                     break
-                bounds = best.step_bounds
-                links = [topology.path_links(int(best.src[t]), int(best.dst[t]))
-                         for t in range(int(bounds[a]), int(bounds[b]))]
-            new = _solve_window(best, a, b, send_cls, recv_cls, cap, solver, min(left, 5.0), links)
-            cand = None if new is None else _apply(best, a, b, new)
+                links = [topology.path_links(int(best.src[t]), int(best.dst[t])) for t in ts]
+            sources = _sources(best, ts, topology) if mode == "compact" else None
+            got = _solve_window(best, a, b, send_cls, recv_cls, cap, solver, min(left, 5.0), links, sources)
+            cand = None if got is None else _apply(best, a, b, *got)
             if cand is None:
                 continue
             try:

@@ -24,8 +24,9 @@ verified schedule:
    ``objective_s``, the universal lower bound ``lower_bound_s`` of synth/bounds.py with ``gap``,
    and the model's proven bound ``model_bound_s`` with ``model_gap``.
 
-With a time limit the result depends on how far the solver got, so it can differ between machines;
-without the MILP running (the common case for n >= 8) it is deterministic.
+With a time limit the result depends on how far the solver got (the MILP, and how many windows the
+search of step 3 solves), so it can differ between machines; without either running (the common case
+for n >= 8 on one switch) it is deterministic.
 """
 
 from __future__ import annotations

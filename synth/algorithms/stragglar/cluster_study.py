@@ -12,17 +12,37 @@ rank; or a topology JSON file of N nodes) and three arrival cases:
 each row has the time after the last arrival of the best synchronous schedule (the fastest of ring,
 multiring, hierarchical and tree on the simulator: each waits for every rank), of ours (clusterstraggler
 for one late GPU or node; the faster of clusterstraggler and multistraggler for random arrivals, what
-`compare` shows) and the proven bound (synth/bounds.py ``allreduce_bound``, the brief's clusters.md
-section 4), with the ratios: speedup = synchronous / ours, and each over the bound. The delay (default
-50 ms) is long enough to hide the work before the arrival, as in the issue's numbers.
+`compare` shows, multistraggler up to FLAT_MAX_NODES nodes) and the proven bound (synth/bounds.py
+``allreduce_bound``, the brief's clusters.md section 4), with the ratios: speedup = synchronous / ours,
+and each over the bound. The delay (default 50 ms) is long enough to hide the work before the arrival,
+as in the issue's numbers.
 
-Cost: clusterstraggler's construction grows about as N^2 (seconds at 16 nodes, minutes at 128 today), so
-the default node counts stop at 16 (``DEFAULT_NODES``); ``nodes`` takes any list up to 128 and more.
+Cost (the default node counts are 2, 4, ..., 128; bench/bench_cluster_study.py prints the seconds of each
+node count and case): measured 104 s of CPU (207 s wall on 2 cores shared with other jobs; main 5597c06),
+of which the random case at 32 nodes (clusterstraggler's search over its several-late-rank forms, 32 s)
+and the late GPU and late node at 128 nodes (11 s, 7 s) are the largest; the synchronous schedules take
+1-4 s per node count. Three things keep it short; the first two change no row:
+
+- the synchronous schedules have no phases, so every step waits for every rank (synth/simulate.py) and
+  their time after the last arrival does not depend on the arrivals: each is built, verified and
+  simulated once per node count (everyone on time) and its time serves the three cases (checked: a
+  schedule with phases is refused);
+- ring and multiring (2 n(n-1) and 2 G n(n-1) transfers: 16.7 million at 1,024 GPUs) are built only when
+  their proven lower bound (``ring_family_bound``: each ring member's 2(n-1) messages to its successor
+  hold one of its send slots of that port class for at least alpha + bytes / bandwidth of the route) is
+  below the best of hierarchical and tree; otherwise the row names them in ``sync_pruned`` with the
+  bound, which is above the best synchronous time, so they could not have been the best;
+- multistraggler (the flat form: no nodes, a ring ReduceScatter of (n-1)(n-2) transfers, several forms
+  each simulated; at 32 nodes 87 s wall to build and 13x slower than clusterstraggler after the last
+  arrival) is tried for random arrivals up to ``FLAT_MAX_NODES`` nodes only (``ours_tried`` lists the
+  candidates of each row); above, ours is clusterstraggler alone. This can only make ours slower, never
+  faster than what was built.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,17 +51,21 @@ import numpy as np
 from collsynth import budget, progress
 from collsynth.errors import CollsynthError
 from collsynth.fileio import save_figure
-from collsynth.synth.algorithms.layout import node_grid
+from collsynth.synth.algorithms import multiring
+from collsynth.synth.algorithms.layout import node_grid, ring_order, route_stats
 from collsynth.synth.bounds import allreduce_bound
+from collsynth.synth.ir import Schedule
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import Topology, load_topology, make_topology
 from collsynth.synth.verify import check
 
-DEFAULT_NODES = (2, 4, 8, 16)
 ALL_NODES = (2, 4, 8, 16, 32, 64, 128)
+DEFAULT_NODES = ALL_NODES
 CASES = ("gpu", "node", "random")
 SYNC = ("ring", "multiring", "hierarchical", "tree")
+RING_FAMILY = ("ring", "multiring")  # built only when their lower bound is below the others' best
+FLAT_MAX_NODES = 16  # multistraggler (flat) is one of ours for random arrivals up to this many nodes
 OURS = {"gpu": ("clusterstraggler",), "node": ("clusterstraggler",), "random": ("clusterstraggler", "multistraggler")}
 RANDOM_LATE = (2, 8)  # late ranks per random vector (inclusive)
 RANDOM_DELAY_S = 10e-3  # random delays are uniform in [0, this)
@@ -84,14 +108,18 @@ def case_arrivals(case: str, grid: np.ndarray, delay: float, seed: int) -> dict[
     return {int(r): float(rng.uniform(0, RANDOM_DELAY_S)) for r in sorted(ranks)}
 
 
-def _time(name: str, n: int, topo: Topology, size: float, arr: dict[int, float]) -> tuple[float, float]:
-    """(completion, after the last arrival) of algorithm ``name``, built, verified and simulated."""
+def _params(name: str, topo: Topology, size: float, arr: dict[int, float] | None) -> dict[str, Any]:
     params: dict[str, Any] = {"topology": topo}
     if name in _SIZED:
         params["size"] = size
-    if name in ("clusterstraggler", "multistraggler"):
+    if arr is not None and name in ("clusterstraggler", "multistraggler"):
         params["arrivals"] = arr
-    res = simulate(check(build_schedule(name, n, **params)), size, topo, arr)
+    return params
+
+
+def _time(name: str, n: int, topo: Topology, size: float, arr: dict[int, float]) -> tuple[float, float]:
+    """(completion, after the last arrival) of algorithm ``name``, built, verified and simulated."""
+    res = simulate(check(build_schedule(name, n, **_params(name, topo, size, arr))), size, topo, arr)
     return res.completion_s, res.after_last_arrival_s
 
 
@@ -102,9 +130,70 @@ def _best(names: Sequence[str], n: int, topo: Topology, size: float, arr: dict[i
     return a, got[a][1]
 
 
+def ring_family_bound(name: str, n: int, topo: Topology, size: float) -> float:
+    """A proven lower bound of the simulated time of ``ring`` or ``multiring`` on ``topo`` (s bytes per rank),
+    from their construction without building them: in every ring (``layout.ring_order``;
+    ``multiring.rings``, ring c carrying w_c / sum(w) of the buffer in n blocks) each member sends 2(n-1)
+    messages of its ring's block to its successor. On synth/simulate.py's model such a message lasts at
+    least alpha + bytes / bandwidth of its route (the sum of the route's link alphas; bandwidth: its
+    slowest link, shared only ever lower) and holds one of the sender's send slots of the class of the
+    route's first hop until it ends (topology.class_ports of that class; without link classes the
+    schedule's ports: 1 for ring, the ring count or 2 for multiring), so the slowest (rank, class) needs
+    at least the sum of its messages' durations divided by its slots."""
+    if name == "ring":
+        ring_list, weights, ports = [ring_order(topo, n)], [1], 1
+    elif name == "multiring":
+        ring_list, weights, together = multiring.rings(n, topo)
+        ports = len(ring_list) if together else 2
+    else:
+        raise ValueError(f"ring_family_bound: {name!r} is not ring or multiring")
+    src = np.concatenate([np.asarray(r, np.int64) for r in ring_list])
+    dst = np.concatenate([np.roll(np.asarray(r, np.int64), -1) for r in ring_list])
+    block = np.concatenate([np.full(len(r), size * w / (sum(weights) * n)) for r, w in zip(ring_list, weights)])
+    alpha, bw, _ = route_stats(topo, np.stack([src, dst], 1))
+    dur = 2 * (n - 1) * (alpha + block / bw)
+    K = len(topo.classes)
+    if K > 1:
+        first, _ = topo.route_classes(src, dst)
+        slots = np.array([topo.class_ports[c] for c in topo.classes], np.float64)[first]
+        key = src * K + first
+    else:
+        slots = np.full(len(src), float(ports))
+        key = src
+    load = np.zeros(int(key.max()) + 1)
+    np.add.at(load, key, dur / slots)
+    return float(load.max())
+
+
+def best_sync(n: int, topo: Topology, size: float) -> dict[str, Any]:
+    """The best synchronous schedule of SYNC (module docstring): ``best_sync`` (its name), ``sync_after_s``
+    (its time after the last arrival, whatever the arrivals) and ``sync_pruned`` ({ring or multiring: its
+    lower bound} for those not built because the bound exceeds the best of the others)."""
+    times: dict[str, float] = {}
+    pruned: dict[str, float] = {}
+    for a in [x for x in SYNC if x not in RING_FAMILY] + [x for x in SYNC if x in RING_FAMILY]:
+        if a in RING_FAMILY and times:
+            lb = ring_family_bound(a, n, topo, size)
+            if lb > min(times.values()):
+                pruned[a] = lb
+                continue
+        sched: Schedule = check(build_schedule(a, n, **_params(a, topo, size, None)))
+        if sched.phases:
+            raise AssertionError(f"cluster study: synchronous {a} has phases; its time depends on the arrivals")
+        times[a] = simulate(sched, size, topo).completion_s
+        del sched
+    a = min(times, key=lambda x: (times[x], x))
+    return {"best_sync": a, "sync_after_s": times[a], "sync_pruned": pruned}
+
+
+def ours_names(case: str, nodes: int) -> tuple[str, ...]:
+    """The algorithms ours is the fastest of (OURS; multistraggler up to FLAT_MAX_NODES nodes)."""
+    return tuple(a for a in OURS[case] if a != "multistraggler" or nodes <= FLAT_MAX_NODES)
+
+
 def cluster_row(nodes: int, case: str, size: float = 2**30, topology: str = "h100-cluster", gpus_per_node: int = 8,
-                delay: float = 0.05, seed: int = 15) -> dict[str, Any]:
-    """One row of the study (module docstring)."""
+                delay: float = 0.05, seed: int = 15, sync: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One row of the study (module docstring); ``sync``: ``best_sync`` of this node count when known."""
     topo = study_topology(topology, nodes, gpus_per_node)
     n = topo.nranks
     grid = node_grid(topo, n)
@@ -113,11 +202,14 @@ def cluster_row(nodes: int, case: str, size: float = 2**30, topology: str = "h10
     for r, t in arr.items():
         times[r] = t
     bound = allreduce_bound(topo, size, times).after_last_arrival_s
-    sync_alg, sync = _best(SYNC, n, topo, size, arr)
-    ours_alg, ours = _best(OURS[case], n, topo, size, arr)
+    sy = sync if sync is not None else best_sync(n, topo, size)
+    names = ours_names(case, nodes)
+    ours_alg, ours = _best(names, n, topo, size, arr)
+    sync_after = sy["sync_after_s"]
     return {"nodes": nodes, "gpus": n, "case": case, "late_ranks": sorted(arr), "last_arrival_s": max(arr.values()),
-            "best_sync": sync_alg, "sync_after_s": sync, "ours": ours_alg, "ours_after_s": ours,
-            "bound_after_s": bound, "speedup": sync / ours, "ours_x_bound": ours / bound, "sync_x_bound": sync / bound}
+            "best_sync": sy["best_sync"], "sync_after_s": sync_after, "sync_pruned": sy["sync_pruned"],
+            "ours": ours_alg, "ours_tried": list(names), "ours_after_s": ours, "bound_after_s": bound,
+            "speedup": sync_after / ours, "ours_x_bound": ours / bound, "sync_x_bound": sync_after / bound}
 
 
 def check_study(nodes: Sequence[int], gpus_per_node: int = 8) -> None:
@@ -133,16 +225,27 @@ def check_study(nodes: Sequence[int], gpus_per_node: int = 8) -> None:
 
 def reproduce_cluster(nodes: Sequence[int] = DEFAULT_NODES, cases: Sequence[str] = CASES,
                       **model: Any) -> list[dict[str, Any]]:
-    """The study's rows for every node count in ``nodes`` (sorted) and case; progress on stderr."""
+    """The study's rows for every node count in ``nodes`` (sorted) and case; progress on stderr (the
+    synchronous schedules once per node count, then each case, with the seconds each took)."""
     ns = sorted(set(nodes))
     gpn = int(model.get("gpus_per_node", 8))
     check_study(ns, gpn)
-    study_topology(str(model.get("topology", "h100-cluster")), ns[0], gpn)  # a bad topology fails before any work
+    spec = str(model.get("topology", "h100-cluster"))
+    size = float(model.get("size", 2**30))
+    study_topology(spec, ns[0], gpn)  # a bad topology fails before any work
     rows = []
     for i, N in enumerate(ns):
+        progress.note(f"reproduce cluster [{i + 1}/{len(ns)}] {N} nodes: synchronous schedules")
+        t0 = time.perf_counter()
+        topo = study_topology(spec, N, gpn)
+        sync = best_sync(topo.nranks, topo, size)
         for case in cases:
-            progress.note(f"reproduce cluster [{i + 1}/{len(ns)}] {N} nodes, late {case}")
-            rows.append(cluster_row(N, case, **model))
+            progress.note(f"reproduce cluster [{i + 1}/{len(ns)}] {N} nodes, late {case} "
+                          f"(previous stage {time.perf_counter() - t0:.1f}s)")
+            t0 = time.perf_counter()
+            rows.append(cluster_row(N, case, sync=sync, **model))
+        progress.note(f"reproduce cluster [{i + 1}/{len(ns)}] {N} nodes done (last case "
+                      f"{time.perf_counter() - t0:.1f}s)")
     return rows
 
 

@@ -11,6 +11,7 @@ from collsynth.errors import CollsynthError
 from collsynth.fileio import check_outdir, write_tree
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar.build import build
+from collsynth.synth.algorithms.stragglar.cluster import auto_pipeline
 from collsynth.synth.ir import Schedule
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.verify import check
@@ -91,9 +92,12 @@ class ClusterFamily:
         if not self.serves(key):
             return None
         if key not in self._cache:
-            s = check(build_schedule("clusterstraggler", self.n, topology=self.topology,
-                                     arrivals={r: CLUSTER_DELAY_S for r in sorted(key)}, **self.params))
             form = "gpu" if len(key) == 1 else "node"
+            params = dict(self.params)
+            if params.get("pipeline", "auto") == "auto":  # auto's M, explicit: the late form, never the
+                params["pipeline"] = auto_pipeline(self.n, self.topology, form, params.get("size"))  # synchronous
+            s = check(build_schedule("clusterstraggler", self.n, topology=self.topology,
+                                     arrivals={r: CLUSTER_DELAY_S for r in sorted(key)}, **params))
             meta_late = s.meta.get("late")
             if s.meta.get("form") != form or not isinstance(meta_late, list) or frozenset(meta_late) != key:
                 raise CollsynthError(f"clusterstraggler built the {s.meta.get('form')} form for late ranks "

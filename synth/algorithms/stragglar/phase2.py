@@ -34,7 +34,7 @@ from collsynth.synth.algorithms.stragglar.tables import cached_design
 class Phase2Plan:
     """The completion collective for n GPUs in local labels (S = n-1) over k(n-1) chunks (chunk c is
     reduced in round c by GPU c mod (n-1) and S): parallel arrays of moves (round, src, dst, chunk,
-    reduce), sorted by round."""
+    reduce), sorted by round, then source, then destination."""
 
     n: int
     rounds: int

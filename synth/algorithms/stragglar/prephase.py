@@ -24,6 +24,21 @@ from typing import Any
 
 import numpy as np
 
+LOCAL_ROUNDS = 8  # on large rings the in-node ReduceScatter and AllGather take about this many rounds
+
+
+def _coalesce(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(first chunk, count) runs with the adjacent ones joined, in their first order otherwise."""
+    out: list[tuple[int, int]] = []
+    for lo, cnt in runs:
+        if out and out[-1][0] + out[-1][1] == lo:
+            out[-1] = (out[-1][0], out[-1][1] + cnt)
+        elif out and lo + cnt == out[-1][0]:
+            out[-1] = (lo, out[-1][1] + cnt)
+        else:
+            out.append((lo, cnt))
+    return out
+
 
 def present_allreduce(grid: np.ndarray, hold: set[int], M: int, add: Callable[..., Any]) -> None:
     """Hand the moves of the pipelined hierarchical AllReduce of the ranks ``hold`` to ``add`` (module
@@ -52,23 +67,29 @@ def present_allreduce(grid: np.ndarray, hold: set[int], M: int, add: Callable[..
     def local(b: int, j_of: Any, reduce: bool) -> None:
         """ReduceScatter (``reduce``) or AllGather of the pieces in node b, the t-th piece of each part
         (``j_of``) at a time, in rounds that pair each punctual GPU with one other (a permutation, so
-        no port waits for another even where an absent GPU's part is spread over the node)."""
+        no port waits for another even where an absent GPU's part is spread over the node). With more than
+        2 LOCAL_ROUNDS pieces per part (rings of over 16 nodes), consecutive ones go in one message
+        (contiguous chunks): the in-node stages stay LOCAL_ROUNDS rounds deep, not one per ring node."""
         pres = present[b]
         m = len(pres)
         T = max(len(r) for r in ring)
-        for t in range(T):
+        span = -(-T // LOCAL_ROUNDS) if T > 2 * LOCAL_ROUNDS else 1
+        for t0 in range(0, T, span):
             owned: dict[int, list[tuple[int, int]]] = {}
             for g in range(G):
-                if t < len(ring[g]):
+                for t in range(t0, min(t0 + span, len(ring[g]))):
                     j = j_of(g, t)
-                    owned.setdefault(owner(b, g, j), []).append(piece(g, j))
+                    lo, cnt = piece(g, j)
+                    if cnt:
+                        owned.setdefault(owner(b, g, j), []).append((lo, cnt))
+            for o, runs in owned.items():
+                owned[o] = _coalesce(runs)
             for sh in range(1, m):
                 for i in range(m):
                     y = pres[i]
                     o = pres[(i + sh) % m] if reduce else pres[(i - sh) % m]
                     for lo, cnt in owned.get(o, ()):
-                        if cnt:
-                            add(y, o, lo, cnt, True) if reduce else add(o, y, lo, cnt, False)
+                        add(y, o, lo, cnt, True) if reduce else add(o, y, lo, cnt, False)
 
     def attach_in(b: int, t: int) -> None:
         """Node b off rail g's ring: its piece (t-th in its order) of part g into the ring node R where the

@@ -1,0 +1,55 @@
+"""Issue 15 point 3: `-a solver` with late ranks on a cluster, the large-neighbourhood search around its warm
+start (synth/solver/lns.py). Prints JSON: per case the warm start, the result, the improvement, the time
+after the last arrival and the gap to the lower bound (meta["solver"]), and the wall time.
+
+Run: .venv/bin/python bench/bench_solver_lns.py [--time-limit 30] [--cases 16:5,16:8-15,32:5]
+A case is GPUS:LATE on h100-cluster (8 GPUs per node), 1 GiB, the late ranks 10 ms late (LATE: a rank or
+a range a-b, e.g. a whole node). With a time limit the result depends on how many windows the machine
+solves in it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from collsynth.synth.solver.solve import solve
+
+
+def _late(text: str) -> list[int]:
+    if "-" in text:
+        a, b = text.split("-")
+        return list(range(int(a), int(b) + 1))
+    return [int(text)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default="16:5,16:8-15,32:5")
+    ap.add_argument("--time-limit", type=float, default=30.0)
+    args = ap.parse_args()
+    rows = []
+    for case in args.cases.split(","):
+        n, late = case.split(":")
+        arrivals = {r: 0.01 for r in _late(late)}
+        t = time.perf_counter()
+        s = solve(int(n), topology="h100-cluster", arrivals=arrivals, size=2**30, time_limit=args.time_limit)
+        wall = time.perf_counter() - t
+        info = s.meta["solver"]
+        assert isinstance(info, dict)
+        last = max(arrivals.values())
+        warm_s = info.get("warm_start_s", info["objective_s"])
+        rows.append({"gpus": int(n), "late": late, "status": info["status"],
+                     "warm_start": info.get("warm_start_source"),
+                     "warm_start_after_arrival_ms": round((warm_s - last) * 1e3, 4),
+                     "after_arrival_ms": round(info["after_last_arrival_s"] * 1e3, 4),
+                     "improvement": round(info.get("improvement", 0.0), 4),
+                     "gap_to_lower_bound": round(info["gap"], 4),
+                     "lower_bound_after_arrival_ms": round((info["lower_bound_s"] - last) * 1e3, 4),
+                     "lns": info.get("lns"), "wall_s": round(wall, 1), "time_limit_s": args.time_limit})
+    print(json.dumps({"bench": "solver_lns", "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
