@@ -274,3 +274,18 @@ def test_mscclpp_channel_peer_message_quotes_the_rank_range(peer: int) -> None:
     with pytest.raises(CollsynthError, match=rf"memory channel 0 connects to rank {peer}; peers are the other ranks "
                                              r"0\.\.3$"):
         read_plan_text(json.dumps(plan), "p.json")
+
+
+def test_mscclpp_offsets_stop_exactly_at_4_gib():
+    """Byte offsets are uint32 on the device: a buffer whose last byte offset reaches 2^32 is refused, one
+    chunk less is accepted (kills MAX_OFFSET = 1 << 32 -> 2 << 32 in backends/mscclpp/model.py)."""
+    from collsynth.backends.mscclpp.load import check_offsets
+    from collsynth.backends.mscclpp.model import PlanFormatError
+
+    plan = read_plan_text(emit(build_schedule("ring", 4), "mscclpp-plan"))
+    k = max(max(g.input_chunks, g.output_chunks, 4 * g.scratch_chunks) for g in plan.gpus)
+    assert k >= 1
+    over = -(-(1 << 32) // k)  # the smallest chunk at which some buffer reaches 2^32 bytes
+    with pytest.raises(PlanFormatError, match="4 GiB"):
+        check_offsets(plan, over)
+    check_offsets(plan, over - 1)  # every buffer ends below 2^32 bytes
