@@ -287,3 +287,24 @@ def test_late_node_on_nodes_not_a_power_of_two_keeps_the_faster_broadcast(N):
     plan.merge(set(late), set(range(n)) - set(late))
     plain = simulate(plan.to_schedule("plain", {}), GiB, t, late).after_last_arrival_s
     assert simulate(s, GiB, t, late).after_last_arrival_s <= plain * (1 + 1e-9)
+
+
+def test_several_late_ranks_above_the_waves_search_still_fall_back(monkeypatch):
+    """Above waves.SEARCH_MAX_GPUS waves.build makes one construction without comparing; choose.py still
+    returns the synchronous schedule when it is faster (the 64- and 128-node study rows were 4-10x slower)."""
+    from collsynth.synth.algorithms import hierarchical
+    from collsynth.synth.algorithms.stragglar import waves
+    from collsynth.synth.registry import build_schedule
+    from collsynth.synth.simulate import simulate
+    from collsynth.synth.topology import make_topology
+
+    monkeypatch.setattr(waves, "SEARCH_MAX_GPUS", 8)
+    topo = make_topology("h100-cluster", 32)
+    size = 2**30
+    arr = {3: 1e-4, 12: 2e-4, 21: 3e-4}  # close, short delays: waiting for everyone wins
+    one = waves.build(32, arrivals=arr, size=size, topology=topo)
+    sync = hierarchical.build(32, topology=topo, size=size)
+    t_one, t_sync = (simulate(x, size, topo, arr).completion_s for x in (one, sync))
+    assert one.meta["form"] != "synchronous" and t_sync < t_one
+    s = build_schedule("clusterstraggler", 32, arrivals=arr, size=size, topology=topo)
+    assert s.meta["form"] == "synchronous" and simulate(s, size, topo, arr).completion_s == t_sync

@@ -28,7 +28,9 @@ CASES += [("stragglar", "allreduce", {"pipeline": 3}), ("stragglar", "allreduce"
           ("clusterstraggler", "allreduce", {"topology": "h100-cluster", "arrivals": {5: 1e-3}, "size": 2**30}),
           ("clusterstraggler", "allreduce", {"topology": "h100-cluster", "arrivals": {r: 1e-3 for r in range(8, 16)},
                                              "size": 2**20}),
-          ("clusterstraggler", "allreduce", {"topology": "h100-cluster", "arrivals": {3: 1e-3}, "pipeline": 40})]
+          ("clusterstraggler", "allreduce", {"topology": "h100-cluster", "arrivals": {3: 1e-3}, "pipeline": 40}),
+          ("clusterstraggler", "allreduce", {"topology": "h100-cluster", "arrivals": {15: 0.05}, "pipeline": 1}),
+          ("clusterstraggler", "allreduce", {"topology": "h100-cluster", "arrivals": {15: 0.05}, "pipeline": 3})]
 
 
 @pytest.mark.parametrize("name,collective,params", CASES, ids=lambda v: str(v))

@@ -43,6 +43,7 @@ from collsynth.synth.algorithms import hierarchical, tree
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar import cluster as stragglar_cluster
 from collsynth.synth.algorithms.stragglar import pipeline as stragglar_pipeline
+from collsynth.synth.algorithms.stragglar import prephase
 from collsynth.synth.algorithms.stragglar import waves as stragglar_waves
 from collsynth.synth.algorithms.stragglar.tables import stored_sizes
 from collsynth.synth.arrivals import arrival_vector
@@ -160,7 +161,10 @@ def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
     pipe = params.get("pipeline", "auto")
     m = pipe if isinstance(pipe, int) and not isinstance(pipe, bool) and pipe >= 1 else max(stragglar_cluster.UNITS)
     c = G * min(m, stragglar_cluster.MAX_CHUNKS // G)
-    return Work(n, c, 4 * c + 4 * N, 4 * n * c, 4 * n * c, copies=2)  # and the synchronous one (choose.py)
+    # steps: the merge's 4 C + 4 N, and the AllReduce before it (prephase.py): in-node rounds of G - 1 shifts,
+    # at most 2 LOCAL_ROUNDS pieces deep, twice, and the rail ring's 2 (N - 1) steps
+    pre = 2 * (G - 1) * min(N, 2 * prephase.LOCAL_ROUNDS) + 2 * N + 8
+    return Work(n, c, 4 * c + 4 * N + pre, 4 * n * c, 4 * n * c, copies=2)  # and the synchronous one (choose.py)
 
 
 def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
