@@ -289,3 +289,22 @@ def test_mscclpp_offsets_stop_exactly_at_4_gib():
     with pytest.raises(PlanFormatError, match="4 GiB"):
         check_offsets(plan, over)
     check_offsets(plan, over - 1)  # every buffer ends below 2^32 bytes
+
+
+def test_mscclpp_semaphore_initial_value_lets_the_first_acquire_pass():
+    """A device semaphore with init_value 1 lets a thread block acquire it before any release (the value
+    persists across launches: acquire then release per call is balanced); kills `signals + init < ticket`
+    -> `signals - init < ticket` in backends/mscclpp/execute.py, which reports a deadlock."""
+    import json
+
+    from collsynth.backends.mscclpp.check import check_plan
+
+    d = json.loads(emit(build_schedule("ring", 4), "mscclpp-plan"))
+    g = d["gpus"][0]
+    g["semaphores"] = [{"init_value": 1}]
+    ops = g["threadblocks"][0]["ops"]
+    ops.insert(0, {"name": "sem_acquire", "semaphore_ids": [0]})
+    ops.append({"name": "sem_release", "semaphore_ids": [0]})
+    assert check_plan(read_plan_text(json.dumps(d))).ok
+    g["semaphores"] = [{"init_value": 0}]  # nobody releases before the acquire: a deadlock
+    assert not check_plan(read_plan_text(json.dumps(d))).ok
