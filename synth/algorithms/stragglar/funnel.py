@@ -48,9 +48,9 @@ from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar.bcast import broadcast_rounds
 from collsynth.synth.algorithms.stragglar.listsched import Timeline
-from collsynth.synth.algorithms.stragglar.multi import Move, pack
+from collsynth.synth.algorithms.stragglar.multi import Move, timeline_schedule
 from collsynth.synth.arrivals import arrival_vector, latest_rank
-from collsynth.synth.ir import Schedule, derived_phases
+from collsynth.synth.ir import Schedule
 
 MAX_CHUNKS = 4096
 
@@ -213,14 +213,7 @@ class _Funnel:
                 spread_once(m, g, j)
 
     def schedule(self, n: int, meta: dict[str, object], name: str) -> Schedule:
-        atoms = self.tl.ordered()
-        steps = pack(atoms, self.tl.classes, self.times)
-        mv = np.array([a[0] for a in atoms], np.int64).reshape(-1, 5)
-        nsteps = int(steps.max()) + 1 if len(steps) else 0
-        phases = derived_phases(n, steps, mv[:, 0], mv[:, 1], nsteps)
-        return Schedule.from_arrays("allreduce", n, self.G * self.M, step=steps, src=mv[:, 0], dst=mv[:, 1],
-                                    chunk=mv[:, 2], count=mv[:, 3], reduce=mv[:, 4].astype(bool), nsteps=nsteps,
-                                    phases=phases, ports=2, name=name, meta=meta)
+        return timeline_schedule(self.tl, n, self.G * self.M, self.times, meta, name)
 
 
 def two_trees(nodes: list[int]) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:

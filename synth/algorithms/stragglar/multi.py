@@ -347,6 +347,20 @@ def pack(atoms: Sequence[Sequence[Move]], port: Callable[[int, int], tuple[int, 
     return np.array(out, np.int64)
 
 
+def timeline_schedule(tl: Any, n: int, nchunks: int, times: np.ndarray, meta: dict[str, object],
+                      name: str) -> Schedule:
+    """The AllReduce of a listsched.Timeline's moves (``tl.ordered()``: by modelled start) packed into steps
+    (``pack``; ports 2); each step's phase is the set of ranks that have taken part so far."""
+    atoms = tl.ordered()
+    steps = pack(atoms, tl.classes, times)
+    mv = np.array([a[0] for a in atoms], np.int64).reshape(-1, 5)
+    nsteps = int(steps.max()) + 1 if len(steps) else 0
+    phases = derived_phases(n, steps, mv[:, 0], mv[:, 1], nsteps)
+    return Schedule.from_arrays("allreduce", n, nchunks, step=steps, src=mv[:, 0], dst=mv[:, 1], chunk=mv[:, 2],
+                                count=mv[:, 3], reduce=mv[:, 4].astype(bool), nsteps=nsteps, phases=phases, ports=2,
+                                name=name, meta=meta)
+
+
 def retime(s: Schedule, start: Sequence[float] | np.ndarray) -> Schedule:
     """Reorder ``s``'s transfers by ``start`` (simulated start times; every data dependency keeps its
     order) and repack them into steps (``pack``); phases: the ranks that have taken part so far

@@ -55,10 +55,10 @@ from collsynth.synth.algorithms import hierarchical
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar import funnel
 from collsynth.synth.algorithms.stragglar.listsched import Timeline
-from collsynth.synth.algorithms.stragglar.multi import pack, retime
+from collsynth.synth.algorithms.stragglar.multi import retime, timeline_schedule
 from collsynth.synth.algorithms.stragglar.prephase import present_allreduce
 from collsynth.synth.arrivals import arrival_vector
-from collsynth.synth.ir import Schedule, derived_phases
+from collsynth.synth.ir import Schedule
 from collsynth.synth.simulate import simulate
 from collsynth.units import parse_size
 
@@ -265,14 +265,7 @@ class _Waves:
         return min(ends) if ends else tl.end[-1]
 
     def schedule(self, n: int, meta: dict[str, object], name: str) -> Schedule:
-        atoms = self.tl.ordered()
-        steps = pack(atoms, self.tl.classes, self.times)
-        mv = np.array([a[0] for a in atoms], np.int64).reshape(-1, 5)
-        nsteps = int(steps.max()) + 1 if len(steps) else 0
-        phases = derived_phases(n, steps, mv[:, 0], mv[:, 1], nsteps)
-        return Schedule.from_arrays("allreduce", n, self.G * self.M, step=steps, src=mv[:, 0], dst=mv[:, 1],
-                                    chunk=mv[:, 2], count=mv[:, 3], reduce=mv[:, 4].astype(bool), nsteps=nsteps,
-                                    phases=phases, ports=2, name=name, meta=meta)
+        return timeline_schedule(self.tl, n, self.G * self.M, self.times, meta, name)
 
 
 def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, run: int = 1,
