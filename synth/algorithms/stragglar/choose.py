@@ -18,7 +18,7 @@ import numpy as np
 
 from collsynth.apitypes import Arrivals
 from collsynth.synth.algorithms import hierarchical
-from collsynth.synth.algorithms.stragglar import cluster
+from collsynth.synth.algorithms.stragglar import cluster, waves
 from collsynth.synth.arrivals import arrival_vector
 from collsynth.synth.ir import Schedule
 from collsynth.synth.simulate import simulate
@@ -32,6 +32,9 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     s = cluster.build(n, collective, arrivals, size, topology, pipeline)
     if pipeline != "auto" or s.meta.get("form") in (None, "synchronous"):  # one node (multistraggler), or chosen
         return s
+    if s.meta.get("form") not in ("gpu", "node") and n <= waves.SEARCH_MAX_GPUS:
+        return s  # waves.build's own search already weighed the synchronous schedule
+
     times = arrival_vector(arrivals, n)
     late = np.flatnonzero(times > times.min())
     if not late.size:
