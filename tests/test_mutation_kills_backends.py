@@ -308,3 +308,85 @@ def test_mscclpp_semaphore_initial_value_lets_the_first_acquire_pass():
     assert check_plan(read_plan_text(json.dumps(d))).ok
     g["semaphores"] = [{"init_value": 0}]  # nobody releases before the acquire: a deadlock
     assert not check_plan(read_plan_text(json.dumps(d))).ok
+
+
+def test_mscclpp_pipeline_past_a_reference_wraps_its_size_as_uint32():
+    """A pipeline iteration that starts past the end of its reference has a negative remaining size,
+    which the kernel's uint32 arithmetic wraps: it accesses min(2^32 - (offset - size), unit) bytes.
+    Here a 2-chunk pipeline over 1-chunk references at chunk 2^31 - 16 and unit 3 * 2^30: iteration 1
+    starts 2^30 + 16 bytes past the reference and reads 3 * 2^30 - 16 bytes, not the whole unit (kills
+    `% (1 << 32)` -> `% (1 << 33)` in backends/mscclpp/execute.py)."""
+    import json
+
+    from collsynth.backends.mscclpp.check import check_plan
+
+    unit, chunk = 3 << 30, (1 << 31) - 16
+    d = json.loads(emit(build_schedule("ring", 2, "allgather"), "mscclpp-plan", pipeline=1024))
+    d["max_message_size"] = 1 << 40
+    for g in d["gpus"]:  # no scratch (so that 2-chunk buffers stay below 4 GiB): put straight into the output
+        g["scratch_chunks"] = 0
+        g["remote_buffers"][0]["type"] = "o"
+        pipe = g["threadblocks"][0]["ops"][4]
+        assert pipe["name"] == "pipeline"
+        pipe["iter_context"] = {"unit_size": unit, "num_chunks": 2}
+        pipe["ops"] = pipe["ops"][:4]  # put, nop, signal, wait
+        pipe["ops"][0]["dst_buff"][0]["index"] = g["id"]
+    r = check_plan(read_plan_text(json.dumps(d)), size=2 * chunk)
+    assert not r.ok and r.kind == "bounds", r.message
+    lo, size = unit, (1 << 32) - (unit - chunk)
+    assert size < unit
+    assert f"op 4 body op 0 (put) accesses bytes {lo}..{lo + size - 1} of gpu 0's output buffer" in r.message
+
+
+@pytest.mark.parametrize("hi", [10, 40, 100])
+def test_mscclpp_fit_search_never_retries_a_size_that_failed(hi: int) -> None:
+    """``fit._largest`` finds the largest size that fits (each probe builds and lowers a schedule) and
+    never probes a size at or above one that already failed (kills the bisection's upper end
+    `lo + step - 1` -> `lo + step + 1` in backends/mscclpp/fit.py, which probes the failed size again)."""
+    from collsynth.backends.mscclpp.fit import _largest
+
+    for guess in [None, *range(2, hi)]:
+        for top in range(hi + 2):
+            calls: list[int] = []
+
+            def ok(x: int) -> bool:
+                calls.append(x)
+                return x <= top
+
+            assert _largest(1, hi, ok, guess) == max(0, min(top, hi)), (guess, top)
+            for i, x in enumerate(calls):
+                if x > top:
+                    assert all(y < x for y in calls[i + 1:]), (guess, top, calls)
+
+
+def test_mscclpp_remote_buffers_count_only_remote_references():
+    """A thread block declares at most 16 remote buffers per channel type; sends to peers it already
+    declared add none. LL twoshot on 17 GPUs sends to the same 16 peers twice: one thread block per GPU;
+    on 18 GPUs the 17 peers need a second block and no block declares more than 16 (kills `ref[0] == "r"`
+    -> `!= "r"` in the lowering's room check, backends/mscclpp/lower.py)."""
+    import json
+
+    for n, tbs in ((17, 1), (18, 3)):
+        d = json.loads(emit(build_schedule("twoshot", n, "allreduce"), "mscclpp-plan", proto="LL"))
+        assert max(len(g["threadblocks"]) for g in d["gpus"]) == tbs
+        assert max(len(ref["remote_buffer_ids"]) for g in d["gpus"] for tb in g["threadblocks"]
+                   for ref in tb.get("remote_buffer_refs", [])) == 16
+
+
+def test_nccl_run_plan_refuses_inputs_of_unequal_length():
+    """Every rank passes the same count (NCCL's contract): the interpreter refuses unequal inputs, naming
+    the first rank that differs from rank 0 (kills `full = len(inputs[0])` -> `len(inputs[-1])` in
+    backends/nccl/plan.py, which measures against the last rank and blames rank 0)."""
+    import numpy as np
+
+    from collsynth.backends.nccl import build_plan, run_plan
+
+    plan = build_plan(build_schedule("ring", 3, "allreduce"))
+    good = [np.arange(6, dtype=np.float32) + r for r in range(3)]
+    assert all(np.array_equal(o, sum(good)) for o in run_plan(plan, good))
+    bad = [good[0], np.arange(9, dtype=np.float32), np.arange(9, dtype=np.float32)]
+    with pytest.raises(CollsynthError, match=r"^run_plan needs input arrays of one length and dtype: rank 1's has 9 "
+                                             r"float32 elements, rank 0's 6 float32$"):
+        run_plan(plan, bad)
+    with pytest.raises(CollsynthError, match=r"rank 2's has 6 float64 elements, rank 0's 6 float32$"):
+        run_plan(plan, [good[0], good[1], good[2].astype(np.float64)])
