@@ -471,3 +471,22 @@ def test_cpu_to_cpu_bandwidth_is_the_documented_nccl_table(arch: str, vendor: st
     from collsynth.synth.topology_import.constants import cpu_link_gbps
 
     assert cpu_link_gbps(arch, vendor, family, model) == gbps
+
+
+def test_solver_greedy_grid_has_room_for_every_owner_policy() -> None:
+    """The greedy warm starts run on a grid of 3n + 2C + 4 slots after the last arrival. With arrivals
+    5 us apart on 5 GPUs and 10 chunks, the "first" owner policy (rank 0, the only one on time, owns
+    every chunk) finishes in exactly that many slots: every policy's placements are warm starts, and each
+    verifies (kills `+ 4` -> `+ 3` in synth/solver/solve.py, which drops the three "first" ones)."""
+    from collsynth.synth.solver.grid import last_slot
+    from collsynth.synth.solver.solve import _model_candidates
+
+    n, C, size = 5, 10, float(1 << 20)
+    topo, arr = make_topology("nvswitch", n), tuple(i * 5e-6 for i in range(n))
+    cands = _model_candidates(n, size, topo, arr, [C], [])
+    names = {f"greedy-{r}{p}" for r in ("oldest", "rarest", "neediest") for p in ("", "-first", "-early")}
+    assert {c.source for c in cands} == names
+    for c in cands:
+        assert verify(c.schedule).ok and c.grid is not None and c.placed is not None
+        if c.source.endswith("-first"):
+            assert last_slot(c.placed) - c.grid.first_final + 1 == 3 * n + 2 * C + 4
