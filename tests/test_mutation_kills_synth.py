@@ -490,3 +490,24 @@ def test_solver_greedy_grid_has_room_for_every_owner_policy() -> None:
         assert verify(c.schedule).ok and c.grid is not None and c.placed is not None
         if c.source.endswith("-first"):
             assert last_slot(c.placed) - c.grid.first_final + 1 == 3 * n + 2 * C + 4
+
+
+def test_multistraggler_tries_the_last_late_rank_trailing() -> None:
+    """4 GPUs, rank 1 late by 2 us, rank 2 by 5 us, rank 3 (S) by 10 us, 1 MiB: the fastest form has the
+    last late rank before S (rank 2) trailing (no block in phase 2), which neither the plain form nor
+    the model's trailing set gives; the result is faster than every one of those (kills the trail tuple
+    (0, 1, "model") -> (0, 0, "model") in synth/algorithms/stragglar/multi.py)."""
+    from collsynth.synth.algorithms.stragglar import multi
+
+    n, size, arr = 4, 1 << 20, {1: 2e-6, 2: 5e-6, 3: 10e-6}
+    topo = make_topology("nvswitch", n)
+    times = arrival_vector(arr, n)
+    best = multi.construct(n, "allreduce", arr, size=size, topology=topo)
+    assert verify(best).ok and best.meta["trailing"] == [2]
+    t = simulate(best, size, topo, times.tolist()).completion_s
+    for absorb in (0, 1, 2):
+        for trail in (0, "model"):
+            s = multi._construct(n, "allreduce", arr, "auto", size, None, None, topo, trail, absorb)
+            assert s.meta["trailing"] != [2]
+            for form in multi._orders(s, float(size), topo, times):
+                assert t < simulate(form, size, topo, times.tolist()).completion_s, (absorb, trail)
