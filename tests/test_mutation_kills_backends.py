@@ -434,3 +434,38 @@ def test_mscclpp_barrier_mismatch_report_names_the_thread_block():
     assert not r.ok and r.kind == "deadlock" and r.gpu == 0, r.message
     m = re.search(r"barrier 0 on gpu 0: thread block (\d+) ", r.message)
     assert m and r.tb == int(m.group(1)) and r.tb in (0, 1), (r.tb, r.message)
+
+
+def test_mscclpp_reduce_reads_its_launchs_half_of_a_double_scratch():
+    """With a double scratch buffer, a thread block's local scratch references address the launch's half
+    (the second one in even launches), while plain puts land at the peer's scratch base (only packet
+    puts add the half). A Simple direct plan marked double-scratch therefore reduces data that never
+    landed in launch 2, and is refused (kills the `re` source's local_scratch True -> False in
+    backends/mscclpp/execute.py, which reads the first half and passes)."""
+    import json
+
+    from collsynth.backends.mscclpp.check import check_plan
+
+    d = json.loads(emit(build_schedule("direct", 4), "mscclpp-plan"))
+    assert check_plan(read_plan_text(json.dumps(d))).ok
+    d["use_double_scratch_buffer"] = True
+    r = check_plan(read_plan_text(json.dumps(d)))
+    assert not r.ok and r.kind == "result", r.message
+    assert "(re) (launch 2) adds undefined data" in r.message
+
+
+def test_mscclpp_plan_read_back_takes_the_recorded_name_only_with_the_record():
+    """A plan read back into a Schedule takes the schedule name of collsynth's record only when the record
+    is used (it matches the plan); otherwise the plan's own name and its levels (kills `used_record and
+    isinstance(...)` -> `or` in backends/mscclpp/schedule.py)."""
+    import json
+
+    from collsynth.backends.mscclpp import plan_text_to_schedule
+
+    d = json.loads(emit(build_schedule("ring", 4), "mscclpp-plan"))
+    d["name"] = "mine"
+    s = plan_text_to_schedule(json.dumps(d))
+    assert (s.name, s.meta["timing"]) == ("ring_allreduce_n4", "recorded steps")
+    d["collsynth"]["send_steps"] = d["collsynth"]["send_steps"][:-1]  # no longer one entry per sending op
+    s = plan_text_to_schedule(json.dumps(d))
+    assert (s.name, s.meta["timing"]) == ("mine", "levels")
