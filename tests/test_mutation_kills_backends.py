@@ -283,7 +283,8 @@ def test_mscclpp_offsets_stop_exactly_at_4_gib():
     from collsynth.backends.mscclpp.model import PlanFormatError
 
     plan = read_plan_text(emit(build_schedule("ring", 4), "mscclpp-plan"))
-    k = max(max(g.input_chunks, g.output_chunks, 4 * g.scratch_chunks) for g in plan.gpus)
+    assert not plan.packets and not plan.double_scratch  # Simple: the scratch buffer is scratch_chunks chunks
+    k = max(max(g.input_chunks, g.output_chunks, g.scratch_chunks) for g in plan.gpus)
     assert k >= 1
     over = -(-(1 << 32) // k)  # the smallest chunk at which some buffer reaches 2^32 bytes
     with pytest.raises(PlanFormatError, match="4 GiB"):
@@ -390,3 +391,81 @@ def test_nccl_run_plan_refuses_inputs_of_unequal_length():
         run_plan(plan, bad)
     with pytest.raises(CollsynthError, match=r"rank 2's has 6 float64 elements, rank 0's 6 float32$"):
         run_plan(plan, [good[0], good[1], good[2].astype(np.float64)])
+
+
+@pytest.mark.parametrize("alg,n,coll,proto", [("ring", 4, "allgather", "Simple"), ("ring", 2, "allreduce", "Simple"),
+                                              ("ring", 4, "allreduce", "Simple"), ("direct", 4, "allreduce", "LL"),
+                                              ("ring", 8, "allreduce", "LL")])
+def test_mscclpp_plan_max_message_size_is_the_largest_that_fits(alg: str, n: int, coll: str, proto: str):
+    """An emitted plan's max_message_size is the largest message whose byte offsets all stay below 2^32 (in
+    16-byte steps): the checker accepts that size's chunk and refuses the next one (kills `UINT32 - 1` ->
+    `UINT32 + 1` in backends/mscclpp/emit.py, whose allgather plan on 4 GPUs then reaches exactly 4 GiB;
+    before 2026-12-02 the checker counted every scratch buffer 4 times and refused Simple plans at their
+    own maximum)."""
+    from collsynth.backends.mscclpp.load import check_offsets, message_sizes
+    from collsynth.backends.mscclpp.model import PlanFormatError
+
+    plan = read_plan_text(emit(build_schedule(alg, n, coll), "mscclpp-plan", proto=proto))
+    g = plan.gpus[0]
+    per = g.output_chunks if coll == "allgather" else g.input_chunks
+    assert plan.max_size % (per * 16) == 0
+    chunk = plan.max_size // per
+    assert message_sizes(plan, chunk)[2] == plan.max_size
+    check_offsets(plan, chunk)
+    with pytest.raises(PlanFormatError, match="4 GiB"):
+        check_offsets(plan, chunk + 16)
+
+
+def test_mscclpp_barrier_mismatch_report_names_the_thread_block():
+    """Two thread blocks of one GPU at one barrier with different counts hang: the report names the GPU
+    and the thread block that found the mismatch, in its fields as in its message (kills `a.tb.id if
+    a.tb` -> `if not a.tb` in the MSCCL++ executor's barrier, which reports no thread block)."""
+    import json
+    import re
+
+    from collsynth.backends.mscclpp.check import check_plan
+
+    d = json.loads(emit(build_schedule("ring", 17), "mscclpp-plan"))
+    tbs = d["gpus"][0]["threadblocks"]
+    assert len(tbs) >= 3
+    tbs[0]["ops"].insert(0, {"name": "barrier", "barrier_id": 0, "num_threadblocks": 3})
+    tbs[1]["ops"].insert(0, {"name": "barrier", "barrier_id": 0, "num_threadblocks": 2})
+    r = check_plan(read_plan_text(json.dumps(d)))
+    assert not r.ok and r.kind == "deadlock" and r.gpu == 0, r.message
+    m = re.search(r"barrier 0 on gpu 0: thread block (\d+) ", r.message)
+    assert m and r.tb == int(m.group(1)) and r.tb in (0, 1), (r.tb, r.message)
+
+
+def test_mscclpp_reduce_reads_its_launchs_half_of_a_double_scratch():
+    """With a double scratch buffer, a thread block's local scratch references address the launch's half
+    (the second one in even launches), while plain puts land at the peer's scratch base (only packet
+    puts add the half). A Simple direct plan marked double-scratch therefore reduces data that never
+    landed in launch 2, and is refused (kills the `re` source's local_scratch True -> False in
+    backends/mscclpp/execute.py, which reads the first half and passes)."""
+    import json
+
+    from collsynth.backends.mscclpp.check import check_plan
+
+    d = json.loads(emit(build_schedule("direct", 4), "mscclpp-plan"))
+    assert check_plan(read_plan_text(json.dumps(d))).ok
+    d["use_double_scratch_buffer"] = True
+    r = check_plan(read_plan_text(json.dumps(d)))
+    assert not r.ok and r.kind == "result", r.message
+    assert "(re) (launch 2) adds undefined data" in r.message
+
+
+def test_mscclpp_plan_read_back_takes_the_recorded_name_only_with_the_record():
+    """A plan read back into a Schedule takes the schedule name of collsynth's record only when the record
+    is used (it matches the plan); otherwise the plan's own name and its levels (kills `used_record and
+    isinstance(...)` -> `or` in backends/mscclpp/schedule.py)."""
+    import json
+
+    from collsynth.backends.mscclpp import plan_text_to_schedule
+
+    d = json.loads(emit(build_schedule("ring", 4), "mscclpp-plan"))
+    d["name"] = "mine"
+    s = plan_text_to_schedule(json.dumps(d))
+    assert (s.name, s.meta["timing"]) == ("ring_allreduce_n4", "recorded steps")
+    d["collsynth"]["send_steps"] = d["collsynth"]["send_steps"][:-1]  # no longer one entry per sending op
+    s = plan_text_to_schedule(json.dumps(d))
+    assert (s.name, s.meta["timing"]) == ("mine", "levels")
