@@ -102,8 +102,8 @@ def check_seconds(seconds: float, what: str, *, largest: str = "", hint: str = "
     limit = max_seconds()
     if seconds > limit:
         more = f"; the largest that fits is {largest}" if largest else ""
-        raise CollsynthError(f"{what} would run for about {seconds:.3g} s, more than the {limit:g} s "
-                             f"limit{more}{': ' + hint if hint else ''} (raise it with `collsynth --max-time TIME ...`)")
+        raise CollsynthError(f"{what} would run for about {seconds:.3g} s, more than the {limit:g} s limit{more}"
+                             f"{': ' + hint if hint else ''} (raise it with `collsynth --max-time TIME ...`)")
 
 
 @dataclass(frozen=True)

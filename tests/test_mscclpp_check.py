@@ -164,12 +164,14 @@ def test_a_wait_naming_one_channel_twice_takes_two_tickets():
     # with an atomic increment (semaphore_device.hpp incExpectedInbound), so the two lanes wait for two signals
     plan = json.loads(emit_plan(_two_buffer_transfer()))
     lanes = [(g["id"], o["name"], o["channel_ids"]) for g in plan["gpus"] for tb in g["threadblocks"]
-             for o in tb["ops"] if o["name"] in ("signal", "wait") and len(set(o["channel_ids"])) < len(o["channel_ids"])]
+             for o in tb["ops"] if o["name"] in ("signal", "wait")
+             and len(set(o["channel_ids"])) < len(o["channel_ids"])]
     assert [x[1] for x in lanes] == ["wait", "signal"], lanes
     assert _check(plan).ok
     # one signal less: the second lane's ticket is never reached
     g = next(g for g in plan["gpus"] if g["id"] == lanes[1][0])
-    op = next(o for tb in g["threadblocks"] for o in tb["ops"] if o["name"] == "signal" and o["channel_ids"] == lanes[1][2])
+    op = next(o for tb in g["threadblocks"] for o in tb["ops"]
+              if o["name"] == "signal" and o["channel_ids"] == lanes[1][2])
     op["channel_ids"] = op["channel_ids"][:1]
     report = _check(plan)
     assert not report.ok and report.kind in ("deadlock", "semaphore"), report.message
