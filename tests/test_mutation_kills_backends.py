@@ -469,3 +469,21 @@ def test_mscclpp_plan_read_back_takes_the_recorded_name_only_with_the_record():
     d["collsynth"]["send_steps"] = d["collsynth"]["send_steps"][:-1]  # no longer one entry per sending op
     s = plan_text_to_schedule(json.dumps(d))
     assert (s.name, s.meta["timing"]) == ("mine", "levels")
+
+
+def test_msccl_too_many_channels_names_the_channel_range():
+    """Ring on 34 GPUs needs two channel segments (66 steps per connection, 64 per thread block): 17
+    instances need 34 channels; the error names the valid range chan 0..31 (kills `MAX_CHANNELS - 1` ->
+    `+ 1` in the message of backends/msccl/emit.py)."""
+    with pytest.raises(CollsynthError, match=r"^the program needs 34 channels \(2 per instance x 17 instance\(s\)\); "
+                                             r"MSCCL allows at most 32 \(chan 0\.\.31\): use fewer --instances$"):
+        emit(build_schedule("ring", 34), "msccl-xml", instances=17)
+
+
+def test_msccl_unseparated_attributes_message_quotes_60_characters():
+    """An element whose attributes run together is refused naming the first 60 characters of the tag
+    (kills `tag[:60]` -> `tag[:61]` in backends/msccl/parse.py)."""
+    head = HEAD.replace('inplace="1" ', 'inplace="1"')
+    with pytest.raises(XmlFormatError, match="attributes must be separated by a space") as e:
+        parse_xml_text(head + "\n</algo>\n", "t.xml")
+    assert str(e.value) == f"t.xml:1: attributes must be separated by a space in {head[:60]!r}"
