@@ -124,11 +124,60 @@ def test_chain_ahead_after_arrival_near_the_late_gpu_bound():
     assert bound <= best < 1.6 * bound
 
 
+@pytest.mark.parametrize("N,G", [(2, 4), (4, 2), (4, 4), (5, 2)])
+@pytest.mark.parametrize("trees,pxn,tail,leaves,rows", [(False, True, False, 0.01, True),
+                                                        (False, False, True, 0.003, False),
+                                                        (True, False, True, 0.0, True),
+                                                        (False, True, True, 0.0, False)])
+def test_spread_leaves_rows_verify(N, G, trees, pxn, tail, leaves, rows):
+    """A late rail GPU spreading its final blocks itself (``spread``), busy nodes as broadcast leaves
+    (``leaves``), rows spread by recursive doubling (``rows``; G a power of two): every pattern verifies
+    (each contribution exactly once) and is recorded in meta."""
+    n = N * G
+    t = cluster(N, G)
+    rng = np.random.default_rng(N * 10 + G)
+    pats = _patterns(N, G)[:-1] + [{int(r): float(rng.uniform(0, 0.01))
+                                    for r in rng.choice(n, size=int(rng.integers(2, n)), replace=False)}]
+    for arr in pats:
+        s = funnel.construct(n, arr, GiB, t, 3, 1, trees, pxn, tail, spread=True, leaves=leaves, rows=rows)
+        r = verify(s)
+        assert r.ok, (arr, r.message)
+        assert s.meta["spread"] is True and s.meta["leaves_s"] == leaves and s.meta["rows"] == rows
+        assert simulate(s, GiB, t, arr).completion_s > max(arr.values())
+
+
+def test_rows_by_recursive_doubling():
+    """With ``rows`` an idle node spreads a final row in log2 G messages per GPU, some carrying several
+    parts (count > 1); without it every spread message carries one part."""
+    t = make_topology("h100-cluster", 32)
+    arr = {3: 0.002, 12: 0.004, 29: 0.009}
+    s = funnel.construct(32, arr, GiB, t, 4, rows=True)
+    assert verify(s).ok and int(s.count.max()) == 4
+    assert int(funnel.construct(32, arr, GiB, t, 4).count.max()) == 1
+
+
+def test_leaves_fed_by_the_others():
+    """A node ready shortly before the last rank is a leaf of the hypercube broadcast: it sends nothing
+    after its own stream (only receives the final blocks), and the schedule still verifies."""
+    t = make_topology("h100-cluster", 32)
+    arr = {3: 0.002, 12: 0.0085, 29: 0.009}  # node 1 (rank 12) ready 0.5 ms before L (rank 29, node 3)
+    s = funnel.construct(32, arr, GiB, t, 4, 1, False, True, False, leaves=0.003)
+    assert verify(s).ok
+    node1 = set(range(8, 16))
+    out = [int(b) // 8 for a, b in zip(s.src, s.dst) if int(a) in node1 and int(b) not in node1]
+    assert out and set(out) == {3}  # node 1 sends across nodes only its stream into L's node 3
+    plain = funnel.construct(32, arr, GiB, t, 4, 1, False, True, False)
+    assert any(int(a) in node1 and int(b) // 8 not in (1, 3) for a, b in zip(plain.src, plain.dst))
+
+
 def test_deterministic():
     t = cluster(4, 4)
     arr = {1: 0.004, 6: 0.009, 13: 0.0085}
     a = funnel.construct(16, arr, GiB, t, 4)
     b = funnel.construct(16, arr, GiB, t, 4)
+    assert a.to_json() == b.to_json()
+    a = funnel.construct(16, arr, GiB, t, 4, 1, False, True, False, spread=True, leaves=0.002)
+    b = funnel.construct(16, arr, GiB, t, 4, 1, False, True, False, spread=True, leaves=0.002)
     assert a.to_json() == b.to_json()
 
 
@@ -155,5 +204,8 @@ def test_bad_input():
         funnel.construct(4, {1: 0.1}, GiB, cluster(1, 4), 2)
     with pytest.raises(CollsynthError, match="ranks are 0..7"):
         funnel.construct(8, {8: 0.1}, GiB, t, 2)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(CollsynthError, match="leaf window"):
+            funnel.construct(8, {1: 0.1}, GiB, t, 2, leaves=bad)
     assert cli_main(["synth", "-a", "clusterstraggler", "-n", "16", "-t", "h100-cluster", "--arrival",
                      "1=2ms,3=inf"]) == 2
