@@ -125,24 +125,28 @@ def test_chain_ahead_after_arrival_near_the_late_gpu_bound():
 
 
 @pytest.mark.parametrize("N,G", [(2, 4), (4, 2), (4, 4), (5, 2)])
-@pytest.mark.parametrize("trees,pxn,tail,leaves,rows", [(False, True, False, 0.01, True),
-                                                        (False, False, True, 0.003, False),
-                                                        (True, False, True, 0.0, True),
-                                                        (False, True, True, 0.0, False)])
-def test_spread_leaves_rows_verify(N, G, trees, pxn, tail, leaves, rows):
+@pytest.mark.parametrize("trees,pxn,tail,leaves,rows,inline", [(False, True, False, 0.01, True, False),
+                                                               (False, False, True, 0.003, False, True),
+                                                               (True, False, True, 0.0, True, True),
+                                                               (False, True, True, 0.0, False, False),
+                                                               (True, True, False, 0.0, False, True)])
+def test_spread_leaves_rows_inline_verify(N, G, trees, pxn, tail, leaves, rows, inline):
     """A late rail GPU spreading its final blocks itself (``spread``), busy nodes as broadcast leaves
-    (``leaves``), rows spread by recursive doubling (``rows``; G a power of two): every pattern verifies
-    (each contribution exactly once) and is recorded in meta."""
+    (``leaves``), rows spread by recursive doubling (``rows``; G a power of two), late-rail nodes inside
+    the chains (``inline``): every pattern verifies (each contribution exactly once) and is recorded in
+    meta."""
     n = N * G
     t = cluster(N, G)
     rng = np.random.default_rng(N * 10 + G)
     pats = _patterns(N, G)[:-1] + [{int(r): float(rng.uniform(0, 0.01))
                                     for r in rng.choice(n, size=int(rng.integers(2, n)), replace=False)}]
     for arr in pats:
-        s = funnel.construct(n, arr, GiB, t, 3, 1, trees, pxn, tail, spread=True, leaves=leaves, rows=rows)
+        s = funnel.construct(n, arr, GiB, t, 3, 1, trees, pxn, tail, spread=True, leaves=leaves, rows=rows,
+                             inline=inline)
         r = verify(s)
         assert r.ok, (arr, r.message)
         assert s.meta["spread"] is True and s.meta["leaves_s"] == leaves and s.meta["rows"] == rows
+        assert s.meta["inline"] == inline
         assert simulate(s, GiB, t, arr).completion_s > max(arr.values())
 
 
@@ -168,6 +172,26 @@ def test_leaves_fed_by_the_others():
     assert out and set(out) == {3}  # node 1 sends across nodes only its stream into L's node 3
     plain = funnel.construct(32, arr, GiB, t, 4, 1, False, True, False)
     assert any(int(a) in node1 and int(b) // 8 not in (1, 3) for a, b in zip(plain.src, plain.dst))
+
+
+def test_choices_when_another_node_streams_after_the_last_arrival():
+    """Four late ranks, the second-last node ready 1.3 ms before the last rank (its NICs still send its own
+    stream after the last arrival): the best of waves.FUNNEL_CHOICES (24 or 32 blocks, spread) finishes
+    within 1.55x of the late-GPU bound after the last arrival, at least 10% before the best of the 16-block
+    choices without spread that auto used before (model; bench/bench_random_arrivals.py, vector 2)."""
+    from collsynth.synth.algorithms.stragglar.waves import FUNNEL_CHOICES
+
+    t = make_topology("h100-cluster", 64)
+    arr = {46: 0.002485, 49: 0.002585, 56: 0.006726, 50: 0.008001}
+    bound = max(GiB / (450e9 + 50e9), GiB / (8 * 50e9))
+
+    def after(M, trees, pxn, tail, spread=False, leaves=0.0, rows=False):
+        s = funnel.construct(64, arr, GiB, t, M, 1, trees, pxn, tail, spread, leaves, rows)
+        return simulate(s, GiB, t, arr).after_last_arrival_s
+
+    new = min(after(*c) for c in FUNNEL_CHOICES)
+    old = min(after(*c) for c in ((16, True, False, True), (16, True, False, False), (16, False, True, False)))
+    assert bound < new <= 1.55 * bound and new <= 0.9 * old
 
 
 def test_deterministic():

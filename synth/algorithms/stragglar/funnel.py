@@ -16,7 +16,9 @@ partial sum, so:
    = f: its last f nodes each send straight into m); a node whose rail-g GPU is late takes in nothing on
    rail g (its NIC's ingress stays free for the broadcast) and sends into the next chain node after it;
    those after the last chain node join the chain's end instead (variant ``tail``), taking in through
-   their helpers over PXN, so node m's NIC does not take several streams.
+   their helpers over PXN, so node m's NIC does not take several streams. With ``inline`` every node but
+   the last one ready before L is a chain node on every rail (a late rail GPU receives once it is there),
+   so no chain node takes two streams in.
    A chain node's rail GPU receives the upstream blocks whenever they come (before its node's late GPUs
    arrive: ingress early), adds its node's part, and sends each block on once it is complete. Into node m
    (variant ``pxn``) a late rail GPU's blocks go to its helpers (over PXN), L's own blocks of its part
@@ -65,8 +67,9 @@ class _Funnel:
     """One schedule under construction (module docstring)."""
 
     def __init__(self, grid: np.ndarray, times: np.ndarray, M: int, size: float, topology: Any, fan: int,
-                 pxn: bool, tail: bool = True) -> None:
+                 pxn: bool, tail: bool = True, inline: bool = False) -> None:
         self.grid, self.M, self.times, self.pxn = grid, M, times, pxn
+        self.inline = inline
         self.selfspread = False
         self.leaf_window = 0.0
         self.rows = False  # rows: nodes idle at L's arrival spread whole rows by recursive doubling
@@ -111,7 +114,7 @@ class _Funnel:
         self.upstream: dict[tuple[int, int], list[int]] = {}
         self.into_helpers: set[tuple[int, int]] = set()
         for g in range(G):
-            chain = [b for b in others if float(times[int(grid[b, g])]) <= t0]
+            chain = [b for b in others if (self.inline and b != others[-1]) or float(times[int(grid[b, g])]) <= t0]
             after = others[others.index(chain[-1]) + 1:] if chain else list(others)
             if tail:
                 chain += after
@@ -319,14 +322,16 @@ def two_trees(nodes: list[int]) -> tuple[list[tuple[int, int]], list[tuple[int, 
 
 def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fan: int = 1,
               trees: bool = True, pxn: bool = True, tail: bool = True, spread: bool = False,
-              leaves: float = 0.0, rows: bool = False) -> Schedule:
+              leaves: float = 0.0, rows: bool = False, inline: bool = False) -> Schedule:
     """The funnel schedule for M blocks per part, ``fan`` chains ending at the last rank's node, the
     broadcast by two ``trees`` (else hypercube rounds), L's part summed at its helpers (``pxn``) and the
     late-rail nodes at a rail's end joining its chain (``tail``); ``spread``: a late rail GPU spreads a
     final block itself when its NVLink port is free before its helper's; ``leaves`` (seconds, hypercube
-    only): the nodes ready less than this before L are leaves of the broadcast, fed by the others in turn;
-    ``rows``: the nodes whose NVLink ports are idle when L arrives spread whole rows by recursive doubling
-    (module docstring). Needs a topology of at least 2 nodes of at least 2 GPUs."""
+    only): the nodes ready less than this before L are leaves of the broadcast, fed by the others;
+    ``rows``: the nodes whose NVLink ports are idle when L arrives spread whole rows by recursive doubling;
+    ``inline``: a node whose rail GPU is late takes its place in that rail's chain (receiving once the GPU
+    is there), unless it is the last node ready before L (module docstring). Needs a topology of at least
+    2 nodes of at least 2 GPUs."""
     grid = node_grid(topology, n)
     N, G = grid.shape
     if N < 2 or G < 2:
@@ -337,7 +342,7 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     times = arrival_vector(arrivals, n)
     if not (isinstance(leaves, (int, float)) and math.isfinite(leaves) and leaves >= 0):
         raise CollsynthError(f"the funnel form needs a finite leaf window >= 0 seconds, got {leaves!r}")
-    plan = _Funnel(grid, times, int(M), float(size), topology, fan, pxn, tail)
+    plan = _Funnel(grid, times, int(M), float(size), topology, fan, pxn, tail, bool(inline))
     plan.selfspread, plan.leaf_window, plan.rows = bool(spread), float(leaves), bool(rows)
     plan.funnel()
     plan.broadcast(trees)
@@ -347,7 +352,7 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
                                "late": [[r, float(times[r])] for r in late], "last": plan.L,
                                "nodes": N, "gpus_per_node": G, "pipeline": int(M), "fan": plan.fan,
                                "pxn": pxn, "tail": tail, "spread": bool(spread), "leaves_s": float(leaves),
-                               "rows": bool(rows),
+                               "rows": bool(rows), "inline": bool(inline),
                                "broadcast": "two-tree" if trees else "hypercube",
                                "chain": [int(b) for b in plan.order], "topology_name": topology.name}
     spec = getattr(topology, "spec", None)
