@@ -176,7 +176,7 @@ def test_leaves_fed_by_the_others():
 
 def test_choices_when_another_node_streams_after_the_last_arrival():
     """Four late ranks, the second-last node ready 1.3 ms before the last rank (its NICs still send its own
-    stream after the last arrival): the best of waves.FUNNEL_CHOICES (24 or 32 blocks, spread) finishes
+    stream after the last arrival): the best of waves.FUNNEL_CHOICES (24 or 32 blocks, spread, inline) finishes
     within 1.55x of the late-GPU bound after the last arrival, at least 10% before the best of the 16-block
     choices without spread that auto used before (model; bench/bench_random_arrivals.py, vector 2)."""
     from collsynth.synth.algorithms.stragglar.waves import FUNNEL_CHOICES
@@ -185,13 +185,35 @@ def test_choices_when_another_node_streams_after_the_last_arrival():
     arr = {46: 0.002485, 49: 0.002585, 56: 0.006726, 50: 0.008001}
     bound = max(GiB / (450e9 + 50e9), GiB / (8 * 50e9))
 
-    def after(M, trees, pxn, tail, spread=False, leaves=0.0, rows=False):
-        s = funnel.construct(64, arr, GiB, t, M, 1, trees, pxn, tail, spread, leaves, rows)
+    def after(M, trees, pxn, tail, spread=False, leaves=0.0, rows=False, inline=False):
+        s = funnel.construct(64, arr, GiB, t, M, 1, trees, pxn, tail, spread, leaves, rows, inline)
         return simulate(s, GiB, t, arr).after_last_arrival_s
 
     new = min(after(*c) for c in FUNNEL_CHOICES)
     old = min(after(*c) for c in ((16, True, False, True), (16, True, False, False), (16, False, True, False)))
     assert bound < new <= 1.55 * bound and new <= 0.9 * old
+
+
+def test_inline_one_stream_in_per_chain_node():
+    """A node whose rail GPU is late in the middle of the ready order (node 2 here): without ``inline`` it
+    sends straight into the next chain node, whose rail GPU then takes two streams in; with ``inline`` it is
+    a chain node itself, fewer GPUs take reduces from two nodes, and the model finishes sooner after the
+    last arrival (bench/bench_random_arrivals.py, vector 26)."""
+    t = make_topology("h100-cluster", 64)
+    arr = {39: 0.001575, 16: 0.002503, 37: 0.004025, 63: 0.006153}
+
+    def two_in(s):
+        srcs: dict[int, set[int]] = {}
+        for a, b, red in zip(s.src, s.dst, s.reduce):
+            if red and int(a) // 8 != int(b) // 8:
+                srcs.setdefault(int(b), set()).add(int(a) // 8)
+        return sum(len(v) > 1 for v in srcs.values())
+
+    plain = funnel.construct(64, arr, GiB, t, 24, 1, True, False, True, spread=True)
+    inl = funnel.construct(64, arr, GiB, t, 24, 1, True, False, True, spread=True, inline=True)
+    assert verify(inl).ok
+    assert two_in(inl) < two_in(plain)
+    assert simulate(inl, GiB, t, arr).after_last_arrival_s < simulate(plain, GiB, t, arr).after_last_arrival_s
 
 
 def test_deterministic():
