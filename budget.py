@@ -97,13 +97,13 @@ def max_seconds() -> float:
     return DEFAULT_MAX_SECONDS if _seconds_override is None else _seconds_override
 
 
-def check_seconds(seconds: float, what: str, *, largest: str = "") -> None:
+def check_seconds(seconds: float, what: str, *, largest: str = "", hint: str = "") -> None:
     """Refuse ``what`` when its estimated run time exceeds the time budget."""
     limit = max_seconds()
     if seconds > limit:
         more = f"; the largest that fits is {largest}" if largest else ""
-        raise CollsynthError(f"{what} would run for about {seconds:.3g} s, more than the {limit:g} s "
-                             f"limit{more} (raise it with `collsynth --max-time TIME ...`)")
+        raise CollsynthError(f"{what} would run for about {seconds:.3g} s, more than the {limit:g} s limit{more}"
+                             f"{': ' + hint if hint else ''} (raise it with `collsynth --max-time TIME ...`)")
 
 
 @dataclass(frozen=True)

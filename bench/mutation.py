@@ -271,10 +271,12 @@ def run_sample(names: list[str], n: int, seed: int, timeout: float, python: str)
     return sample_report(python, time.perf_counter() - t0)
 
 
-def thin_and_resume(python: str, keep: float | None, timeout: float) -> float:
+def thin_and_resume(python: str, keep: float | None, timeout: float, only: list[str] | None = None) -> float:
     """Finish the last sampled run: with ``keep``, first drop a seeded random share 1 - keep of each module's
     mutants not run yet (for a run that cannot finish in time; the report weights each module by its
-    population over the mutants it ran), then run the pending mutants of every target. Returns seconds."""
+    population over the mutants it ran), then run the pending mutants of every target (of ``only`` when
+    given). Each target's pending mutants run against its first-pass test command (the survivor re-runs
+    rewrite it), less the tests that fail on the snapshot unmutated (named). Returns seconds."""
     import random
     import sqlite3
 
@@ -292,6 +294,8 @@ def thin_and_resume(python: str, keep: float | None, timeout: float) -> float:
     t0 = time.perf_counter()
     todo: list[tuple[int, str, str, str]] = []
     for name in meta["targets"]:
+        if only is not None and name not in only:
+            continue
         cfg, db = os.path.join(SAMPLE, f"{name}.toml"), os.path.join(SAMPLE, f"{name}.sqlite")
         con = sqlite3.connect(db)
         ops = [str(o) for (o,) in con.execute("SELECT DISTINCT operator_name FROM mutation_specs")]
@@ -336,8 +340,98 @@ def thin_and_resume(python: str, keep: float | None, timeout: float) -> float:
             json.dump(meta, f, indent=1, sort_keys=True)
     for k, name, cfg, db in sorted(todo):  # the smallest first: an interrupted resume has reached most targets
         print(f"mutation: {name}: {k} pending mutants", file=sys.stderr, flush=True)
+        _first_pass_command(name, cfg, pkg, env, python)
         _run([os.path.join(bindir, "cosmic-ray"), "exec", cfg, db], pkg, env)
     return time.perf_counter() - t0
+
+
+def _first_pass_command(name: str, cfg: str, pkg: str, env: dict[str, str], python: str) -> None:
+    """Set the sampled target's cosmic-ray test command back to its first pass (its tests, survivor tests
+    first, SLOW deselected), less the tests that fail on the snapshot unmutated (today's survivor tests
+    of behaviour the snapshot predates: with -x they would count every mutant killed)."""
+    _, tests = TARGETS[name]
+    tests = sorted(tests, key=lambda t: t not in (KS, KB))
+    deselect = "".join(f" --deselect {t}" for t in SLOW.get(name, []))
+    base = subprocess.run([python, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", *tests, *deselect.split()],
+                          cwd=pkg, env=env, capture_output=True, text=True)
+    failed = re.findall(r"^FAILED (\S+)", base.stdout, flags=re.M)
+    if base.returncode not in (0, 1) or (base.returncode == 1 and not failed):
+        raise SystemExit(f"mutation: the tests of target {name} do not run on the snapshot: {base.stdout[-1500:]}")
+    if failed:
+        print(f"mutation: {name}: left out (they fail on the snapshot unmutated): {' '.join(failed)}",
+              file=sys.stderr, flush=True)
+    test_cmd = (f"{python} -m pytest -x -q -p no:cacheprovider {' '.join(tests)}{deselect}"
+                + "".join(f" --deselect {t}" for t in failed))
+    with open(cfg) as f:
+        text = f.read()
+    with open(cfg, "w") as f:
+        f.write(re.sub(r"^test-command = .*$", lambda _: f"test-command = {json.dumps(test_cmd)}", text, flags=re.M))
+
+
+def restore_thinned(python: str, only: list[str] | None = None) -> int:
+    """Put the mutants that ``--thin`` dropped back into the last sampled run's sessions (of ``only`` when
+    given), as pending: each target's session is initialised again on the snapshot, the draw replayed, and
+    the drawn mutants that the session lacks are added. A module whose mutant count changed since the draw
+    is left as it is (named). Returns the number restored."""
+    import random
+    import sqlite3
+
+    with open(os.path.join(SAMPLE, "sample.json")) as f:
+        meta = json.load(f)
+    pkg = os.path.join(SAMPLE, "collsynth")
+    env = dict(os.environ, PYTHONPATH=SAMPLE, PYTHONDONTWRITEBYTECODE="1")
+    bindir = os.path.dirname(python)
+    draw, pos = random.Random(meta["seed"]), {}
+    for m in sorted(meta["population"]):
+        pos[m] = set(draw.sample(range(meta["population"][m]), meta["sampled"][m]))
+    dropped = meta.get("dropped", {})
+    total = 0
+    for name in meta["targets"]:
+        if only is not None and name not in only:
+            continue
+        cfg, db = os.path.join(SAMPLE, f"{name}.toml"), os.path.join(SAMPLE, f"{name}.sqlite")
+        with open(cfg) as f:
+            modules = json.loads(re.search(r"^module-path = (.*)$", f.read(), flags=re.M).group(1))  # type: ignore[union-attr]
+        if not any(dropped.get(m) for m in modules):
+            continue
+        fresh = os.path.join(SAMPLE, f"{name}.restore.sqlite")
+        if os.path.exists(fresh):
+            os.remove(fresh)
+        _run([os.path.join(bindir, "cosmic-ray"), "init", cfg, fresh], pkg, env)
+        con = sqlite3.connect(db)
+        con.execute("ATTACH DATABASE ? AS fresh", (fresh,))
+        cols = "m.start_pos_row, m.start_pos_col, m.end_pos_row, m.end_pos_col, m.operator_name, m.occurrence"
+        have = {(str(r[0]), ((r[1], r[2]), (r[3], r[4]), r[5], r[6]))
+                for r in con.execute(f"SELECT m.module_path, {cols} FROM main.mutation_specs m")}
+        every: dict[str, list[tuple[tuple[object, ...], str]]] = {}
+        for r in con.execute(f"SELECT m.module_path, {cols}, m.job_id FROM fresh.mutation_specs m"):
+            if str(r[5]).split("/", 1)[-1] in KEEP:
+                every.setdefault(str(r[0]), []).append((((r[1], r[2]), (r[3], r[4]), r[5], r[6]), str(r[7])))
+        back: list[str] = []
+        for m, items in sorted(every.items()):
+            if not dropped.get(m):
+                continue
+            if len(items) != meta["population"][m]:
+                print(f"mutation: {name}: {m} has {len(items)} mutants, {meta['population'][m]} at the draw: "
+                      f"its dropped mutants are not restored", file=sys.stderr, flush=True)
+                continue
+            mine = [job for i, (key, job) in enumerate(sorted(items)) if i in pos[m] and (m, key) not in have]
+            back += mine
+            dropped[m] -= len(mine)
+            print(f"mutation: {name}: {m}: {len(mine)} dropped mutants restored", file=sys.stderr, flush=True)
+        con.executemany("INSERT INTO main.work_items SELECT * FROM fresh.work_items WHERE job_id = ?",
+                        [(j,) for j in back])
+        con.executemany("INSERT INTO main.mutation_specs SELECT * FROM fresh.mutation_specs WHERE job_id = ?",
+                        [(j,) for j in back])
+        con.commit()
+        con.execute("DETACH DATABASE fresh")
+        con.close()
+        os.remove(fresh)
+        total += len(back)
+        meta["dropped"] = dropped
+        with open(os.path.join(SAMPLE, "sample.json"), "w") as f:
+            json.dump(meta, f, indent=1, sort_keys=True)
+    return total
 
 
 def sample_report(python: str, seconds: float) -> dict[str, object]:
@@ -571,6 +665,9 @@ def main() -> int:
     ap.add_argument("--thin", type=float, default=None, metavar="KEEP",
                     help="with --sampled --resume: first keep only this share (0..1] of each module's pending "
                          "mutants (seeded); the report weights modules by population / mutants run")
+    ap.add_argument("--restore-thinned", action="store_true",
+                    help="with --sampled --resume: first put back the mutants an earlier --thin dropped (the draw "
+                         "replayed on the snapshot), so that they run")
     args = ap.parse_args()
     if args.list:
         listing: dict[str, object] = {k: {"modules": m, "tests": t} for k, (m, t) in TARGETS.items()}
@@ -593,7 +690,11 @@ def main() -> int:
             return 2
         seconds = 0.0
         if args.resume:
-            seconds = thin_and_resume(python, args.thin, args.timeout)
+            only = None if args.targets is None else names
+            if args.restore_thinned:
+                print(f"mutation: {restore_thinned(python, only)} mutants dropped by --thin restored",
+                      file=sys.stderr, flush=True)
+            seconds = thin_and_resume(python, args.thin, args.timeout, only)
         if args.rerun_survivors:
             with open(os.path.join(SAMPLE, "sample.json")) as f:
                 sampled = json.load(f)["targets"]

@@ -6,6 +6,7 @@ naming rank, thread block and op (exit 1). Mutations of emitted plans are caught
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 
@@ -15,6 +16,7 @@ from shared_paths import vectors
 from collsynth.backends.mscclpp import PlanFormatError, check_plan_text, emit_plan, read_plan_text
 from collsynth.cli import main
 from collsynth.synth.registry import build_schedule
+from collsynth.synth.verify import verify
 
 VEC = vectors("mscclpp")
 GOOD = ["mscclpp_executor-tests_reduce.json", "mscclpp_executor-tests_reduce_nvls.json",
@@ -144,6 +146,35 @@ def test_dropping_a_wait_unbalances_the_semaphores():
     assert not report.ok and report.kind == "semaphore"
     assert report.message.startswith("FAIL unbalanced semaphores: gpu 2's memory channel")
     assert "the counter carries over, so the next launch starts out of step" in report.message
+
+
+def _two_buffer_transfer():
+    """A 3-rank ring ReduceScatter whose last transfer moves 2 chunks, one from the input and one from scratch:
+    it lowers to two puts to one peer in one step, so the signal and the wait name the same channel twice."""
+    s = build_schedule("ring", 3, collective="reducescatter")
+    count = s.count.copy()
+    count[(s.step == 1) & (s.src == 2)] = 2
+    s = dataclasses.replace(s, count=count)
+    assert verify(s).ok
+    return s
+
+
+def test_a_wait_naming_one_channel_twice_takes_two_tickets():
+    # fuzz run 6 (issue 13): this crashed the checker (KeyError, exit 3). The executor takes each lane's ticket
+    # with an atomic increment (semaphore_device.hpp incExpectedInbound), so the two lanes wait for two signals
+    plan = json.loads(emit_plan(_two_buffer_transfer()))
+    lanes = [(g["id"], o["name"], o["channel_ids"]) for g in plan["gpus"] for tb in g["threadblocks"]
+             for o in tb["ops"] if o["name"] in ("signal", "wait")
+             and len(set(o["channel_ids"])) < len(o["channel_ids"])]
+    assert [x[1] for x in lanes] == ["wait", "signal"], lanes
+    assert _check(plan).ok
+    # one signal less: the second lane's ticket is never reached
+    g = next(g for g in plan["gpus"] if g["id"] == lanes[1][0])
+    op = next(o for tb in g["threadblocks"] for o in tb["ops"]
+              if o["name"] == "signal" and o["channel_ids"] == lanes[1][2])
+    op["channel_ids"] = op["channel_ids"][:1]
+    report = _check(plan)
+    assert not report.ok and report.kind in ("deadlock", "semaphore"), report.message
 
 
 def test_waiting_before_signalling_deadlocks():

@@ -283,7 +283,8 @@ def test_mscclpp_offsets_stop_exactly_at_4_gib():
     from collsynth.backends.mscclpp.model import PlanFormatError
 
     plan = read_plan_text(emit(build_schedule("ring", 4), "mscclpp-plan"))
-    k = max(max(g.input_chunks, g.output_chunks, 4 * g.scratch_chunks) for g in plan.gpus)
+    assert not plan.packets and not plan.double_scratch  # Simple: the scratch buffer is scratch_chunks chunks
+    k = max(max(g.input_chunks, g.output_chunks, g.scratch_chunks) for g in plan.gpus)
     assert k >= 1
     over = -(-(1 << 32) // k)  # the smallest chunk at which some buffer reaches 2^32 bytes
     with pytest.raises(PlanFormatError, match="4 GiB"):
@@ -308,3 +309,181 @@ def test_mscclpp_semaphore_initial_value_lets_the_first_acquire_pass():
     assert check_plan(read_plan_text(json.dumps(d))).ok
     g["semaphores"] = [{"init_value": 0}]  # nobody releases before the acquire: a deadlock
     assert not check_plan(read_plan_text(json.dumps(d))).ok
+
+
+def test_mscclpp_pipeline_past_a_reference_wraps_its_size_as_uint32():
+    """A pipeline iteration that starts past the end of its reference has a negative remaining size,
+    which the kernel's uint32 arithmetic wraps: it accesses min(2^32 - (offset - size), unit) bytes.
+    Here a 2-chunk pipeline over 1-chunk references at chunk 2^31 - 16 and unit 3 * 2^30: iteration 1
+    starts 2^30 + 16 bytes past the reference and reads 3 * 2^30 - 16 bytes, not the whole unit (kills
+    `% (1 << 32)` -> `% (1 << 33)` in backends/mscclpp/execute.py)."""
+    import json
+
+    from collsynth.backends.mscclpp.check import check_plan
+
+    unit, chunk = 3 << 30, (1 << 31) - 16
+    d = json.loads(emit(build_schedule("ring", 2, "allgather"), "mscclpp-plan", pipeline=1024))
+    d["max_message_size"] = 1 << 40
+    for g in d["gpus"]:  # no scratch (so that 2-chunk buffers stay below 4 GiB): put straight into the output
+        g["scratch_chunks"] = 0
+        g["remote_buffers"][0]["type"] = "o"
+        pipe = g["threadblocks"][0]["ops"][4]
+        assert pipe["name"] == "pipeline"
+        pipe["iter_context"] = {"unit_size": unit, "num_chunks": 2}
+        pipe["ops"] = pipe["ops"][:4]  # put, nop, signal, wait
+        pipe["ops"][0]["dst_buff"][0]["index"] = g["id"]
+    r = check_plan(read_plan_text(json.dumps(d)), size=2 * chunk)
+    assert not r.ok and r.kind == "bounds", r.message
+    lo, size = unit, (1 << 32) - (unit - chunk)
+    assert size < unit
+    assert f"op 4 body op 0 (put) accesses bytes {lo}..{lo + size - 1} of gpu 0's output buffer" in r.message
+
+
+@pytest.mark.parametrize("hi", [10, 40, 100])
+def test_mscclpp_fit_search_never_retries_a_size_that_failed(hi: int) -> None:
+    """``fit._largest`` finds the largest size that fits (each probe builds and lowers a schedule) and
+    never probes a size at or above one that already failed (kills the bisection's upper end
+    `lo + step - 1` -> `lo + step + 1` in backends/mscclpp/fit.py, which probes the failed size again)."""
+    from collsynth.backends.mscclpp.fit import _largest
+
+    for guess in [None, *range(2, hi)]:
+        for top in range(hi + 2):
+            calls: list[int] = []
+
+            def ok(x: int) -> bool:
+                calls.append(x)
+                return x <= top
+
+            assert _largest(1, hi, ok, guess) == max(0, min(top, hi)), (guess, top)
+            for i, x in enumerate(calls):
+                if x > top:
+                    assert all(y < x for y in calls[i + 1:]), (guess, top, calls)
+
+
+def test_mscclpp_remote_buffers_count_only_remote_references():
+    """A thread block declares at most 16 remote buffers per channel type; sends to peers it already
+    declared add none. LL twoshot on 17 GPUs sends to the same 16 peers twice: one thread block per GPU;
+    on 18 GPUs the 17 peers need a second block and no block declares more than 16 (kills `ref[0] == "r"`
+    -> `!= "r"` in the lowering's room check, backends/mscclpp/lower.py)."""
+    import json
+
+    for n, tbs in ((17, 1), (18, 3)):
+        d = json.loads(emit(build_schedule("twoshot", n, "allreduce"), "mscclpp-plan", proto="LL"))
+        assert max(len(g["threadblocks"]) for g in d["gpus"]) == tbs
+        assert max(len(ref["remote_buffer_ids"]) for g in d["gpus"] for tb in g["threadblocks"]
+                   for ref in tb.get("remote_buffer_refs", [])) == 16
+
+
+def test_nccl_run_plan_refuses_inputs_of_unequal_length():
+    """Every rank passes the same count (NCCL's contract): the interpreter refuses unequal inputs, naming
+    the first rank that differs from rank 0 (kills `full = len(inputs[0])` -> `len(inputs[-1])` in
+    backends/nccl/plan.py, which measures against the last rank and blames rank 0)."""
+    import numpy as np
+
+    from collsynth.backends.nccl import build_plan, run_plan
+
+    plan = build_plan(build_schedule("ring", 3, "allreduce"))
+    good = [np.arange(6, dtype=np.float32) + r for r in range(3)]
+    assert all(np.array_equal(o, sum(good)) for o in run_plan(plan, good))
+    bad = [good[0], np.arange(9, dtype=np.float32), np.arange(9, dtype=np.float32)]
+    with pytest.raises(CollsynthError, match=r"^run_plan needs input arrays of one length and dtype: rank 1's has 9 "
+                                             r"float32 elements, rank 0's 6 float32$"):
+        run_plan(plan, bad)
+    with pytest.raises(CollsynthError, match=r"rank 2's has 6 float64 elements, rank 0's 6 float32$"):
+        run_plan(plan, [good[0], good[1], good[2].astype(np.float64)])
+
+
+@pytest.mark.parametrize("alg,n,coll,proto", [("ring", 4, "allgather", "Simple"), ("ring", 2, "allreduce", "Simple"),
+                                              ("ring", 4, "allreduce", "Simple"), ("direct", 4, "allreduce", "LL"),
+                                              ("ring", 8, "allreduce", "LL")])
+def test_mscclpp_plan_max_message_size_is_the_largest_that_fits(alg: str, n: int, coll: str, proto: str):
+    """An emitted plan's max_message_size is the largest message whose byte offsets all stay below 2^32 (in
+    16-byte steps): the checker accepts that size's chunk and refuses the next one (kills `UINT32 - 1` ->
+    `UINT32 + 1` in backends/mscclpp/emit.py, whose allgather plan on 4 GPUs then reaches exactly 4 GiB;
+    before 2026-12-02 the checker counted every scratch buffer 4 times and refused Simple plans at their
+    own maximum)."""
+    from collsynth.backends.mscclpp.load import check_offsets, message_sizes
+    from collsynth.backends.mscclpp.model import PlanFormatError
+
+    plan = read_plan_text(emit(build_schedule(alg, n, coll), "mscclpp-plan", proto=proto))
+    g = plan.gpus[0]
+    per = g.output_chunks if coll == "allgather" else g.input_chunks
+    assert plan.max_size % (per * 16) == 0
+    chunk = plan.max_size // per
+    assert message_sizes(plan, chunk)[2] == plan.max_size
+    check_offsets(plan, chunk)
+    with pytest.raises(PlanFormatError, match="4 GiB"):
+        check_offsets(plan, chunk + 16)
+
+
+def test_mscclpp_barrier_mismatch_report_names_the_thread_block():
+    """Two thread blocks of one GPU at one barrier with different counts hang: the report names the GPU
+    and the thread block that found the mismatch, in its fields as in its message (kills `a.tb.id if
+    a.tb` -> `if not a.tb` in the MSCCL++ executor's barrier, which reports no thread block)."""
+    import json
+    import re
+
+    from collsynth.backends.mscclpp.check import check_plan
+
+    d = json.loads(emit(build_schedule("ring", 17), "mscclpp-plan"))
+    tbs = d["gpus"][0]["threadblocks"]
+    assert len(tbs) >= 3
+    tbs[0]["ops"].insert(0, {"name": "barrier", "barrier_id": 0, "num_threadblocks": 3})
+    tbs[1]["ops"].insert(0, {"name": "barrier", "barrier_id": 0, "num_threadblocks": 2})
+    r = check_plan(read_plan_text(json.dumps(d)))
+    assert not r.ok and r.kind == "deadlock" and r.gpu == 0, r.message
+    m = re.search(r"barrier 0 on gpu 0: thread block (\d+) ", r.message)
+    assert m and r.tb == int(m.group(1)) and r.tb in (0, 1), (r.tb, r.message)
+
+
+def test_mscclpp_reduce_reads_its_launchs_half_of_a_double_scratch():
+    """With a double scratch buffer, a thread block's local scratch references address the launch's half
+    (the second one in even launches), while plain puts land at the peer's scratch base (only packet
+    puts add the half). A Simple direct plan marked double-scratch therefore reduces data that never
+    landed in launch 2, and is refused (kills the `re` source's local_scratch True -> False in
+    backends/mscclpp/execute.py, which reads the first half and passes)."""
+    import json
+
+    from collsynth.backends.mscclpp.check import check_plan
+
+    d = json.loads(emit(build_schedule("direct", 4), "mscclpp-plan"))
+    assert check_plan(read_plan_text(json.dumps(d))).ok
+    d["use_double_scratch_buffer"] = True
+    r = check_plan(read_plan_text(json.dumps(d)))
+    assert not r.ok and r.kind == "result", r.message
+    assert "(re) (launch 2) adds undefined data" in r.message
+
+
+def test_mscclpp_plan_read_back_takes_the_recorded_name_only_with_the_record():
+    """A plan read back into a Schedule takes the schedule name of collsynth's record only when the record
+    is used (it matches the plan); otherwise the plan's own name and its levels (kills `used_record and
+    isinstance(...)` -> `or` in backends/mscclpp/schedule.py)."""
+    import json
+
+    from collsynth.backends.mscclpp import plan_text_to_schedule
+
+    d = json.loads(emit(build_schedule("ring", 4), "mscclpp-plan"))
+    d["name"] = "mine"
+    s = plan_text_to_schedule(json.dumps(d))
+    assert (s.name, s.meta["timing"]) == ("ring_allreduce_n4", "recorded steps")
+    d["collsynth"]["send_steps"] = d["collsynth"]["send_steps"][:-1]  # no longer one entry per sending op
+    s = plan_text_to_schedule(json.dumps(d))
+    assert (s.name, s.meta["timing"]) == ("mine", "levels")
+
+
+def test_msccl_too_many_channels_names_the_channel_range():
+    """Ring on 34 GPUs needs two channel segments (66 steps per connection, 64 per thread block): 17
+    instances need 34 channels; the error names the valid range chan 0..31 (kills `MAX_CHANNELS - 1` ->
+    `+ 1` in the message of backends/msccl/emit.py)."""
+    with pytest.raises(CollsynthError, match=r"^the program needs 34 channels \(2 per instance x 17 instance\(s\)\); "
+                                             r"MSCCL allows at most 32 \(chan 0\.\.31\): use fewer --instances$"):
+        emit(build_schedule("ring", 34), "msccl-xml", instances=17)
+
+
+def test_msccl_unseparated_attributes_message_quotes_60_characters():
+    """An element whose attributes run together is refused naming the first 60 characters of the tag
+    (kills `tag[:60]` -> `tag[:61]` in backends/msccl/parse.py)."""
+    head = HEAD.replace('inplace="1" ', 'inplace="1"')
+    with pytest.raises(XmlFormatError, match="attributes must be separated by a space") as e:
+        parse_xml_text(head + "\n</algo>\n", "t.xml")
+    assert str(e.value) == f"t.xml:1: attributes must be separated by a space in {head[:60]!r}"

@@ -471,3 +471,43 @@ def test_cpu_to_cpu_bandwidth_is_the_documented_nccl_table(arch: str, vendor: st
     from collsynth.synth.topology_import.constants import cpu_link_gbps
 
     assert cpu_link_gbps(arch, vendor, family, model) == gbps
+
+
+def test_solver_greedy_grid_has_room_for_every_owner_policy() -> None:
+    """The greedy warm starts run on a grid of 3n + 2C + 4 slots after the last arrival. With arrivals
+    5 us apart on 5 GPUs and 10 chunks, the "first" owner policy (rank 0, the only one on time, owns
+    every chunk) finishes in exactly that many slots: every policy's placements are warm starts, and each
+    verifies (kills `+ 4` -> `+ 3` in synth/solver/solve.py, which drops the three "first" ones)."""
+    from collsynth.synth.solver.grid import last_slot
+    from collsynth.synth.solver.solve import _model_candidates
+
+    n, C, size = 5, 10, float(1 << 20)
+    topo, arr = make_topology("nvswitch", n), tuple(i * 5e-6 for i in range(n))
+    cands = _model_candidates(n, size, topo, arr, [C], [])
+    names = {f"greedy-{r}{p}" for r in ("oldest", "rarest", "neediest") for p in ("", "-first", "-early")}
+    assert {c.source for c in cands} == names
+    for c in cands:
+        assert verify(c.schedule).ok and c.grid is not None and c.placed is not None
+        if c.source.endswith("-first"):
+            assert last_slot(c.placed) - c.grid.first_final + 1 == 3 * n + 2 * C + 4
+
+
+def test_multistraggler_tries_the_last_late_rank_trailing() -> None:
+    """4 GPUs, rank 1 late by 2 us, rank 2 by 5 us, rank 3 (S) by 10 us, 1 MiB: the fastest form has the
+    last late rank before S (rank 2) trailing (no block in phase 2), which neither the plain form nor
+    the model's trailing set gives; the result is faster than every one of those (kills the trail tuple
+    (0, 1, "model") -> (0, 0, "model") in synth/algorithms/stragglar/multi.py)."""
+    from collsynth.synth.algorithms.stragglar import multi
+
+    n, size, arr = 4, 1 << 20, {1: 2e-6, 2: 5e-6, 3: 10e-6}
+    topo = make_topology("nvswitch", n)
+    times = arrival_vector(arr, n)
+    best = multi.construct(n, "allreduce", arr, size=size, topology=topo)
+    assert verify(best).ok and best.meta["trailing"] == [2]
+    t = simulate(best, size, topo, times.tolist()).completion_s
+    for absorb in (0, 1, 2):
+        for trail in (0, "model"):
+            s = multi._construct(n, "allreduce", arr, "auto", size, None, None, topo, trail, absorb)
+            assert s.meta["trailing"] != [2]
+            for form in multi._orders(s, float(size), topo, times):
+                assert t < simulate(form, size, topo, times.tolist()).completion_s, (absorb, trail)

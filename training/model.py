@@ -329,12 +329,41 @@ def estimate_seconds(setup: TrainingSetup, runs: int, steps: int | None = None) 
     return runs * (setup.steps if steps is None else steps) * per_step
 
 
-def _check_work(setup: TrainingSetup, runs: int) -> None:
+ACCO_GROUP_S = 5e-6  # one micro-batch group of one rank in _acco (measured: 2 ranks, 1e-8 s micro-batches)
+
+
+def acco_groups_per_round(setup: TrainingSetup, comm: CollectiveModel, algorithms: Sequence[str]) -> float:
+    """About how many micro-batch groups one rank computes in one ACCO round: it keeps computing until its
+    round's communication (count AllReduce, ReduceScatter, AllGather, started together) ends (docs/acco.md)."""
+    per = setup.microbatches * float(setup.compute.mean_s().min())
+    if not per > 0:
+        return math.inf
+    z = np.zeros(setup.nranks)
+    longest = 0.0
+    for a in algorithms:
+        t = comm.run("ring", "allreduce", COUNT_BYTES, z).finish if setup.count_allreduce else z
+        t = comm.run(a, "reducescatter", setup.grad_bytes, t).finish
+        t = comm.run(a, "allgather", setup.pbytes, t + setup.optimizer_s / setup.nranks).finish
+        longest = max(longest, float(t.max()))
+    return longest / per + 1
+
+
+def _check_work(setup: TrainingSetup, methods: Sequence[str], algorithms: Sequence[str],
+                comm: CollectiveModel) -> None:
+    runs = len(methods) * len(algorithms)
+    what = f"train-sim of {setup.steps} steps x {runs} method/algorithm runs on {setup.topology.nranks} ranks"
     seconds = estimate_seconds(setup, runs)
     if seconds > budget.max_seconds():
         fit = budget.max_seconds() / max(estimate_seconds(setup, runs, 1), 1e-12)
-        what = f"train-sim of {setup.steps} steps x {runs} method/algorithm runs on {setup.topology.nranks} ranks"
         budget.check_seconds(seconds, what, largest=f"--steps {int(fit)}" if fit >= 1 else "")
+    if "acco" in methods:
+        groups = acco_groups_per_round(setup, comm, algorithms)
+        draws = 2 * setup.steps * setup.nranks * groups  # micro-batch groups of one run (all ranks)
+        acco = (f"{what}: acco computes about {groups:.3g} micro-batch groups per rank and round while it "
+                f"communicates, at {float(setup.compute.mean_s().min()):.3g} s per micro-batch")
+        hint = "raise --compute or --microbatches, lower --steps, or leave acco out of --methods"
+        budget.check(8 * draws * setup.microbatches, acco, hint=hint)  # the compute model keeps every draw
+        budget.check_seconds(draws * len(algorithms) * ACCO_GROUP_S, acco, hint=hint)
 
 
 def simulate_training(setup: TrainingSetup, methods: Sequence[str] = tuple(METHODS),
@@ -353,7 +382,7 @@ def simulate_training(setup: TrainingSetup, methods: Sequence[str] = tuple(METHO
         comm = CollectiveModel(setup.topology, exact=setup.exact, window_s=setup.window_s, agree_s=setup.agree_s)
     for a in algs:
         comm.check_algorithm(a)
-    _check_work(setup, len(methods) * len(algs))
+    _check_work(setup, methods, algs, comm)
     out = []
     for m in methods:
         for a in algs:

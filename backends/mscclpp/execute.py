@@ -108,7 +108,7 @@ class _Actor:
         self.launch = 0
         self.done = True
         self.blocked: Any = None
-        self.ticket: dict[tuple[Any, int], int] = {}
+        self.ticket: dict[tuple[Any, int, int], int] = {}  # (counter key, pc, lane's repeat) -> ticket
         self.last_send = (-1, -1)  # (instruction index, level)
         self.passed = False  # released by a barrier it waits at
 
@@ -584,24 +584,27 @@ class Executor:
             keys = [("chan", g.id, op.channel_type, tb.channels[op.channel_type][c]) for c in op.channel_ids]
         if a.blocked is None:
             a.tick += 1
-        # each lane takes its ticket once; a lane that cannot pass blocks the thread block
-        for key in keys:
-            c = self.counters[key]
-            if (key, a.pc) not in a.ticket:
+        # each lane takes its ticket once (an atomic increment, so two lanes on one channel or semaphore take
+        # two tickets, as two waits would); a lane that cannot pass blocks the thread block
+        lanes = [(key, a.pc, keys[:i].count(key)) for i, key in enumerate(keys)]
+        for lk in lanes:
+            c = self.counters[lk[0]]
+            if lk not in a.ticket:
                 c.issued += 1
                 c.issued_by.add(a.id)
-                a.ticket[(key, a.pc)] = c.issued
-        for key in keys:
+                a.ticket[lk] = c.issued
+        for lk in lanes:
+            key = lk[0]
             c = self.counters[key]
-            tk = a.ticket[(key, a.pc)]
+            tk = a.ticket[lk]
             if len(c.signals) + c.init < tk:
                 c.waiting.append(a)
                 what = (f"waits on {c.desc} for signal {tk - c.init}, which never comes ({len(c.signals)} arrived)"
                         if key[0] != "sem" else f"acquires {c.desc}, which is never released enough")
                 return self._block(a, ("wait", what))
-        for lane, key in enumerate(keys):
-            c = self.counters[key]
-            tk = a.ticket.pop((key, a.pc))
+        for lane, lk in enumerate(lanes):
+            c = self.counters[lk[0]]
+            tk = a.ticket.pop(lk)
             vc, lv, mlv = self._guaranteed(c, a, tk)
             c.waits.append((a.id, a.tick))
             if vc is not None:

@@ -430,10 +430,13 @@ def choose_chunk(plan: Plan, size: int | None = None) -> int:
 
 
 def check_offsets(plan: Plan, chunk: int) -> None:
-    """Byte offsets and sizes are uint32 on the device: every chunk range must stay below 4 GiB."""
+    """Byte offsets and sizes are uint32 on the device: every buffer must stay below 4 GiB. The scratch
+    buffer holds scratch_chunks chunks, twice in packet (LL) form, twice again with a double scratch buffer
+    (as the executor lays it out, execute.py; the emitter's largest message, emit.max_chunk_bytes)."""
+    scratch = (2 if plan.packets else 1) * (2 if plan.double_scratch else 1)
     for g in plan.gpus:
         for name in ("input_chunks", "output_chunks", "scratch_chunks"):
-            k = getattr(g, name) * (4 if name == "scratch_chunks" else 1)
+            k = getattr(g, name) * (scratch if name == "scratch_chunks" else 1)
             if k * chunk >= MAX_OFFSET:
                 raise PlanFormatError(f"{where(plan.source, g.id)}: at {chunk}-byte chunks, {name} {getattr(g, name)} "
                                       f"reach byte offsets past 4 GiB (uint32 on the device): use a smaller message")

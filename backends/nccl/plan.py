@@ -286,6 +286,10 @@ def run_plan(plan: Plan, inputs: Sequence[np.ndarray], *, inplace: bool = False)
     dtype = inputs[0].dtype
     es = dtype.itemsize
     full = len(inputs[0])
+    for r, x in enumerate(inputs):  # every rank passes the same count and dtype (as NCCL requires)
+        if len(x) != full or x.dtype != dtype:
+            raise CollsynthError(f"run_plan needs input arrays of one length and dtype: rank {r}'s has {len(x)} "
+                                 f"{x.dtype} elements, rank 0's {full} {dtype}")
     count = full // n if plan.collective == "reducescatter" else full
     m = plan.chunks_per_block
     S = chunk_elems(count, m, es)
