@@ -124,11 +124,106 @@ def test_chain_ahead_after_arrival_near_the_late_gpu_bound():
     assert bound <= best < 1.6 * bound
 
 
+@pytest.mark.parametrize("N,G", [(2, 4), (4, 2), (4, 4), (5, 2)])
+@pytest.mark.parametrize("trees,pxn,tail,leaves,rows,inline", [(False, True, False, 0.01, True, False),
+                                                               (False, False, True, 0.003, False, True),
+                                                               (True, False, True, 0.0, True, True),
+                                                               (False, True, True, 0.0, False, False),
+                                                               (True, True, False, 0.0, False, True)])
+def test_spread_leaves_rows_inline_verify(N, G, trees, pxn, tail, leaves, rows, inline):
+    """A late rail GPU spreading its final blocks itself (``spread``), busy nodes as broadcast leaves
+    (``leaves``), rows spread by recursive doubling (``rows``; G a power of two), late-rail nodes inside
+    the chains (``inline``): every pattern verifies (each contribution exactly once) and is recorded in
+    meta."""
+    n = N * G
+    t = cluster(N, G)
+    rng = np.random.default_rng(N * 10 + G)
+    pats = _patterns(N, G)[:-1] + [{int(r): float(rng.uniform(0, 0.01))
+                                    for r in rng.choice(n, size=int(rng.integers(2, n)), replace=False)}]
+    for arr in pats:
+        s = funnel.construct(n, arr, GiB, t, 3, 1, trees, pxn, tail, spread=True, leaves=leaves, rows=rows,
+                             inline=inline)
+        r = verify(s)
+        assert r.ok, (arr, r.message)
+        assert s.meta["spread"] is True and s.meta["leaves_s"] == leaves and s.meta["rows"] == rows
+        assert s.meta["inline"] == inline
+        assert simulate(s, GiB, t, arr).completion_s > max(arr.values())
+
+
+def test_rows_by_recursive_doubling():
+    """With ``rows`` an idle node spreads a final row in log2 G messages per GPU, some carrying several
+    parts (count > 1); without it every spread message carries one part."""
+    t = make_topology("h100-cluster", 32)
+    arr = {3: 0.002, 12: 0.004, 29: 0.009}
+    s = funnel.construct(32, arr, GiB, t, 4, rows=True)
+    assert verify(s).ok and int(s.count.max()) == 4
+    assert int(funnel.construct(32, arr, GiB, t, 4).count.max()) == 1
+
+
+def test_leaves_fed_by_the_others():
+    """A node ready shortly before the last rank is a leaf of the hypercube broadcast: it sends nothing
+    after its own stream (only receives the final blocks), and the schedule still verifies."""
+    t = make_topology("h100-cluster", 32)
+    arr = {3: 0.002, 12: 0.0085, 29: 0.009}  # node 1 (rank 12) ready 0.5 ms before L (rank 29, node 3)
+    s = funnel.construct(32, arr, GiB, t, 4, 1, False, True, False, leaves=0.003)
+    assert verify(s).ok
+    node1 = set(range(8, 16))
+    out = [int(b) // 8 for a, b in zip(s.src, s.dst) if int(a) in node1 and int(b) not in node1]
+    assert out and set(out) == {3}  # node 1 sends across nodes only its stream into L's node 3
+    plain = funnel.construct(32, arr, GiB, t, 4, 1, False, True, False)
+    assert any(int(a) in node1 and int(b) // 8 not in (1, 3) for a, b in zip(plain.src, plain.dst))
+
+
+def test_choices_when_another_node_streams_after_the_last_arrival():
+    """Four late ranks, the second-last node ready 1.3 ms before the last rank (its NICs still send its own
+    stream after the last arrival): the best of waves.FUNNEL_CHOICES (24 or 32 blocks, spread, inline) finishes
+    within 1.55x of the late-GPU bound after the last arrival, at least 10% before the best of the 16-block
+    choices without spread that auto used before (model; bench/bench_random_arrivals.py, vector 2)."""
+    from collsynth.synth.algorithms.stragglar.waves import FUNNEL_CHOICES
+
+    t = make_topology("h100-cluster", 64)
+    arr = {46: 0.002485, 49: 0.002585, 56: 0.006726, 50: 0.008001}
+    bound = max(GiB / (450e9 + 50e9), GiB / (8 * 50e9))
+
+    def after(M, trees, pxn, tail, spread=False, leaves=0.0, rows=False, inline=False):
+        s = funnel.construct(64, arr, GiB, t, M, 1, trees, pxn, tail, spread, leaves, rows, inline)
+        return simulate(s, GiB, t, arr).after_last_arrival_s
+
+    new = min(after(*c) for c in FUNNEL_CHOICES)
+    old = min(after(*c) for c in ((16, True, False, True), (16, True, False, False), (16, False, True, False)))
+    assert bound < new <= 1.55 * bound and new <= 0.9 * old
+
+
+def test_inline_one_stream_in_per_chain_node():
+    """A node whose rail GPU is late in the middle of the ready order (node 2 here): without ``inline`` it
+    sends straight into the next chain node, whose rail GPU then takes two streams in; with ``inline`` it is
+    a chain node itself, fewer GPUs take reduces from two nodes, and the model finishes sooner after the
+    last arrival (bench/bench_random_arrivals.py, vector 26)."""
+    t = make_topology("h100-cluster", 64)
+    arr = {39: 0.001575, 16: 0.002503, 37: 0.004025, 63: 0.006153}
+
+    def two_in(s):
+        srcs: dict[int, set[int]] = {}
+        for a, b, red in zip(s.src, s.dst, s.reduce):
+            if red and int(a) // 8 != int(b) // 8:
+                srcs.setdefault(int(b), set()).add(int(a) // 8)
+        return sum(len(v) > 1 for v in srcs.values())
+
+    plain = funnel.construct(64, arr, GiB, t, 24, 1, True, False, True, spread=True)
+    inl = funnel.construct(64, arr, GiB, t, 24, 1, True, False, True, spread=True, inline=True)
+    assert verify(inl).ok
+    assert two_in(inl) < two_in(plain)
+    assert simulate(inl, GiB, t, arr).after_last_arrival_s < simulate(plain, GiB, t, arr).after_last_arrival_s
+
+
 def test_deterministic():
     t = cluster(4, 4)
     arr = {1: 0.004, 6: 0.009, 13: 0.0085}
     a = funnel.construct(16, arr, GiB, t, 4)
     b = funnel.construct(16, arr, GiB, t, 4)
+    assert a.to_json() == b.to_json()
+    a = funnel.construct(16, arr, GiB, t, 4, 1, False, True, False, spread=True, leaves=0.002)
+    b = funnel.construct(16, arr, GiB, t, 4, 1, False, True, False, spread=True, leaves=0.002)
     assert a.to_json() == b.to_json()
 
 
@@ -155,5 +250,8 @@ def test_bad_input():
         funnel.construct(4, {1: 0.1}, GiB, cluster(1, 4), 2)
     with pytest.raises(CollsynthError, match="ranks are 0..7"):
         funnel.construct(8, {8: 0.1}, GiB, t, 2)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(CollsynthError, match="leaf window"):
+            funnel.construct(8, {1: 0.1}, GiB, t, 2, leaves=bad)
     assert cli_main(["synth", "-a", "clusterstraggler", "-n", "16", "-t", "h100-cluster", "--arrival",
                      "1=2ms,3=inf"]) == 2

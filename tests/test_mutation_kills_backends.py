@@ -469,3 +469,89 @@ def test_mscclpp_plan_read_back_takes_the_recorded_name_only_with_the_record():
     d["collsynth"]["send_steps"] = d["collsynth"]["send_steps"][:-1]  # no longer one entry per sending op
     s = plan_text_to_schedule(json.dumps(d))
     assert (s.name, s.meta["timing"]) == ("mine", "levels")
+
+
+def test_msccl_too_many_channels_names_the_channel_range():
+    """Ring on 34 GPUs needs two channel segments (66 steps per connection, 64 per thread block): 17
+    instances need 34 channels; the error names the valid range chan 0..31 (kills `MAX_CHANNELS - 1` ->
+    `+ 1` in the message of backends/msccl/emit.py)."""
+    with pytest.raises(CollsynthError, match=r"^the program needs 34 channels \(2 per instance x 17 instance\(s\)\); "
+                                             r"MSCCL allows at most 32 \(chan 0\.\.31\): use fewer --instances$"):
+        emit(build_schedule("ring", 34), "msccl-xml", instances=17)
+
+
+def test_msccl_unseparated_attributes_message_quotes_60_characters():
+    """An element whose attributes run together is refused naming the first 60 characters of the tag
+    (kills `tag[:60]` -> `tag[:61]` in backends/msccl/parse.py)."""
+    head = HEAD.replace('inplace="1" ', 'inplace="1"')
+    with pytest.raises(XmlFormatError, match="attributes must be separated by a space") as e:
+        parse_xml_text(head + "\n</algo>\n", "t.xml")
+    assert str(e.value) == f"t.xml:1: attributes must be separated by a space in {head[:60]!r}"
+
+
+@pytest.mark.parametrize("sizes", [[4096], [4096, 4096], [4096, 4096, 4096]])
+def test_calibration_fit_needs_two_different_sizes(sizes: list[int]) -> None:
+    """One size, or several equal ones, cannot separate latency from bandwidth (kills `or` -> `and` in
+    backends/torch/bench.fit_alpha_beta, which fits equal sizes)."""
+    from collsynth.backends.torch.bench import fit_alpha_beta
+
+    with pytest.raises(CollsynthError, match="^calibration needs at least two different sizes$"):
+        fit_alpha_beta(sizes, [1e-5 * (1 + 0.1 * k) for k in range(len(sizes))])
+    alpha, bw = fit_alpha_beta([4096, 1 << 20], [1e-5 + 4096 / 1e10, 1e-5 + (1 << 20) / 1e10])
+    assert alpha == pytest.approx(1e-5) and bw == pytest.approx(1e10)
+
+
+class _AgreementStore:
+    """The few c10d store calls the late-rank agreement makes, in memory; ``on_check`` runs at each poll
+    (other ranks arriving meanwhile), and ``wait`` stands for the other ranks' decision ("ring": the
+    last two ranks late together) when none was made here."""
+
+    def __init__(self, on_check: object = None) -> None:
+        self.kv: dict[str, bytes] = {}
+        self.counts: dict[str, int] = {}
+        self.on_check = on_check
+
+    def add(self, key: str, v: int) -> int:
+        self.counts[key] = self.counts.get(key, 0) + v
+        return self.counts[key]
+
+    def compare_set(self, key: str, expected: str, desired: str) -> bytes:
+        if key not in self.kv and expected == "":
+            self.kv[key] = desired.encode()
+        return self.kv[key]
+
+    def check(self, keys: list[str]) -> bool:
+        if callable(self.on_check):
+            self.on_check(self)
+        return all(k in self.kv for k in keys)
+
+    def wait(self, keys: list[str], timeout: object) -> None:
+        for k in keys:
+            self.kv.setdefault(k, b"ring")
+
+    def get(self, key: str) -> bytes:
+        return self.kv[key]
+
+
+@pytest.mark.parametrize("another_arrives,decision", [(False, "3,4,5"), (True, "ring")])
+def test_late_node_is_named_only_if_nobody_else_arrived_in_the_window(another_arrives: bool, decision: str):
+    """6 GPUs in nodes of 3: rank 2 arrives third, node {3, 4, 5} missing. It proposes that node as the
+    late set when the window closes with nobody else arrived; when rank 3 arrived meanwhile the node is
+    not late, and the decision is left to the last arrivals (kills `left == 2 or` -> `left != 2 or` in
+    backends/torch/straggler.py, which names the node anyway)."""
+    import types
+
+    from collsynth.backends.torch.straggler import StragglerAwareAllReduce
+
+    def rank3_arrives(st: _AgreementStore) -> None:
+        if another_arrives and not st.counts.get("seen"):
+            st.counts["seen"] = 1
+            st.add("0/m0", 1 << 3)
+
+    sar = object.__new__(StragglerAwareAllReduce)
+    sar.n, sar.rank, sar.window, sar.timeout, sar._bits, sar._words = 6, 2, 0.01, 1.0, 62, 1
+    sar.family = {}
+    sar.cluster = types.SimpleNamespace(gpus_per_node=3, serves=lambda late: late == frozenset({3, 4, 5}))
+    sar._store = _AgreementStore(rank3_arrives)
+    sar._store.add("0/m0", 0b011)  # ranks 0 and 1 are there
+    assert sar._decide(0) == (decision, 3)

@@ -16,7 +16,9 @@ partial sum, so:
    = f: its last f nodes each send straight into m); a node whose rail-g GPU is late takes in nothing on
    rail g (its NIC's ingress stays free for the broadcast) and sends into the next chain node after it;
    those after the last chain node join the chain's end instead (variant ``tail``), taking in through
-   their helpers over PXN, so node m's NIC does not take several streams.
+   their helpers over PXN, so node m's NIC does not take several streams. With ``inline`` every node but
+   the last one ready before L is a chain node on every rail (a late rail GPU receives once it is there),
+   so no chain node takes two streams in.
    A chain node's rail GPU receives the upstream blocks whenever they come (before its node's late GPUs
    arrive: ingress early), adds its node's part, and sends each block on once it is complete. Into node m
    (variant ``pxn``) a late rail GPU's blocks go to its helpers (over PXN), L's own blocks of its part
@@ -25,7 +27,12 @@ partial sum, so:
    along rail g (receivers copy) and every node spreads it over NVLink from the GPU that received it. The
    broadcast is either two binary trees over the other nodes (``two_trees``: even blocks down one, odd
    down the other; each node interior in at most one, the node ready last a leaf in both where the count
-   allows, as it may still be sending its own stream) or the hypercube rounds (bcast.broadcast_rounds).
+   allows, as it may still be sending its own stream) or the hypercube rounds (bcast.broadcast_rounds);
+   with ``leaves`` = w the nodes ready less than w before L (still sending their own stream) are left out
+   of the rounds and get each block, in order, from the node holding it that the model delivers first
+   (a broadcast leaf sends nothing). With ``spread`` a late rail GPU spreads a final block over NVLink
+   itself when its NVLink port frees up before its helper's (a late GPU that arrived long before L is
+   idle by then, and its helper has its own part to spread).
 
 After the last arrival the work is about the late-GPU form's: L's s bytes over NVLink, one part per rail
 out of node m, the broadcast's extra hops and the last spread, when the chains have kept ahead of the
@@ -39,6 +46,7 @@ waves.py does; each step's phase is the set of ranks that have taken part so far
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -59,8 +67,14 @@ class _Funnel:
     """One schedule under construction (module docstring)."""
 
     def __init__(self, grid: np.ndarray, times: np.ndarray, M: int, size: float, topology: Any, fan: int,
-                 pxn: bool, tail: bool = True) -> None:
+                 pxn: bool, tail: bool = True, inline: bool = False) -> None:
         self.grid, self.M, self.times, self.pxn = grid, M, times, pxn
+        self.inline = inline
+        self.selfspread = False
+        self.leaf_window = 0.0
+        self.rows = False  # rows: nodes idle at L's arrival spread whole rows by recursive doubling
+        self.row_nodes: set[int] = set()
+        self.row_count: dict[tuple[int, int], int] = {}
         self.N, self.G = N, G = grid.shape
         n = grid.size
         self.tl = Timeline(topology, G * M, times, size / (G * M))
@@ -100,7 +114,7 @@ class _Funnel:
         self.upstream: dict[tuple[int, int], list[int]] = {}
         self.into_helpers: set[tuple[int, int]] = set()
         for g in range(G):
-            chain = [b for b in others if float(times[int(grid[b, g])]) <= t0]
+            chain = [b for b in others if (self.inline and b != others[-1]) or float(times[int(grid[b, g])]) <= t0]
             after = others[others.index(chain[-1]) + 1:] if chain else list(others)
             if tail:
                 chain += after
@@ -141,11 +155,11 @@ class _Funnel:
                         o = self.owner(b, g, j)
                         if x == o:  # (L sends every part but its own: i + sh != i)
                             continue
-                        ev.append((arr[x], len(ev), (x, o, g * M + j, 1, True)))
+                        ev.append((arr[x], len(ev), (x, o, g + G * j, 1, True)))
                 if self.pxn and b == self.m and self.owner(b, self.lL, j) != L:  # L's own block into its helper
-                    ev.append((arr[L], len(ev), (L, self.owner(b, self.lL, j), self.lL * M + j, 1, True)))
+                    ev.append((arr[L], len(ev), (L, self.owner(b, self.lL, j), self.lL + G * j, 1, True)))
                 for g in range(G):
-                    c = g * M + j
+                    c = g + G * j
                     for a in self.upstream.get((b, g), ()):
                         src = self.target(a, g)
                         into = (b == self.m and self.pxn) or (b, g) in self.into_helpers
@@ -157,21 +171,61 @@ class _Funnel:
                 for g in range(G):  # a late rail GPU takes its node's block from its helper (L: the final)
                     r, o = int(grid[b, g]), self.owner(b, g, j)
                     if o != r:
-                        tl.add(o, r, g * M + j, 1, r != L or not self.pxn)
+                        tl.add(o, r, g + G * j, 1, r != L or not self.pxn)
 
     # ------------------------------------------------------------------ 3: the final blocks out
     def _spread(self, b: int, g: int, j: int) -> None:
         """Block j of part g over NVLink in node b from the GPU that holds it to the others; a late GPU hands
         it to its helper, which spreads it (so its own NVLink port sends about s after its arrival)."""
-        tl, c = self.tl, g * self.M + j
+        if b in self.row_nodes:  # the whole row by recursive doubling once its G parts are here
+            key = (b, j)
+            self.row_count[key] = self.row_count.get(key, 0) + 1
+            if self.row_count[key] == self.G:
+                self._row(b, j)
+            return
+        tl, c = self.tl, g + self.G * j
         r = self.target(b, g)
         h = self.owner(b, g, j)
-        if h != r and (r != self.L or not self.pxn):  # (with pxn L's helper summed L's final block)
+        both = r == self.L and self.pxn  # (with pxn L's helper summed L's final block: both hold it)
+        if h != r and self.selfspread:
+            nv = tl.classes(r, h)[0]
+            if tl.port_free(r, nv) <= tl.port_free(h, nv):  # the rail GPU's port is free first: it spreads
+                for x in self.grid[b]:
+                    x = int(x)
+                    if x != r and not (both and x == h):
+                        tl.add(r, x, c, 1, False)
+                return
+        if h != r and not both:
             tl.add(r, h, c, 1, False)
         for x in self.grid[b]:
             x = int(x)
             if x != h and x != r:
                 tl.add(h, x, c, 1, False)
+
+    def _row(self, b: int, j: int) -> None:
+        """Row j (block j of every part, chunks j G .. j G + G - 1) in node b, where GPU g holds part g's
+        final block, to every GPU of the node: recursive doubling, log2 G messages per GPU (Thakur,
+        Rabenseifner & Gropp, IJHPCA 2005) instead of G - 1 star copies."""
+        row = [int(x) for x in self.grid[b]]
+        G, w = self.G, 1
+        while w < G:
+            for h in range(G):
+                self.tl.add(row[h], row[h ^ w], (h // w) * w + G * j, w, False)
+            w *= 2
+
+    def _pick_row_nodes(self) -> None:
+        """Nodes that spread whole rows (``rows``): G a power of two, not L's node (its GPUs spread star-wise
+        while L still sends its own data), every GPU's NVLink port idle by L's arrival in the model."""
+        self.row_count = {}
+        self.row_nodes = set()
+        if not self.rows or self.G & (self.G - 1):
+            return
+        tL = float(self.times[self.L])
+        row0 = [int(x) for x in self.grid[0]]
+        nv = self.tl.classes(row0[0], row0[1])[0]
+        for b in range(self.N):
+            if b != self.m and all(self.tl.port_free(int(x), nv) <= tL for x in self.grid[b]):
+                self.row_nodes.add(b)
 
     def broadcast(self, trees: bool) -> None:
         """Each final block from node m along its rail to every other node, then spread in each node.
@@ -179,35 +233,64 @@ class _Funnel:
         blocks down the other; every node is interior in at most one of them, and the node that was ready
         last (still sending its own stream when L arrives) is a leaf in both where the count allows;
         otherwise the hypercube rounds (bcast.broadcast_rounds; receivers in reverse chain order)."""
-        tl, G, M, N, m = self.tl, self.G, self.M, self.N, self.m
+        tl, G, M, m = self.tl, self.G, self.M, self.m
         tgt = self.target
+        self._pick_row_nodes()
         if trees:
             pair = two_trees(self.order[:-1])
             for j in range(M):
                 for g in range(G):
-                    c = g * M + j
+                    c = g + G * j
                     self._spread(m, g, j)
                     for x, y in pair[j % 2]:
                         tl.add(tgt(m if x < 0 else x, g), tgt(y, g), c, 1, False)
                         self._spread(y, g, j)
             return
-        nodes = [m, *reversed(self.order[:-1])]  # position 0 is the root
+        tL = float(self.times[self.L])
+        rest = list(reversed(self.order[:-1]))
+        leaves = [b for b in rest if self.ready[b] > tL - self.leaf_window][:max(0, len(rest) - 1)]
+        nodes = [m, *(b for b in rest if b not in leaves)]  # position 0 is the root
+        # a leaf (a node still sending its own stream) gets the blocks in order, each from the core node
+        # holding it that can deliver it first (the root only for the last block)
+        holders: list[list[list[int]]] = [[[] for _ in range(M)] for _ in range(G)]
+        fed = [[0] * len(leaves) for _ in range(G)]
         done: set[tuple[int, int, int]] = set()
+
+        def feed(g: int) -> None:
+            for q, lf in enumerate(leaves):
+                while fed[g][q] < M:
+                    j = fed[g][q]
+                    cands = holders[g][j] or ([m] if rounds_done and j == M - 1 else [])
+                    if not cands:
+                        break
+                    c, d = g + G * j, tgt(lf, g)
+                    x = min(cands, key=lambda x: (tl.earliest(tgt(x, g), d, c, 1), x))
+                    tl.add(tgt(x, g), d, c, 1, False)
+                    spread_once(lf, g, j)
+                    fed[g][q] += 1
 
         def spread_once(b: int, g: int, j: int) -> None:
             if (b, g, j) not in done:
                 done.add((b, g, j))
                 self._spread(b, g, j)
 
-        for rnd in broadcast_rounds(N, M):
+        rounds_done = False
+        for rnd in broadcast_rounds(len(nodes), M):
             for g in range(G):
                 for x, y, j in rnd:
-                    tl.add(tgt(nodes[x], g), tgt(nodes[y], g), g * M + j, 1, False)
+                    tl.add(tgt(nodes[x], g), tgt(nodes[y], g), g + G * j, 1, False)
             for g in range(G):
                 for x, y, j in rnd:
                     if x == 0:
                         spread_once(m, g, j)
                     spread_once(nodes[y], g, j)
+                    holders[g][j].append(nodes[y])
+                if leaves:
+                    feed(g)
+        rounds_done = True
+        for g in range(G):
+            if leaves:
+                feed(g)
         for g in range(G):
             for j in range(M):
                 spread_once(m, g, j)
@@ -238,11 +321,17 @@ def two_trees(nodes: list[int]) -> tuple[list[tuple[int, int]], list[tuple[int, 
 
 
 def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fan: int = 1,
-              trees: bool = True, pxn: bool = True, tail: bool = True) -> Schedule:
+              trees: bool = True, pxn: bool = True, tail: bool = True, spread: bool = False,
+              leaves: float = 0.0, rows: bool = False, inline: bool = False) -> Schedule:
     """The funnel schedule for M blocks per part, ``fan`` chains ending at the last rank's node, the
     broadcast by two ``trees`` (else hypercube rounds), L's part summed at its helpers (``pxn``) and the
-    late-rail nodes at a rail's end joining its chain (``tail``) (module docstring). Needs a topology of
-    at least 2 nodes of at least 2 GPUs."""
+    late-rail nodes at a rail's end joining its chain (``tail``); ``spread``: a late rail GPU spreads a
+    final block itself when its NVLink port is free before its helper's; ``leaves`` (seconds, hypercube
+    only): the nodes ready less than this before L are leaves of the broadcast, fed by the others;
+    ``rows``: the nodes whose NVLink ports are idle when L arrives spread whole rows by recursive doubling;
+    ``inline``: a node whose rail GPU is late takes its place in that rail's chain (receiving once the GPU
+    is there), unless it is the last node ready before L (module docstring). Needs a topology of at least
+    2 nodes of at least 2 GPUs."""
     grid = node_grid(topology, n)
     N, G = grid.shape
     if N < 2 or G < 2:
@@ -251,7 +340,10 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     if isinstance(M, bool) or not isinstance(M, (int, np.integer)) or not 1 <= M <= MAX_CHUNKS // G:
         raise CollsynthError(f"the funnel form needs 1 to {MAX_CHUNKS // G} blocks per part, got {M!r}")
     times = arrival_vector(arrivals, n)
-    plan = _Funnel(grid, times, int(M), float(size), topology, fan, pxn, tail)
+    if not (isinstance(leaves, (int, float)) and math.isfinite(leaves) and leaves >= 0):
+        raise CollsynthError(f"the funnel form needs a finite leaf window >= 0 seconds, got {leaves!r}")
+    plan = _Funnel(grid, times, int(M), float(size), topology, fan, pxn, tail, bool(inline))
+    plan.selfspread, plan.leaf_window, plan.rows = bool(spread), float(leaves), bool(rows)
     plan.funnel()
     plan.broadcast(trees)
     t0 = float(times.min())
@@ -259,7 +351,8 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     meta: dict[str, object] = {"algorithm": "clusterstraggler", "form": "funnel",
                                "late": [[r, float(times[r])] for r in late], "last": plan.L,
                                "nodes": N, "gpus_per_node": G, "pipeline": int(M), "fan": plan.fan,
-                               "pxn": pxn, "tail": tail,
+                               "pxn": pxn, "tail": tail, "spread": bool(spread), "leaves_s": float(leaves),
+                               "rows": bool(rows), "inline": bool(inline),
                                "broadcast": "two-tree" if trees else "hypercube",
                                "chain": [int(b) for b in plan.order], "topology_name": topology.name}
     spec = getattr(topology, "spec", None)
