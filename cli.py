@@ -25,7 +25,7 @@ EPILOG = """start with:
 every command has --help with examples
 
 exit codes: 0 success, 1 checked and wrong (verify found a violation), 2 bad input (one line
-that says what to change), 3 internal error (a bug: rerun with --debug for the traceback)"""
+that says what to change), 3 internal error (a bug: rerun as `collsynth --debug COMMAND ...` for the traceback)"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -128,8 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        again = f"collsynth --debug {command} ..." if command else "collsynth --debug ..."
         sys.stderr.write(f"collsynth: internal error: {type(e).__name__}{': ' + first if first else ''} "
-                         f"(rerun with --debug or COLLSYNTH_DEBUG=1 for the traceback, and report it)\n")
+                         f"(rerun as `{again}` or with COLLSYNTH_DEBUG=1 for the traceback, and report it)\n")
         return 3
     finally:
         progress.disable()

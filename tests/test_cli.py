@@ -165,5 +165,6 @@ def test_an_internal_error_exits_3_with_one_line(capsys, monkeypatch):
     assert main(["algorithms"]) == 3
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("collsynth: internal error: RuntimeError: simulated bug")
+    assert "rerun as `collsynth --debug algorithms ...`" in err  # where --debug goes: before the command
     assert main(["--debug", "algorithms"]) == 3
     assert "Traceback" in capsys.readouterr().err

@@ -487,3 +487,71 @@ def test_msccl_unseparated_attributes_message_quotes_60_characters():
     with pytest.raises(XmlFormatError, match="attributes must be separated by a space") as e:
         parse_xml_text(head + "\n</algo>\n", "t.xml")
     assert str(e.value) == f"t.xml:1: attributes must be separated by a space in {head[:60]!r}"
+
+
+@pytest.mark.parametrize("sizes", [[4096], [4096, 4096], [4096, 4096, 4096]])
+def test_calibration_fit_needs_two_different_sizes(sizes: list[int]) -> None:
+    """One size, or several equal ones, cannot separate latency from bandwidth (kills `or` -> `and` in
+    backends/torch/bench.fit_alpha_beta, which fits equal sizes)."""
+    from collsynth.backends.torch.bench import fit_alpha_beta
+
+    with pytest.raises(CollsynthError, match="^calibration needs at least two different sizes$"):
+        fit_alpha_beta(sizes, [1e-5 * (1 + 0.1 * k) for k in range(len(sizes))])
+    alpha, bw = fit_alpha_beta([4096, 1 << 20], [1e-5 + 4096 / 1e10, 1e-5 + (1 << 20) / 1e10])
+    assert alpha == pytest.approx(1e-5) and bw == pytest.approx(1e10)
+
+
+class _AgreementStore:
+    """The few c10d store calls the late-rank agreement makes, in memory; ``on_check`` runs at each poll
+    (other ranks arriving meanwhile), and ``wait`` stands for the other ranks' decision ("ring": the
+    last two ranks late together) when none was made here."""
+
+    def __init__(self, on_check: object = None) -> None:
+        self.kv: dict[str, bytes] = {}
+        self.counts: dict[str, int] = {}
+        self.on_check = on_check
+
+    def add(self, key: str, v: int) -> int:
+        self.counts[key] = self.counts.get(key, 0) + v
+        return self.counts[key]
+
+    def compare_set(self, key: str, expected: str, desired: str) -> bytes:
+        if key not in self.kv and expected == "":
+            self.kv[key] = desired.encode()
+        return self.kv[key]
+
+    def check(self, keys: list[str]) -> bool:
+        if callable(self.on_check):
+            self.on_check(self)
+        return all(k in self.kv for k in keys)
+
+    def wait(self, keys: list[str], timeout: object) -> None:
+        for k in keys:
+            self.kv.setdefault(k, b"ring")
+
+    def get(self, key: str) -> bytes:
+        return self.kv[key]
+
+
+@pytest.mark.parametrize("another_arrives,decision", [(False, "3,4,5"), (True, "ring")])
+def test_late_node_is_named_only_if_nobody_else_arrived_in_the_window(another_arrives: bool, decision: str):
+    """6 GPUs in nodes of 3: rank 2 arrives third, node {3, 4, 5} missing. It proposes that node as the
+    late set when the window closes with nobody else arrived; when rank 3 arrived meanwhile the node is
+    not late, and the decision is left to the last arrivals (kills `left == 2 or` -> `left != 2 or` in
+    backends/torch/straggler.py, which names the node anyway)."""
+    import types
+
+    from collsynth.backends.torch.straggler import StragglerAwareAllReduce
+
+    def rank3_arrives(st: _AgreementStore) -> None:
+        if another_arrives and not st.counts.get("seen"):
+            st.counts["seen"] = 1
+            st.add("0/m0", 1 << 3)
+
+    sar = object.__new__(StragglerAwareAllReduce)
+    sar.n, sar.rank, sar.window, sar.timeout, sar._bits, sar._words = 6, 2, 0.01, 1.0, 62, 1
+    sar.family = {}
+    sar.cluster = types.SimpleNamespace(gpus_per_node=3, serves=lambda late: late == frozenset({3, 4, 5}))
+    sar._store = _AgreementStore(rank3_arrives)
+    sar._store.add("0/m0", 0b011)  # ranks 0 and 1 are there
+    assert sar._decide(0) == (decision, 3)

@@ -511,3 +511,30 @@ def test_multistraggler_tries_the_last_late_rank_trailing() -> None:
             assert s.meta["trailing"] != [2]
             for form in multi._orders(s, float(size), topo, times):
                 assert t < simulate(form, size, topo, times.tolist()).completion_s, (absorb, trail)
+
+
+@pytest.mark.parametrize("n,arr,C", [(4, {3: 5e-3}, 3), (5, {3: 1e-5, 4: 2e-5}, 4), (8, {7: 5e-3}, 7)])
+def test_solver_warm_start_meets_the_rank_symmetry_order(n: int, arr: dict, C: int) -> None:
+    """The model orders interchangeable ranks (same arrival, uniform complete pair graph) by the full sums
+    they hold over the final slots (F is defined from the last arrival on); the relabelled warm start
+    satisfies that order, or the MIP start is infeasible (kills `t >= grid.first_final` -> `not` in
+    synth/solver/model.rank_order, which scores the slots before the last arrival)."""
+    from collsynth.synth.solver.greedy import greedy_schedules
+    from collsynth.synth.solver.grid import ModelState
+    from collsynth.synth.solver.model import interchangeable_ranks, symmetric_start
+
+    g = make_grid(n, C, 1 << 30, make_topology("nvswitch", n), normalize_arrivals(arr, n),
+                  final_slots=3 * n + 2 * C + 4)
+    groups = interchangeable_ranks(g)
+    assert groups
+    for rule, placed in greedy_schedules(g).items():
+        start = symmetric_start(g, placed)
+        state, by_slot, held = ModelState(g), dict(start), [0] * n
+        for t in range(g.nslots):
+            if t in by_slot:
+                state.apply(t, by_slot[t])
+            if t >= g.first_final:
+                for v in range(n):
+                    held[v] += int(state.full[:, v].sum())
+        for group in groups:
+            assert all(held[a] >= held[b] for a, b in zip(group, group[1:])), (rule, group, held)

@@ -40,8 +40,9 @@ its NICs and the broadcast carry the blocks; the other nodes then spread each bl
 
 One late GPU is the wave of one rank (``late_form``); a late node the wave of one node. Bounds (brief's
 clusters.md section 4): max(s/(B_nv + B_net), s/(G B_net)) and max(s/(G B_net), (G-1)/G s/B_nv).
-After the arrival the estimate (``after_arrival_estimate``) is the blocks at the pace of the slower of a
-NIC and the wave node's NVLink port, plus the broadcast's drain and the last spread.
+After the arrival the estimate (``after_arrival_estimate``) is, for a late GPU, the NVLink front (the rail
+it serves last starts after G - 1 messages), that rail's broadcast rounds and the last row's spread; for a
+late node the larger of its NVLink work and its NIC path (docs/stragglar.md section 9).
 
 Transfers are listed block by block and packed into steps (``multi.pack``: at most one NVLink and one
 network message per GPU and direction per step, so the schedule declares ports 2); each step's phase
@@ -556,9 +557,11 @@ def _model(topology: Any, grid: np.ndarray) -> tuple[float, float, float, float]
 
 def after_arrival_estimate(form: str, N: int, G: int, M: int, runs: list[tuple[int, int]], size: float,
                            model: tuple[float, ...], rows: list[tuple[int, int]] | None = None) -> float:
-    """Alpha-beta estimate of the time after the arrival. Late GPU: the blocks in turn at the pace of
-    the slower of a NIC (one message per block) and the late GPU's NVLink port (G messages per block),
-    then the broadcast's drain (log2 N hops of the last block) and the last row's spread. Late node:
+    """Alpha-beta estimate of the time after the arrival. Late GPU: its NVLink port's G - 1 messages
+    before the rail it serves last starts, that rail's hypercube broadcast (blocks + log2 N - 1 rounds,
+    one message per round, each as long as the largest block; bcast.broadcast_rounds), at least the late
+    GPU's NVLink port (G messages per block), then the last row's spread (at 16 x 8 and 1 GiB within
+    0.1% of the simulated time for 24 to 32 blocks per part). Late node:
     the larger of its GPUs' NVLink work (a ReduceScatter and an AllGather of every NVLink row, default
     one per block: 2(G-1)/G s and 2 log2 G messages per row) and the NIC path (the first row's
     reduction, the blocks, then the later of the last row's AllGather in the late node and the
@@ -576,13 +579,18 @@ def after_arrival_estimate(form: str, N: int, G: int, M: int, runs: list[tuple[i
         spread = last if len(rows) == len(runs) else (G - 1) * (a_nv + w_last * unit / b_nv)
         nic = sum(a_net + w * unit / b_net for _, w in runs)
         return max(nv, first + nic + max(last, (hops - 1) * (a_net + w_last * unit / b_net) + spread))
-    t = 0.0
-    for _, w in runs:
-        t += max(a_net + w * unit / b_net, G * (a_nv + w * unit / b_nv))
-    return t + hops * (a_net + w_last * unit / b_net) + steps * a_nv + (G - 1) * w_last * unit / b_nv
+    # late GPU: the rail its NVLink serves last gets its first block after G - 1 messages, then the
+    # broadcast's blocks + log2 N - 1 rounds, each as long as the largest block, then the last row's
+    # spread; its NVLink port (G messages per block, the side work included) at least as long
+    w_max = max((w for _, w in runs), default=1)
+    front = (G - 1) * (a_nv + runs[0][1] * unit / b_nv) if runs else 0.0
+    rails = sum(a_net + w * unit / b_net for _, w in runs) + max(hops - 1, 0) * (a_net + w_max * unit / b_net)
+    port = sum(G * (a_nv + w * unit / b_nv) for _, w in runs)
+    return max(front + rails, port) + steps * a_nv + (G - 1) * w_last * unit / b_nv
 
 
 UNITS = (4, 6, 8, 9, 10, 12, 16, 20, 24, 28, 32, 40, 48, 64)  # candidate blocks per part
+GPU_TIE = 0.0025  # a late GPU: estimates this close to the least are ties (best_pipeline)
 ROWS = (1, 2, 3, 4, 5, 6, 8)  # candidate NVLink rows of a late node (at most the blocks)
 AHEAD = 2  # the wave's reductions are emitted this many blocks ahead of the broadcast (a late node: all)
 
@@ -618,17 +626,19 @@ def best_rows(N: int, G: int, M: int, size: float, model: tuple[float, ...]) -> 
 def best_pipeline(form: str, N: int, G: int, size: float,
                   model: tuple[float, ...]) -> tuple[int, list[tuple[int, int]], list[tuple[int, int]]]:
     """(M, runs, rows): the M of UNITS with the least estimate, one block per unit; a late node's
-    NVLink rows (``best_rows`` where ``coarse_rows_apply``), else one row per block."""
+    NVLink rows (``best_rows`` where ``coarse_rows_apply``), else one row per block. A late GPU: estimates
+    within GPU_TIE of the least count as ties and go to the most blocks (a smaller last row to spread;
+    on 2 x 8 this keeps 20 blocks, the warm start tests/test_solver_lns.py searches around)."""
     cands = [m for m in UNITS if G * m <= MAX_CHUNKS] or [1]
-    best = None
+    scored = []
     for m in cands:
         runs = make_runs(m, 1, m)
         rows = best_rows(N, G, m, size, model) if form == "node" and coarse_rows_apply(N, G) else runs
-        key = (after_arrival_estimate(form, N, G, m, runs, size, model, rows), m)
-        if best is None or key < best[0]:
-            best = (key, m, runs, rows)
-    assert best is not None
-    return best[1], best[2], best[3]
+        scored.append((after_arrival_estimate(form, N, G, m, runs, size, model, rows), m, runs, rows))
+    least = min(scored, key=lambda x: (x[0], x[1]))
+    if form == "gpu":
+        least = max((x for x in scored if x[0] <= least[0] * (1 + GPU_TIE)), key=lambda x: x[1])
+    return least[1], least[2], least[3]
 
 
 def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size: int | float | str | None = None,
