@@ -107,9 +107,10 @@ def test_lns_keeps_the_step_semantics_of_a_window() -> None:
 
 
 def test_solver_on_a_cluster_with_a_late_rank_reports_the_search(capsys, tmp_path) -> None:
+    # 20 s: the warm start and the first windows must fit on a loaded 2-core machine (12 s left no window there)
     out = tmp_path / "s.json"
     code = main(["synth", "-a", "solver", "-n", "16", "-t", "h100-cluster", "--arrival", "5=50ms", "--size", "1GiB",
-                 "--time-limit", "12s", "-o", str(out)])
+                 "--time-limit", "20s", "-o", str(out)])
     err = capsys.readouterr().err
     assert code == 0, err
     info = json.loads(out.read_text())["meta"]["solver"]
