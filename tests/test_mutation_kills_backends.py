@@ -341,10 +341,10 @@ def test_mscclpp_pipeline_past_a_reference_wraps_its_size_as_uint32():
 
 @pytest.mark.parametrize("hi", [10, 40, 100])
 def test_mscclpp_fit_search_never_retries_a_size_that_failed(hi: int) -> None:
-    """``fit._largest`` finds the largest size that fits (each probe builds and lowers a schedule) and
+    """``fit.largest_passing`` finds the largest size that fits (each probe builds and lowers a schedule) and
     never probes a size at or above one that already failed (kills the bisection's upper end
     `lo + step - 1` -> `lo + step + 1` in backends/mscclpp/fit.py, which probes the failed size again)."""
-    from collsynth.backends.mscclpp.fit import _largest
+    from collsynth.backends.mscclpp.fit import largest_passing
 
     for guess in [None, *range(2, hi)]:
         for top in range(hi + 2):
@@ -354,7 +354,7 @@ def test_mscclpp_fit_search_never_retries_a_size_that_failed(hi: int) -> None:
                 calls.append(x)
                 return x <= top
 
-            assert _largest(1, hi, ok, guess) == max(0, min(top, hi)), (guess, top)
+            assert largest_passing(1, hi, ok, guess) == max(0, min(top, hi)), (guess, top)
             for i, x in enumerate(calls):
                 if x > top:
                     assert all(y < x for y in calls[i + 1:]), (guess, top, calls)

@@ -319,13 +319,13 @@ def test_reproduce_json_and_plot(tmp_path, capsys):
 
 
 def test_critical_delay_is_the_crossover():
-    from collsynth.synth.algorithms.stragglar.analysis import _after, stragglar_row
+    from collsynth.synth.algorithms.stragglar.analysis import after_delay, stragglar_row
 
     r = stragglar_row(8)
     topo = make_topology("nvswitch", 8, alpha=3e-6, bandwidth=450 * 2**30)
     s = build(8)
     d = r["critical_delay_s"]
-    assert _after(s, 2**30, topo, d) < r["ring_ideal_s"] <= _after(s, 2**30, topo, d * 0.999)
+    assert after_delay(s, 2**30, topo, d) < r["ring_ideal_s"] <= after_delay(s, 2**30, topo, d * 0.999)
 
 
 def test_reproduce_bad_input(capsys):

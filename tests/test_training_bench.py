@@ -17,7 +17,7 @@ from collsynth.backends.torch.launch import launch  # noqa: E402
 from collsynth.cli import main  # noqa: E402
 from collsynth.errors import CollsynthError  # noqa: E402
 from collsynth.training.bench import gains, measure, parse_runs, predict, prepare  # noqa: E402
-from collsynth.training.run import TrainSpec, _Data, _model, train_worker, vocab_for  # noqa: E402
+from collsynth.training.run import TrainData, TrainSpec, make_model, train_worker, vocab_for  # noqa: E402
 
 STEPS = 40
 
@@ -40,7 +40,7 @@ def loss_runs():
 
 def test_acco_loss_within_5_percent_of_ddp_after_the_same_samples(loss_runs):
     ddp, res_d, acco, res_a = loss_runs
-    initial = _Data(ddp).eval_loss(_model(ddp, ddp.seed))
+    initial = TrainData(ddp).eval_loss(make_model(ddp, ddp.seed))
     l_ddp = res_d[0]["ddp:torch"]["loss"]
     l_acco = res_a[0]["acco:ring"]["loss"]
     assert l_ddp < 0.8 * initial and l_acco < 0.8 * initial  # both learned something

@@ -1,6 +1,6 @@
 """Real data-parallel training on torch.distributed, for checking the training-step model.
 
-The model is an embedding bag plus a small MLP (``EmbBagMLP``) regressing synthetic data (``_Data``:
+The model is an embedding bag plus a small MLP (``EmbBagMLP``) regressing synthetic data (``TrainData``:
 the mean of a fixed random value per token id; ids skewed so that frequent embeddings learn). Its
 gradient is dominated by the dense embedding gradient, so the gradient bytes are set by the table
 size while forward+backward stays cheap; each micro-batch is then padded with ``time.sleep`` up to
@@ -88,7 +88,7 @@ def vocab_for(grad_bytes: int, dim: int = 32, hidden: int = 64) -> int:
     return max(16, int(round((grad_bytes / 4 - rest) / dim)))
 
 # ---------------------------------------------------------------------------------------------- model/data
-def _model(spec: TrainSpec, seed: int) -> Any:
+def make_model(spec: TrainSpec, seed: int) -> Any:
     import torch
     from torch import nn
 
@@ -106,7 +106,7 @@ def _model(spec: TrainSpec, seed: int) -> Any:
     return EmbBagMLP()
 
 
-class _Data:
+class TrainData:
     """Deterministic synthetic samples: micro-batch k of rank r, and a fixed evaluation set.
 
     A sample is ``tokens`` ids drawn as floor(vocab * u^6), u uniform (about half of them among the
@@ -191,12 +191,12 @@ def _torch_allreduce_hook(state, bucket):  # unannotated: DDP rejects non-torch 
     return dist.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
 
 
-def _run_ddp(spec: TrainSpec, rank: int, algorithm: str, data: _Data) -> dict[str, Any]:
+def _run_ddp(spec: TrainSpec, rank: int, algorithm: str, data: TrainData) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    net = _model(spec, spec.seed)
+    net = make_model(spec, spec.seed)
     cap = max(1, math.ceil(spec.params * 4 / 2**20) + 1)  # one bucket
     ddp = DDP(net, bucket_cap_mb=cap)
     arrive: list[float] = []
@@ -376,11 +376,11 @@ class _AccoComm:
         self.thread.join(5)
 
 
-def _run_acco(spec: TrainSpec, rank: int, algorithm: str, data: _Data) -> dict[str, Any]:
+def _run_acco(spec: TrainSpec, rank: int, algorithm: str, data: TrainData) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
-    net = _model(spec, spec.seed)
+    net = make_model(spec, spec.seed)
     params = list(net.parameters())
     comm = _AccoComm(spec, rank, algorithm, params)
     pad = _Pad(spec, rank)
@@ -466,7 +466,7 @@ def _time_torch_allreduce(spec: TrainSpec) -> dict[str, list[float]]:
 def train_worker(rank: int, nranks: int, spec: TrainSpec) -> dict[str, Any]:
     """Every run of ``spec`` in turn on this rank (module level: spawned by backends.torch.launch.launch)."""
 
-    data = _Data(spec)
+    data = TrainData(spec)
     out: dict[str, Any] = {}
     for method, algorithm in spec.runs:
         # calibrate right before each run, in the same processes, so that the model sees this load

@@ -27,7 +27,7 @@ def _ok(alg: str, n: int, params: dict[str, Any], **opts: Any) -> bool:
     return fits(s, **opts)[0]
 
 
-def _largest(lo: int, hi: int, ok: Any, guess: int | None = None) -> int:
+def largest_passing(lo: int, hi: int, ok: Any, guess: int | None = None) -> int:
     """The largest x in [lo, hi] with ok(x), assuming ok is monotone; lo - 1 when none. ``guess`` (a
     proportional estimate) narrows the search first."""
     if guess is not None and lo < guess < hi:
@@ -44,7 +44,7 @@ def _largest(lo: int, hi: int, ok: Any, guess: int | None = None) -> int:
                 hi -= step
             lo = max(lo, hi - step + 1)
             if not ok(lo):
-                return _largest(1 if lo > 1 else lo, lo - 1, ok) if lo > 1 else lo - 1
+                return largest_passing(1 if lo > 1 else lo, lo - 1, ok) if lo > 1 else lo - 1
     elif not ok(lo):
         return lo - 1
     while lo < hi:
@@ -66,11 +66,11 @@ def fit_hint(schedule: Any, need: int = 0, limit: int = 0, **opts: Any) -> str:
         k = int(meta["pipeline"])
         params = {"straggler": meta.get("straggler"), "phase1": meta.get("phase1", "ring")}
         guess = k * limit // need if need else None
-        best = _largest(1, k - 1, lambda x: _ok("stragglar", n, {**params, "pipeline": x}, **opts), guess)
+        best = largest_passing(1, k - 1, lambda x: _ok("stragglar", n, {**params, "pipeline": x}, **opts), guess)
         return f"the largest --pipeline that fits is {best}" if best >= 1 else "no --pipeline fits on this many GPUs"
     if isinstance(alg, str) and alg in algorithms() and schedule.collective == "allreduce":
         params = {"straggler": None} if alg == "stragglar" else {}
-        best = _largest(2, n - 1, lambda x: _ok(alg, x, params, **opts))
+        best = largest_passing(2, n - 1, lambda x: _ok(alg, x, params, **opts))
         return f"the largest GPU count that fits for {alg} is {best}" if best >= 2 else f"{alg} does not fit"
     return "use an algorithm with fewer steps per rank"
 

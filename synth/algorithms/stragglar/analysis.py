@@ -37,7 +37,8 @@ def closed_form_speedup(n: int, size: float, alpha: float, bandwidth: float) -> 
     return 2 * (n - 1) * (alpha + size / (n * bandwidth)) / ((n - 2 + k) * (alpha + size / ((n - 1) * bandwidth)))
 
 
-def _after(schedule: Any, size: float, topo: Any, delay: float) -> float:
+def after_delay(schedule: Any, size: float, topo: Any, delay: float) -> float:
+    """Modelled time after the last arrival when rank n - 1 arrives ``delay`` seconds late (0: all on time)."""
     arrivals = {schedule.nranks - 1: delay} if delay > 0 else None
     return simulate(schedule, size, topo, arrivals).after_last_arrival_s
 
@@ -63,8 +64,8 @@ def stragglar_row(n: int, size: float = 2**30, alpha: float = 3e-6, bandwidth: f
     times: dict[str, dict[str, float]] = {"ideal": {}, "worst": {}}
     for name in (*BASELINES, "stragglar"):
         sched = s if name == "stragglar" else check(build_schedule(name, n))
-        times["ideal"][name] = _after(sched, size, topo, ideal_delay)
-        times["worst"][name] = _after(sched, size, topo, 0.0)
+        times["ideal"][name] = after_delay(sched, size, topo, ideal_delay)
+        times["worst"][name] = after_delay(sched, size, topo, 0.0)
     for case in ("ideal", "worst"):
         for name, secs in times[case].items():
             row[f"{name}_{case}_s"] = secs
@@ -81,8 +82,8 @@ def _pipelined(n: int, size: float, alpha: float, bandwidth: float, topo: Any, p
                times: dict[str, dict[str, float]], ideal_delay: float, rel_tol: float) -> dict[str, Any]:
     """The pipelined columns of a row (keys prefixed ``pipelined_``)."""
     s = check(build_schedule("stragglar", n, pipeline=pipeline, size=size, alpha=alpha, bandwidth=bandwidth))
-    ideal = _after(s, size, topo, ideal_delay)
-    worst = _after(s, size, topo, 0.0)
+    ideal = after_delay(s, size, topo, ideal_delay)
+    worst = after_delay(s, size, topo, 0.0)
     return {"pipelined_k": s.meta["pipeline"], "pipelined_rounds": s.meta["phase2_rounds"],
             "pipelined_lower_bound": s.meta["lower_bound"],
             "stragglar_pipelined_ideal_s": ideal, "stragglar_pipelined_worst_s": worst,
@@ -95,14 +96,14 @@ def _pipelined(n: int, size: float, alpha: float, bandwidth: float, topo: Any, p
 def critical_delay(s: Any, size: float, topo: Any, ring_after: float, hi: float, rel_tol: float = 1e-6) -> float | None:
     """Smallest straggler delay at which stragglar's time after arrival is below ring's (bisection on
     the simulator; the time after arrival does not grow with the delay). None if it never is."""
-    if _after(s, size, topo, 0.0) < ring_after:
+    if after_delay(s, size, topo, 0.0) < ring_after:
         return 0.0
-    if _after(s, size, topo, hi) >= ring_after:
+    if after_delay(s, size, topo, hi) >= ring_after:
         return None
     lo = 0.0
     while hi - lo > rel_tol * hi:
         mid = (lo + hi) / 2
-        if _after(s, size, topo, mid) < ring_after:
+        if after_delay(s, size, topo, mid) < ring_after:
             hi = mid
         else:
             lo = mid
