@@ -479,11 +479,11 @@ def test_solver_greedy_grid_has_room_for_every_owner_policy() -> None:
     every chunk) finishes in exactly that many slots: every policy's placements are warm starts, and each
     verifies (kills `+ 4` -> `+ 3` in synth/solver/solve.py, which drops the three "first" ones)."""
     from collsynth.synth.solver.grid import last_slot
-    from collsynth.synth.solver.solve import _model_candidates
+    from collsynth.synth.solver.solve import model_candidates
 
     n, C, size = 5, 10, float(1 << 20)
     topo, arr = make_topology("nvswitch", n), tuple(i * 5e-6 for i in range(n))
-    cands = _model_candidates(n, size, topo, arr, [C], [])
+    cands = model_candidates(n, size, topo, arr, [C], [])
     names = {f"greedy-{r}{p}" for r in ("oldest", "rarest", "neediest") for p in ("", "-first", "-early")}
     assert {c.source for c in cands} == names
     for c in cands:

@@ -187,8 +187,8 @@ def _chunk_options(n: int, arrivals: tuple[float, ...], chunks: int | None, limi
     return sorted(c for c in out if c >= 1)
 
 
-def _model_candidates(n: int, size: float, topo: Any, arrivals: tuple[float, ...], options: list[int],
-                      constructive: list[_Candidate]) -> list[_Candidate]:
+def model_candidates(n: int, size: float, topo: Any, arrivals: tuple[float, ...], options: list[int],
+                     constructive: list[_Candidate]) -> list[_Candidate]:
     """Greedy placements for each chunk count, plus the constructive schedules that fit the model class."""
 
     out = []
@@ -267,7 +267,7 @@ def solve(n: int, *, topology: Topology | str | None = None, arrivals: Arrivals 
         if fastest.schedule.nchunks <= MAX_CHUNKS_PER_RANK * n:
             options = sorted(set(options) | {fastest.schedule.nchunks})
     progress.note(f"solver: greedy warm starts for chunk counts {', '.join(map(str, options))}")
-    model_cands = _model_candidates(n, nbytes, topo, arr, options, constructive)
+    model_cands = model_candidates(n, nbytes, topo, arr, options, constructive)
     if not model_cands:
         raise CollsynthError(f"the solver found no schedule of its model class for {n} ranks on "
                              f"{topo.name!r}; use a constructive algorithm (ring, stragglar)")
