@@ -3,8 +3,8 @@
 Our construction (docs/stragglar.md section 11; the bounds are the brief's clusters.md section 4). N nodes
 of G GPUs (synth/algorithms/layout.py ``node_grid``; GPU grid[b, g] has local index g, the GPUs with local
 index g form rail g); s bytes per rank; the buffer is G parts of M blocks (block j of part g is chunk
-g M + j). Let L be the last rank to arrive (``latest_rank``) and m its node. Nobody but node m needs a
-partial sum, so:
+j G + g: a row, block j of every part, is contiguous). Let L be the last rank to arrive (``latest_rank``)
+and m its node. Nobody but node m needs a partial sum, so:
 
 1. Every node b reduce-scatters its GPUs' buffers over NVLink, block by block: grid[b, g] gets the node
    sum of part g, each GPU joining when it arrives. A late GPU x has *helpers*, the node peers that arrived
