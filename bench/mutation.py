@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EQUIVALENT = os.path.join(ROOT, "bench", "mutation_equivalent.json")
@@ -271,6 +272,22 @@ def run_sample(names: list[str], n: int, seed: int, timeout: float, python: str)
     return sample_report(python, time.perf_counter() - t0)
 
 
+def _replay_draw(python: str) -> tuple[dict[str, Any], str, dict[str, str], str, dict[str, set[int]]]:
+    """The last sampled run's sample.json, its package copy, the environment and bin folder its tests run
+    with, and its draw replayed: the positions of each module's sampled mutants (rng.sample picks by
+    position, so each module's population count replays it)."""
+    import random
+
+    with open(os.path.join(SAMPLE, "sample.json")) as f:
+        meta = json.load(f)
+    pkg = os.path.join(SAMPLE, "collsynth")
+    env = dict(os.environ, PYTHONPATH=SAMPLE, PYTHONDONTWRITEBYTECODE="1")
+    draw, pos = random.Random(meta["seed"]), {}
+    for m in sorted(meta["population"]):
+        pos[m] = set(draw.sample(range(meta["population"][m]), meta["sampled"][m]))
+    return meta, pkg, env, os.path.dirname(python), pos
+
+
 def thin_and_resume(python: str, keep: float | None, timeout: float, only: list[str] | None = None) -> float:
     """Finish the last sampled run: with ``keep``, first drop a seeded random share 1 - keep of each module's
     mutants not run yet (for a run that cannot finish in time; the report weights each module by its
@@ -280,16 +297,8 @@ def thin_and_resume(python: str, keep: float | None, timeout: float, only: list[
     import random
     import sqlite3
 
-    with open(os.path.join(SAMPLE, "sample.json")) as f:
-        meta = json.load(f)
-    pkg = os.path.join(SAMPLE, "collsynth")
-    env = dict(os.environ, PYTHONPATH=SAMPLE, PYTHONDONTWRITEBYTECODE="1")
-    bindir = os.path.dirname(python)
-    # the draw again (rng.sample picks by position, so each module's population count replays it) for the
-    # sessions of targets the interrupted run had not yet cut down to their sampled mutants
-    draw, pos = random.Random(meta["seed"]), {}
-    for m in sorted(meta["population"]):
-        pos[m] = set(draw.sample(range(meta["population"][m]), meta["sampled"][m]))
+    # the draw again for the sessions of targets the interrupted run had not yet cut down to their sample
+    meta, pkg, env, bindir, pos = _replay_draw(python)
     rng = random.Random(meta["seed"] + 1)
     t0 = time.perf_counter()
     todo: list[tuple[int, str, str, str]] = []
@@ -373,17 +382,9 @@ def restore_thinned(python: str, only: list[str] | None = None) -> int:
     given), as pending: each target's session is initialised again on the snapshot, the draw replayed, and
     the drawn mutants that the session lacks are added. A module whose mutant count changed since the draw
     is left as it is (named). Returns the number restored."""
-    import random
     import sqlite3
 
-    with open(os.path.join(SAMPLE, "sample.json")) as f:
-        meta = json.load(f)
-    pkg = os.path.join(SAMPLE, "collsynth")
-    env = dict(os.environ, PYTHONPATH=SAMPLE, PYTHONDONTWRITEBYTECODE="1")
-    bindir = os.path.dirname(python)
-    draw, pos = random.Random(meta["seed"]), {}
-    for m in sorted(meta["population"]):
-        pos[m] = set(draw.sample(range(meta["population"][m]), meta["sampled"][m]))
+    meta, pkg, env, bindir, pos = _replay_draw(python)
     dropped = meta.get("dropped", {})
     total = 0
     for name in meta["targets"]:
