@@ -321,7 +321,7 @@ def test_late_gpu_estimate_tracks_the_simulator_and_picks_the_block_count():
 
     t = make_topology("h100-cluster", 128)
     late = {5: 0.05}
-    model = cs._model(t, node_grid(t, 128))
+    model = cs.link_model(t, node_grid(t, 128))
     ests = {}
     for m in (24, 28, 32):
         s = build_schedule("clusterstraggler", 128, arrivals=late, size=GiB, topology=t, pipeline=m)

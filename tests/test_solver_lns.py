@@ -70,7 +70,7 @@ def test_sources_offer_only_receivers_of_the_same_final_value() -> None:
     topo = make_topology("h100-cluster", 16)
     s = check(build_schedule("clusterstraggler", 16, "allreduce", arrivals=ARR, size=2**30, topology=topo))
     ts = list(range(int(s.step_bounds[s.nsteps - 8]), s.ntransfers))
-    src = lns._sources(s, ts, topo)
+    src = lns.window_sources(s, ts, topo)
     assert src
     for t, opts in src.items():
         assert not s.reduce[t]
@@ -90,14 +90,14 @@ def test_lns_never_returns_a_slower_or_unverified_schedule(alg: str) -> None:
 
 
 def test_lns_keeps_the_step_semantics_of_a_window() -> None:
-    """_order: a read in the same step as a write of its location stays at or before it; writes of one
+    """window_order: a read in the same step as a write of its location stays at or before it; writes of one
     step to one location stay together; an earlier write stays strictly earlier."""
     s = build_schedule("stragglar", 8, "allreduce", straggler=7)
     ts = list(range(s.ntransfers))
-    kinds = {k for _, _, k in lns._order(s, ts)}
+    kinds = {k for _, _, k in lns.window_order(s, ts)}
     assert kinds <= {"<", "<=", "="} and "<" in kinds
     steps = s.step
-    for t1, t2, k in lns._order(s, ts):
+    for t1, t2, k in lns.window_order(s, ts):
         if k == "<":
             assert steps[t1] < steps[t2]
         elif k == "<=":

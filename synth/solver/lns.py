@@ -71,7 +71,7 @@ def _ports(s: Schedule, topology: Any) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return zero, zero, np.array([int(s.ports)], np.int64)
 
 
-def _order(s: Schedule, ts: list[int]) -> list[tuple[int, int, str]]:
+def window_order(s: Schedule, ts: list[int]) -> list[tuple[int, int, str]]:
     """Order constraints between the window's transfers: (t1, t2, kind) with kind "<" (step(t1) <
     step(t2)), "<=" or "=" (module docstring)."""
     acc: dict[tuple[int, int], list[tuple[int, int, bool]]] = {}  # location -> (step, transfer, writes)
@@ -104,7 +104,7 @@ def _order(s: Schedule, ts: list[int]) -> list[tuple[int, int, str]]:
 MAX_SOURCES = 4  # alternative senders per copy (earlier receivers of the same value)
 
 
-def _sources(s: Schedule, ts: list[int], topology: Any) -> dict[int, list[tuple[int, int]]]:
+def window_sources(s: Schedule, ts: list[int], topology: Any) -> dict[int, list[tuple[int, int]]]:
     """Alternative senders of the window's copies: a copy t of chunks c..c+k from rank a may come from
     the receiver j of an earlier copy t' (in the window) of the same chunks from a, when neither a's nor
     j's chunks are written after t' anywhere in the schedule (the value is final: both hold the same)
@@ -153,7 +153,7 @@ def _solve_window(s: Schedule, a: int, b: int, send_cls: np.ndarray, recv_cls: n
     Without ``links`` (compact): b-a steps, the fewest used; with ``links`` (the route of every transfer,
     spread): b-a+1 steps, the fewest transfers sharing a link in one step (the simulator splits a link's
     bandwidth among its step's transfers, synth/simulate.py), then the fewest steps. ``sources``
-    (compact only, from ``_sources``) lets a copy come from an earlier receiver of the same value
+    (compact only, from ``window_sources``) lets a copy come from an earlier receiver of the same value
     instead (a broadcast chain becomes a tree). Returns (new window step, new sender) per transfer."""
     import pulp
 
@@ -186,7 +186,7 @@ def _solve_window(s: Schedule, a: int, b: int, send_cls: np.ndarray, recv_cls: n
             prob += x[t, k] <= u[k]
     for k in range(1, W):
         prob += u[k] <= u[k - 1]
-    for t1, t2, kind in _order(s, ts):
+    for t1, t2, kind in window_order(s, ts):
         if kind == "<":
             prob += step[t2] >= step[t1] + 1
         elif kind == "<=":
@@ -342,7 +342,7 @@ def improve(s: Schedule, simulate_fn: Callable[[Schedule], float], *, topology: 
                 if topology is None or not hasattr(topology, "path_links"):
                     break
                 links = [topology.path_links(int(best.src[t]), int(best.dst[t])) for t in ts]
-            sources = _sources(best, ts, topology) if mode == "compact" else None
+            sources = window_sources(best, ts, topology) if mode == "compact" else None
             got = _solve_window(best, a, b, send_cls, recv_cls, cap, solver, min(left, 5.0), links, sources)
             cand = None if got is None else _apply(best, a, b, *got)
             if cand is None:

@@ -548,7 +548,8 @@ def make_runs(M: int, run: int, tail: int) -> list[tuple[int, int]]:
     return out + [(f, 1) for f in range(bulk, M)]
 
 
-def _model(topology: Any, grid: np.ndarray) -> tuple[float, float, float, float]:
+def link_model(topology: Any, grid: np.ndarray) -> tuple[float, float, float, float]:
+    """(alpha_nv, B_nv, alpha_net, B_net) of the grid's NVLink pair and cross-node rail pair (the estimates' model)."""
     N, G = grid.shape
     a_nv, b_nv = pair_model(topology, int(grid[0, 0]), int(grid[0, 1])) if G > 1 else (0.0, math.inf)
     a_net, b_net = pair_model(topology, int(grid[0, 0]), int(grid[1, 0]))
@@ -660,7 +661,7 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     if form == "gpu" and int(np.count_nonzero(times > times.min())) >= 2:  # several late ranks (waves.py)
         return waves.build(n, arrivals, size, topology, pipeline)
     s_bytes = DEFAULT_SIZE if size is None else float(parse_size(size) if isinstance(size, str) else size)
-    model = _model(topology, grid)
+    model = link_model(topology, grid)
     if pipeline == "auto":
         M, runs, rows = best_pipeline(form, N, G, s_bytes, model)
     elif (isinstance(pipeline, bool) or not isinstance(pipeline, (int, np.integer))
@@ -704,7 +705,7 @@ def auto_pipeline(n: int, topology: Any, form: str, size: int | float | str | No
     grid = node_grid(topology, n)
     N, G = grid.shape
     s_bytes = DEFAULT_SIZE if size is None else float(parse_size(size) if isinstance(size, str) else size)
-    return best_pipeline(form, N, G, s_bytes, _model(topology, grid))[0]
+    return best_pipeline(form, N, G, s_bytes, link_model(topology, grid))[0]
 
 
 def new_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int,
@@ -714,7 +715,7 @@ def new_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int,
     ``runs`` ((first unit, units), default one per unit) and NVLink ``rows`` (runs of whole blocks;
     default one per block, ``ClusterPlan.set_blocks``)."""
     grid = node_grid(topology, n)
-    plan = ClusterPlan(grid, M, np.asarray(times, np.float64), float(size), _model(topology, grid))
+    plan = ClusterPlan(grid, M, np.asarray(times, np.float64), float(size), link_model(topology, grid))
     plan.set_blocks(runs if runs is not None else make_runs(M, 1, M), rows)
     if len(getattr(topology, "classes", ())) > 1:
         plan.classes = topology.transfer_class
