@@ -67,12 +67,13 @@ class _Funnel:
     """One schedule under construction (module docstring)."""
 
     def __init__(self, grid: np.ndarray, times: np.ndarray, M: int, size: float, topology: Any, fan: int,
-                 pxn: bool, tail: bool = True, inline: bool = False) -> None:
+                 pxn: bool, tail: bool = True, inline: bool = False, spread: bool = False, leaves: float = 0.0,
+                 rows: bool = False) -> None:
         self.grid, self.M, self.times, self.pxn = grid, M, times, pxn
         self.inline = inline
-        self.selfspread = False
-        self.leaf_window = 0.0
-        self.rows = False  # rows: nodes idle at L's arrival spread whole rows by recursive doubling
+        self.selfspread = spread
+        self.leaf_window = leaves
+        self.rows = rows  # rows: nodes idle at L's arrival spread whole rows by recursive doubling
         self.row_nodes: set[int] = set()
         self.row_count: dict[tuple[int, int], int] = {}
         self.N, self.G = N, G = grid.shape
@@ -342,8 +343,8 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     times = arrival_vector(arrivals, n)
     if not (isinstance(leaves, (int, float)) and math.isfinite(leaves) and leaves >= 0):
         raise CollsynthError(f"the funnel form needs a finite leaf window >= 0 seconds, got {leaves!r}")
-    plan = _Funnel(grid, times, int(M), float(size), topology, fan, pxn, tail, bool(inline))
-    plan.selfspread, plan.leaf_window, plan.rows = bool(spread), float(leaves), bool(rows)
+    plan = _Funnel(grid, times, int(M), float(size), topology, fan, pxn, tail, bool(inline), bool(spread),
+                   float(leaves), bool(rows))
     plan.funnel()
     plan.broadcast(trees)
     t0 = float(times.min())
