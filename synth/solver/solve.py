@@ -6,16 +6,24 @@ verified schedule:
 1. Warm starts: every constructive algorithm in the registry (ring, rhd, direct, twoshot, stragglar
    with the latest rank as straggler, pipelined variants) and a greedy list scheduler inside the MILP's
    model class (synth/solver/greedy.py) for several chunk counts, all simulated with the given arrivals.
+   What is tried follows an estimate of its work, never a clock (so the choice is deterministic): the
+   greedy's chunk counts, smallest first, while ``greedy_seconds`` fits half the time limit. With late
+   ranks on a cluster the warm starts share a quarter of the limit: clusterstraggler and the synchronous
+   hierarchical are built first, the other algorithms while their estimate (synth/algorithms/estimate.py)
+   fits, and a greedy chunk count only when the MILP could run on its model (the greedy placement there
+   only serves as the MILP's start; the cluster construction is far faster than the model class can be).
 2. The time-expanded MILP of synth/solver/model.py over the grid of synth/solver/grid.py (one chunk
    per transfer, a slot = one chunk transfer, slots aligned to the arrival times), for the chunk count
    of the best warm start of its model class, started from it and limited to its horizon. It is not
    run when that warm start already meets the model's slot lower bound (``slot_lower_bound``: then it
    is optimal in the model) or when the model is too large for the time limit (CBC would not get past
-   its root node); CBC gets a hard deadline.
+   its root node); CBC gets a hard deadline. Without a model-class candidate (a cluster too large for
+   the model) it is skipped.
 3. With late ranks on a topology with several link classes (a cluster: the warm start is then a
    construction outside the model class, e.g. clusterstraggler), a large-neighbourhood search
    (synth/solver/lns.py) re-solves windows of the fastest candidate's steps with a small MILP in the
-   time left, keeping a window only when the schedule verifies and simulates faster.
+   time left (less an estimate of the final check), keeping a window only when the schedule verifies and
+   simulates faster; ``lns.stopped`` says whether it ran out of time or of windows.
 4. The returned schedule is the fastest verified candidate by simulated completion time. Its
    ``meta["solver"]`` records the status (``optimal``: no schedule of the model class on this grid
    finishes sooner; ``time-limit``: stopped with the gap shown; ``improved``: the search made the warm
