@@ -1,7 +1,9 @@
 """Double binary trees (Sanders, Speck & Traeff, "Two-tree algorithms for full bandwidth broadcast,
 reduction and scan", Parallel Computing 2009; NCCL's tree AllReduce) and their pipelined AllReduce steps:
 the pattern shared by the `tree` algorithm (synth/algorithms/tree.py, which documents the schedule) and
-the rail AllReduce of composed schedules (synth/composition.py)."""
+the rail AllReduce of composed schedules (synth/composition.py). Also the two broadcast-tree shapes of the
+cluster straggler forms (``inorder_edges``, ``heap_two_trees``), which differ from NCCL's: a source outside
+the tree and receivers ordered by readiness."""
 
 from __future__ import annotations
 
@@ -89,3 +91,51 @@ def add_steps(b: ScheduleBuilder, order: np.ndarray, K: int) -> None:
                     if ok.any():
                         b.new_step()
                         b.add_many(order[src[ok]], order[dst[ok]], t * K + piece[ok], 1, up)
+
+
+# ---------------------------------------------------------------- broadcast trees of the cluster forms
+def _inorder(lo: int, hi: int, parent: int, out: list[tuple[int, int]]) -> None:
+    """Edges (parent, child) of the in-order binary tree over positions lo..hi, breadth first per call."""
+    if lo > hi:
+        return
+    mid = (lo + hi + 1) // 2
+    out.append((parent, mid))
+    _inorder(mid + 1, hi, mid, out)  # the larger half first: it has the longer path
+    _inorder(lo, mid - 1, mid, out)
+
+
+def inorder_edges(R: int, mirror: bool) -> list[tuple[int, int]]:
+    """Edges (parent, child) over receiver positions 0..R-1 (-1 is the source): the in-order binary tree,
+    or its mirror image (interior positions of one are mostly leaves of the other: the two-tree idea of
+    Sanders, Speck and Traeff, Parallel Computing 2009). The waves form's rail
+    broadcast (synth/algorithms/stragglar/waves.py)."""
+    out: list[tuple[int, int]] = []
+    _inorder(0, R - 1, -1, out)
+    if mirror:
+        out = [(-1 if p < 0 else R - 1 - p, R - 1 - c) for p, c in out]
+    depth = {-1: 0}
+    for p, c in out:  # breadth first per call: a parent's edge comes before its children's
+        depth[c] = depth[p] + 1
+    return sorted(out, key=lambda e: depth[e[1]])
+
+
+def heap_two_trees(nodes: list[int]) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Two broadcast trees over ``nodes`` (least busy first) as (parent, child) edges in breadth-first
+    order, -1 the source: heap-shaped binary trees whose interior nodes are disjoint (the first
+    floor(R/2) nodes interior in one, the next ones in the other; with R odd the last node is a leaf in
+    both). Each node then forwards about one stream when the blocks alternate between the trees (the
+    two-tree idea of Sanders, Speck and Traeff, Parallel Computing 2009). The funnel form's broadcast
+    (synth/algorithms/stragglar/funnel.py)."""
+    R = len(nodes)
+    inner = R // 2
+    out: list[list[tuple[int, int]]] = []
+    for k in range(2):
+        if k == 0:
+            heap = list(nodes)
+        else:
+            mine = nodes[inner:2 * inner] if R > 1 else list(nodes)
+            heap = mine + [x for x in nodes if x not in mine]
+        edges = [(-1, heap[0])] if heap else []
+        edges += [(heap[(i - 1) // 2], heap[i]) for i in range(1, R)]
+        out.append(edges)
+    return out[0], out[1]

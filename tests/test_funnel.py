@@ -15,10 +15,10 @@ from test_cluster_algorithms import cluster
 from collsynth.cli import main as cli_main
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.stragglar import funnel
-from collsynth.synth.algorithms.stragglar.funnel import two_trees
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import make_topology
+from collsynth.synth.trees import heap_two_trees
 from collsynth.synth.verify import verify
 
 GiB = 2**30
@@ -229,13 +229,13 @@ def test_deterministic():
 
 def test_two_trees_disjoint_interiors():
     for R in range(1, 12):
-        for edges in two_trees(list(range(R))):
+        for edges in heap_two_trees(list(range(R))):
             assert sorted(c for _, c in edges) == list(range(R))
             seen = {-1}
             for p, c in edges:  # parents come before their children
                 assert p in seen
                 seen.add(c)
-        a, b = ({p for p, _ in e if p >= 0} for e in two_trees(list(range(R))))
+        a, b = ({p for p, _ in e if p >= 0} for e in heap_two_trees(list(range(R))))
         if R > 1:
             assert not a & b and len(a) + len(b) <= R
         if R > 2 and R % 2:  # the busiest node (last) forwards nothing

@@ -295,7 +295,7 @@ def test_mscclpp_offsets_stop_exactly_at_4_gib():
 def test_mscclpp_semaphore_initial_value_lets_the_first_acquire_pass():
     """A device semaphore with init_value 1 lets a thread block acquire it before any release (the value
     persists across launches: acquire then release per call is balanced); kills `signals + init < ticket`
-    -> `signals - init < ticket` in backends/mscclpp/execute.py, which reports a deadlock."""
+    -> `signals - init < ticket` in backends/mscclpp/exec_sync.py, which reports a deadlock."""
     import json
 
     from collsynth.backends.mscclpp.check import check_plan
@@ -316,7 +316,7 @@ def test_mscclpp_pipeline_past_a_reference_wraps_its_size_as_uint32():
     which the kernel's uint32 arithmetic wraps: it accesses min(2^32 - (offset - size), unit) bytes.
     Here a 2-chunk pipeline over 1-chunk references at chunk 2^31 - 16 and unit 3 * 2^30: iteration 1
     starts 2^30 + 16 bytes past the reference and reads 3 * 2^30 - 16 bytes, not the whole unit (kills
-    `% (1 << 32)` -> `% (1 << 33)` in backends/mscclpp/execute.py)."""
+    `% (1 << 32)` -> `% (1 << 33)` in backends/mscclpp/exec_access.py)."""
     import json
 
     from collsynth.backends.mscclpp.check import check_plan
@@ -441,7 +441,7 @@ def test_mscclpp_reduce_reads_its_launchs_half_of_a_double_scratch():
     (the second one in even launches), while plain puts land at the peer's scratch base (only packet
     puts add the half). A Simple direct plan marked double-scratch therefore reduces data that never
     landed in launch 2, and is refused (kills the `re` source's local_scratch True -> False in
-    backends/mscclpp/execute.py, which reads the first half and passes)."""
+    backends/mscclpp/exec_ops.py, which reads the first half and passes)."""
     import json
 
     from collsynth.backends.mscclpp.check import check_plan

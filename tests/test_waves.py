@@ -11,10 +11,10 @@ from test_cluster_algorithms import cluster
 
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.stragglar import waves
-from collsynth.synth.algorithms.stragglar.waves import tree_edges
 from collsynth.synth.compare import compare
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
+from collsynth.synth.trees import inorder_edges
 from collsynth.synth.verify import verify
 
 GiB = 2**30
@@ -92,7 +92,7 @@ def test_deterministic_and_compare_row():
 def test_tree_edges_cover_every_receiver_once():
     for R in range(1, 12):
         for mirror in (False, True):
-            e = tree_edges(R, mirror)
+            e = inorder_edges(R, mirror)
             assert sorted(c for _, c in e) == list(range(R))
             seen = {-1}
             for p, c in e:  # parents come before their children

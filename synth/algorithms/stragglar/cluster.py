@@ -51,7 +51,6 @@ is the set of ranks that have taken part so far.
 
 from __future__ import annotations
 
-import bisect
 import math
 from typing import Any
 
@@ -62,6 +61,7 @@ from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import node_grid, pair_model
 from collsynth.synth.algorithms.stragglar import multi, waves
 from collsynth.synth.algorithms.stragglar.bcast import broadcast_rounds
+from collsynth.synth.algorithms.stragglar.listsched import Busy
 from collsynth.synth.algorithms.stragglar.multi import Move, pack
 from collsynth.synth.algorithms.stragglar.prephase import present_allreduce
 from collsynth.synth.arrivals import arrival_vector, latest_rank
@@ -87,36 +87,6 @@ def late_form(grid: np.ndarray, times: np.ndarray) -> tuple[str, list[int]]:
     return "gpu", [latest_rank(times, n)]
 
 
-class _Busy:
-    """Busy intervals of one port in the list-scheduling model (sorted, disjoint)."""
-
-    def __init__(self) -> None:
-        self.lo: list[float] = []
-        self.hi: list[float] = []
-
-    def fit(self, t: float, dur: float) -> float:
-        """The earliest start >= t of a free gap of length dur."""
-        hi, lo = self.hi, self.lo
-        if not hi or t >= hi[-1]:  # after every busy interval (the common case)
-            return t
-        i = bisect.bisect_right(hi, t)
-        while i < len(lo):
-            if t + dur <= lo[i] * (1 + 1e-12):
-                return t
-            t = max(t, hi[i])
-            i += 1
-        return t
-
-    def take(self, start: float, end: float) -> None:
-        if not self.lo or start > self.lo[-1]:
-            self.lo.append(start)
-            self.hi.append(end)
-            return
-        i = bisect.bisect_left(self.lo, start)
-        self.lo.insert(i, start)
-        self.hi.insert(i, end)
-
-
 class ClusterPlan:
     """The moves of one cluster schedule (module docstring): ``pre`` (the AllReduce of the present ranks),
     ``merge`` (a wave of late ranks into them, as often as needed), then ``to_schedule``. Make one with
@@ -129,7 +99,7 @@ class ClusterPlan:
         self.chunk_bytes = size / (grid.shape[1] * M)
         self.model = model
         self.est: list[float] = []
-        self.busy: dict[tuple[int, int, int], _Busy] = {}  # (rank, send 0 / receive 1, class) -> intervals
+        self.busy: dict[tuple[int, int, int], Busy] = {}  # (rank, send 0 / receive 1, class) -> intervals
         self.C = grid.shape[1] * M  # chunks
         self.written = [0.0] * (grid.size * self.C)  # rank * C + chunk -> end of its last write
         self.read = [0.0] * (grid.size * self.C)  # rank * C + chunk -> end of its last read
@@ -185,7 +155,7 @@ class ClusterPlan:
                 start = max(start, w[ls], w[ld], rd[ld])
             else:
                 start = max(start, max(w[ls:ls + count]), max(w[ld:ld + count]), max(rd[ld:ld + count]))
-            ports += [self.busy.setdefault((src, 0, cs), _Busy()), self.busy.setdefault((dst, 1, cr), _Busy())]
+            ports += [self.busy.setdefault((src, 0, cs), Busy()), self.busy.setdefault((dst, 1, cr), Busy())]
         t = start
         while True:  # the earliest time every port has a gap of dur: fit each in turn until none moves it
             t0 = t

@@ -25,7 +25,7 @@ and m its node. Nobody but node m needs a partial sum, so:
    too, so the helpers sum L's final blocks and L's NIC only sends; otherwise L receives them.
 3. Node m's rail-g GPU then holds the final blocks of part g once L's contribution is in: each is broadcast
    along rail g (receivers copy) and every node spreads it over NVLink from the GPU that received it. The
-   broadcast is either two binary trees over the other nodes (``two_trees``: even blocks down one, odd
+   broadcast is either two binary trees over the other nodes (``trees.heap_two_trees``: even blocks down one, odd
    down the other; each node interior in at most one, the node ready last a leaf in both where the count
    allows, as it may still be sending its own stream) or the hypercube rounds (bcast.broadcast_rounds);
    with ``leaves`` = w the nodes ready less than w before L (still sending their own stream) are left out
@@ -59,6 +59,7 @@ from collsynth.synth.algorithms.stragglar.listsched import Timeline
 from collsynth.synth.algorithms.stragglar.multi import Move, timeline_schedule
 from collsynth.synth.arrivals import arrival_vector, latest_rank
 from collsynth.synth.ir import Schedule
+from collsynth.synth.trees import heap_two_trees
 
 MAX_CHUNKS = 4096
 
@@ -230,7 +231,7 @@ class _Funnel:
 
     def broadcast(self, trees: bool) -> None:
         """Each final block from node m along its rail to every other node, then spread in each node.
-        ``trees``: two binary trees (``two_trees``) over the other nodes, even blocks down one and odd
+        ``trees``: two binary trees (``trees.heap_two_trees``) over the other nodes, even blocks down one and odd
         blocks down the other; every node is interior in at most one of them, and the node that was ready
         last (still sending its own stream when L arrives) is a leaf in both where the count allows;
         otherwise the hypercube rounds (bcast.broadcast_rounds; receivers in reverse chain order)."""
@@ -238,7 +239,7 @@ class _Funnel:
         tgt = self.target
         self._pick_row_nodes()
         if trees:
-            pair = two_trees(self.order[:-1])
+            pair = heap_two_trees(self.order[:-1])
             for j in range(M):
                 for g in range(G):
                     c = g + G * j
@@ -298,27 +299,6 @@ class _Funnel:
 
     def schedule(self, n: int, meta: dict[str, object], name: str) -> Schedule:
         return timeline_schedule(self.tl, n, self.G * self.M, self.times, meta, name)
-
-
-def two_trees(nodes: list[int]) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """Two broadcast trees over ``nodes`` (least busy first) as (parent, child) edges in breadth-first
-    order, -1 the source: heap-shaped binary trees whose interior nodes are disjoint (the first
-    floor(R/2) nodes interior in one, the next ones in the other; with R odd the last node is a leaf in
-    both). Each node then forwards about one stream when the blocks alternate between the trees (the
-    two-tree idea of Sanders, Speck and Traeff, Parallel Computing 2009)."""
-    R = len(nodes)
-    inner = R // 2
-    out: list[list[tuple[int, int]]] = []
-    for k in range(2):
-        if k == 0:
-            heap = list(nodes)
-        else:
-            mine = nodes[inner:2 * inner] if R > 1 else list(nodes)
-            heap = mine + [x for x in nodes if x not in mine]
-        edges = [(-1, heap[0])] if heap else []
-        edges += [(heap[(i - 1) // 2], heap[i]) for i in range(1, R)]
-        out.append(edges)
-    return out[0], out[1]
 
 
 def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fan: int = 1,

@@ -30,6 +30,47 @@ import numpy as np
 Move = tuple[int, int, int, int, bool]  # (src rank, dst rank, first chunk, count, reduce), as multi.Move
 
 
+class Busy:
+    """Busy intervals of one port or link in a list-scheduling model (sorted, disjoint): ``fit`` finds the
+    earliest free gap (backfill), ``take`` books one. Shared by ``Timeline`` and cluster.py's ClusterPlan."""
+
+    __slots__ = ("lo", "hi")
+
+    def __init__(self) -> None:
+        self.lo: list[float] = []  # starts
+        self.hi: list[float] = []  # ends
+
+    def fit(self, t: float, dur: float) -> float:
+        """The earliest start >= t of a free gap of length dur."""
+        hi = self.hi
+        if not hi or t >= hi[-1]:  # after every busy interval (the common case)
+            return t
+        lo = self.lo
+        i = bisect.bisect_right(hi, t)
+        while i < len(lo):
+            if t + dur <= lo[i] * (1 + 1e-12):
+                return t
+            if hi[i] > t:
+                t = hi[i]
+            i += 1
+        return t
+
+    def take(self, start: float, end: float) -> None:
+        """Book [start, end) (it fits: ``fit`` found it)."""
+        lo, hi = self.lo, self.hi
+        if not lo or start >= lo[-1]:
+            lo.append(start)
+            hi.append(end)
+        else:
+            i = bisect.bisect_left(lo, start)
+            lo.insert(i, start)
+            hi.insert(i, end)
+
+    def last_end(self) -> float:
+        """End of the last busy interval (0 when never used)."""
+        return self.hi[-1] if self.hi else 0.0
+
+
 class Timeline:
     """The model's state: per-port busy intervals, per-(rank, chunk) ends of the last write and read."""
 
@@ -43,8 +84,8 @@ class Timeline:
         self.chunk_bytes = float(chunk_bytes)
         self.written = [0.0] * (self.n * self.C)
         self.read = [0.0] * (self.n * self.C)
-        self.lo: dict[int, list[float]] = {}  # port key (2 * (rank * K + class) + send 0 / receive 1) -> starts
-        self.hi: dict[int, list[float]] = {}  # ... -> ends (the intervals are disjoint, sorted)
+        # port key (2 * (rank * K + class) + send 0 / receive 1), then link keys -> busy intervals
+        self.busy: dict[int, Busy] = {}
         # src * n + dst -> (resources: send port, receive port, every link of the route; alpha; bandwidth)
         self.pairs: dict[int, tuple[tuple[int, ...], float, float]] = {}
         self.moves: list[Move] = []
@@ -94,32 +135,6 @@ class Timeline:
         return a + count * self.chunk_bytes / bw
 
     # ------------------------------------------------------------------ moves
-    def _fit(self, port: int, t: float, dur: float) -> float:
-        """Earliest start >= t of a free gap of length dur on ``port``."""
-        hi = self.hi.get(port)
-        if not hi or t >= hi[-1]:
-            return t
-        lo = self.lo[port]
-        i = bisect.bisect_right(hi, t)
-        while i < len(lo):
-            if t + dur <= lo[i] * (1 + 1e-12):
-                return t
-            if hi[i] > t:
-                t = hi[i]
-            i += 1
-        return t
-
-    def _take(self, port: int, start: float, end: float) -> None:
-        lo = self.lo.setdefault(port, [])
-        hi = self.hi.setdefault(port, [])
-        if not lo or start >= lo[-1]:
-            lo.append(start)
-            hi.append(end)
-        else:
-            i = bisect.bisect_left(lo, start)
-            lo.insert(i, start)
-            hi.insert(i, end)
-
     def earliest(self, src: int, dst: int, chunk: int, count: int, after: float = 0.0) -> float:
         """The modelled start ``add`` would give this move (not before ``after``), without adding it."""
         return self._place(src, dst, chunk, count, after)[0]
@@ -137,12 +152,13 @@ class Timeline:
             t = max(t, w[ls], w[ld], r[ld])
         else:
             t = max(t, max(w[ls:ls + count]), max(w[ld:ld + count]), max(r[ld:ld + count]))
-        fit = self._fit
+        busy = self.busy
+        ports = [busy.get(x) or busy.setdefault(x, Busy()) for x in res]
         moved = True
         while moved:  # the earliest time every resource has a gap of dur
             moved = False
-            for x in res:
-                t2 = fit(x, t, dur)
+            for q in ports:
+                t2 = q.fit(t, dur)
                 if t2 > t:
                     t, moved = t2, True
         return t, dur, res
@@ -153,8 +169,9 @@ class Timeline:
         end = t1 + dur
         ls, ld = src * self.C + chunk, dst * self.C + chunk
         w, r = self.written, self.read
+        busy = self.busy
         for x in res:
-            self._take(x, t1, end)
+            busy[x].take(t1, end)
         if count == 1:
             w[ld] = end
             if r[ls] < end:
@@ -174,8 +191,8 @@ class Timeline:
 
     def port_free(self, rank: int, cls: int, receive: bool = False) -> float:
         """End of the last busy interval of a port (0 when it was never used)."""
-        hi = self.hi.get(2 * (rank * self.K + cls) + int(receive))
-        return hi[-1] if hi else 0.0
+        q = self.busy.get(2 * (rank * self.K + cls) + int(receive))
+        return q.last_end() if q is not None else 0.0
 
     def ordered(self) -> list[list[Move]]:
         """The moves as one-move atoms by modelled start (order of adding on ties)."""

@@ -60,6 +60,7 @@ from collsynth.synth.algorithms.stragglar.prephase import present_allreduce
 from collsynth.synth.arrivals import arrival_vector
 from collsynth.synth.ir import Schedule
 from collsynth.synth.simulate import simulate
+from collsynth.synth.trees import inorder_edges
 from collsynth.units import parse_size
 
 DEFAULT_SIZE = float(2**30)
@@ -70,30 +71,6 @@ FUNNEL_CHOICES: tuple[tuple[int, bool, bool, bool, bool, float, bool, bool], ...
     (24, True, False, True, True, 0.0, False, True), (32, True, False, False, True, 0.0, False, True),
     (24, False, True, False, True, 0.0, False, True))
 SEARCH_MAX_GPUS = 256  # up to this many GPUs "auto" simulates several (M, broadcast) choices and keeps the best
-
-
-def _inorder(lo: int, hi: int, parent: int, out: list[tuple[int, int]]) -> None:
-    """Edges (parent, child) of the in-order binary tree over positions lo..hi, breadth first per call."""
-    if lo > hi:
-        return
-    mid = (lo + hi + 1) // 2
-    out.append((parent, mid))
-    _inorder(mid + 1, hi, mid, out)  # the larger half first: it has the longer path
-    _inorder(lo, mid - 1, mid, out)
-
-
-def tree_edges(R: int, mirror: bool) -> list[tuple[int, int]]:
-    """Edges (parent, child) over receiver positions 0..R-1 (-1 is the source): the in-order binary tree,
-    or its mirror image (interior positions of one are mostly leaves of the other: the two-tree idea of
-    Sanders, Speck and Traeff, Parallel Computing 2009)."""
-    out: list[tuple[int, int]] = []
-    _inorder(0, R - 1, -1, out)
-    if mirror:
-        out = [(-1 if p < 0 else R - 1 - p, R - 1 - c) for p, c in out]
-    depth = {-1: 0}
-    for p, c in out:  # breadth first per call: a parent's edge comes before its children's
-        depth[c] = depth[p] + 1
-    return sorted(out, key=lambda e: depth[e[1]])
 
 
 class _Waves:
@@ -249,7 +226,7 @@ class _Waves:
             src, rest = hub(nb), seq[nxt + 1:] + [last] + seq[:nxt]
         recv = [x[b] if b in x and x[b] == rail[b] else (hub(b) if keep[b] else x[b]) for b in rest]
         if self.tree and len(rest) > 2:
-            for p, ch in tree_edges(len(rest), k % 2 == 1):
+            for p, ch in inorder_edges(len(rest), k % 2 == 1):
                 tl.add(src if p < 0 else recv[p], recv[ch], c, w, False)
         else:
             prev = src

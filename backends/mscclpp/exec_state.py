@@ -1,0 +1,133 @@
+"""Records of the MSCCL++ symbolic executor (execute.py): the failure it raises, the movements and
+result it leaves, its actors (thread blocks and each rank's caller), counting semaphores and port-channel
+proxies, each with a vector clock over every actor, and ExecBase, the state all its parts share."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from collsynth.backends.mscclpp.load import Chan, Inst
+from collsynth.backends.mscclpp.model import Plan, ThreadBlock
+
+
+class ExecFailure(Exception):
+    """A problem found while executing: kind (race, deadlock, semaphore, result, bounds), message, where."""
+
+    def __init__(self, kind: str, message: str, gpu: int | None = None, tb: int | None = None,
+                 op: str | None = None, details: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.kind, self.message, self.gpu, self.tb, self.op = kind, message, gpu, tb, op
+        self.details = details or [message]
+
+
+@dataclass
+class Movement:
+    """Data that crossed ranks in launch 1 (the read-back turns these into Schedule transfers)."""
+
+    src: int
+    dst: int
+    lo: int  # elements [lo, hi)
+    hi: int
+    start: tuple[int, int, int, int]  # (gpu, thread block, op position, dst index): the op that sent it
+    iteration: int
+    level: int
+    meta_level: int
+    reduce: bool | None = None  # None until the data land (copy or reduction)
+
+
+@dataclass
+class ExecResult:
+    """What an execution leaves: the data movements of launch 1 and counts for the report."""
+
+    chunk: int
+    launches: int
+    movements: list[Movement] = field(default_factory=list)
+    ops_run: int = 0
+    meta_ok: bool = True
+
+
+class Actor:
+    """A thread block, or the caller of a rank: its program, position, launch and vector clock."""
+    __slots__ = ("id", "rank", "tb", "insts", "pc", "tick", "vc", "lanes", "lv", "lane_lv", "launch", "done",
+                 "blocked", "ticket", "last_send", "mlv", "lane_mlv", "passed")
+
+    def __init__(self, aid: int, rank: int, tb: ThreadBlock | None, na: int) -> None:
+        self.id, self.rank, self.tb = aid, rank, tb
+        self.insts: list[Inst] = []
+        self.pc = 0
+        self.tick = 0
+        self.vc = np.full(na, -1, np.int32)
+        self.lanes: dict[int, np.ndarray] = {}
+        self.lv = -1  # the latest level of data it knows have landed (read-back)
+        self.lane_lv: dict[int, int] = {}
+        self.mlv = -1  # the same with the plan's own step annotations
+        self.lane_mlv: dict[int, int] = {}
+        self.launch = 0
+        self.done = True
+        self.blocked: Any = None
+        self.ticket: dict[tuple[Any, int, int], int] = {}  # (counter key, pc, lane's repeat) -> ticket
+        self.last_send = (-1, -1)  # (instruction index, level)
+        self.passed = False  # released by a barrier it waits at
+
+
+class Counter:
+    """A counting semaphore: a channel direction's inbound counter, or a device semaphore."""
+
+    __slots__ = ("init", "signals", "per_actor", "waits", "issued", "issued_by", "total", "waiting", "desc")
+
+    def __init__(self, init: int, desc: str) -> None:
+        self.init = init
+        self.signals: list[tuple[int, np.ndarray | None, int, int]] = []  # (actor, release vc, lv, mlv)
+        self.per_actor: dict[int, list[int]] = {}  # actor -> indexes into signals, in order
+        self.waits: list[tuple[int, int]] = []  # (actor, tick) of waits that passed
+        self.issued = 0  # tickets handed out (waits take them in arrival order)
+        self.issued_by: set[int] = set()  # thread blocks that took them
+        self.total: dict[int, int] = {}  # actor -> signals over all launches (static count)
+        self.waiting: list[Actor] = []
+        self.desc = desc
+
+
+class Proxy:
+    """The proxy of one port channel: it serves put requests in FIFO order, with its own clock."""
+    __slots__ = ("id", "rank", "chan", "vc", "tick", "reqs", "lv", "mlv")
+
+    def __init__(self, aid: int, rank: int, chan: int, na: int) -> None:
+        self.id, self.rank, self.chan = aid, rank, chan
+        self.vc = np.full(na, -1, np.int32)
+        self.tick = 0
+        self.reqs: list[tuple[int, int, int, np.ndarray, int, int]] = []  # (tb actor, lane, op tick, snapshot, lv, mlv)
+        self.lv = -1
+        self.mlv = -1
+
+
+class ExecBase:
+    """What every part of the executor shares (exec_core.ExecutorCore sets it up), and its scheduling: an
+    actor that cannot proceed is blocked until something wakes it back onto the ready queue."""
+
+    plan: Plan
+    chunk: int
+    launches: int
+    n: int
+    pairs: dict[tuple[int, str, int], Chan]
+    meta_steps: dict[tuple[int, int, int, int], int]
+    actors: list[Actor]
+    names: dict[int, str]
+    ready: deque[Actor]
+    result: ExecResult
+    trace: bool
+
+    def block(self, a: Actor, why: Any) -> bool:
+        """Block ``a`` (``why``: (kind, what it waits for) for the deadlock report); False."""
+        a.blocked = why
+        return False
+
+    def wake(self, waiters: list[Actor]) -> None:
+        """Put the blocked ``waiters`` back on the ready queue (they retry their op)."""
+        for w in waiters:
+            w.blocked = None
+            self.ready.append(w)
+        waiters.clear()
