@@ -14,7 +14,8 @@ from collsynth.synth.ir import Schedule
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.solver import lns
-from collsynth.synth.solver.solve import solve, status_line
+from collsynth.synth.solver.grid import normalize_arrivals
+from collsynth.synth.solver.solve import fitting_options, greedy_seconds, solve, status_line
 from collsynth.synth.topology import make_topology
 from collsynth.synth.verify import check, class_port_violation, verify
 
@@ -138,3 +139,38 @@ def test_status_line_of_an_improved_result() -> None:
                                              "gap 10.0% to the lower bound")
     assert "2.00% better than the warm start (clusterstraggler, 10.2 ms)" in status_line(info)
     assert np.isfinite(info["objective_s"])
+
+
+def test_solver_at_32_gpus_with_a_short_limit_starts_from_the_cluster_construction() -> None:
+    """4 x 8 H100s, rank 5 late, 5 s: the greedy placements and the MILP cannot pay off there (the model is
+    far beyond the binary budget) and are skipped, so the answer comes from clusterstraggler and the search
+    (before, the greedy warm starts alone ran past a minute)."""
+    topo = make_topology("h100-cluster", 32)
+    s = solve(32, topology=topo, arrivals={5: 0.01}, size=2**30, time_limit=5)
+    info = s.meta["solver"]
+    assert isinstance(info, dict)
+    assert verify(s).ok and class_port_violation(s, topo) is None
+    assert info["status"] in ("improved", "warm-start") and info["warm_start_source"] == "clusterstraggler"
+    assert info["model_chunks"] is None and info["model_bound_s"] is None and "MILP did not run" in info["note"]
+    assert info["objective_s"] <= info["warm_start_s"] and 0 <= info["gap"] < 1
+    sim = simulate(s, 2**30, topo, {5: 0.01}).completion_s
+    assert sim == pytest.approx(info["objective_s"], rel=1e-12)
+    if info.get("lns") is not None:
+        assert info["lns"]["stopped"] in ("time limit", "all windows")
+
+
+def test_greedy_chunk_counts_follow_the_estimate_not_the_clock() -> None:
+    """fitting_options: smallest first while the estimate fits; elsewhere than on a cluster with late ranks the
+    smallest always runs (the MILP needs a start); on a cluster a count whose model exceeds the binary
+    budget is skipped whatever the time."""
+    sw = make_topology("nvswitch", 8)
+    arr = normalize_arrivals({7: 0.001}, 8)
+    assert greedy_seconds(8, 16) < greedy_seconds(8, 56) < greedy_seconds(16, 56)
+    assert fitting_options(8, 2**30, sw, arr, [7, 8, 56], 1e9, 2e4, False) == ([7, 8, 56], [])
+    assert fitting_options(8, 2**30, sw, arr, [7, 8, 56], 0.0, 2e4, False) == ([7], [8, 56])
+    budget = greedy_seconds(8, 7) + greedy_seconds(8, 8)
+    assert fitting_options(8, 2**30, sw, arr, [56, 8, 7], budget, 2e4, False) == ([7, 8], [56])
+    cl = make_topology("h100-cluster", 32)
+    arr32 = normalize_arrivals({5: 0.01}, 32)
+    assert fitting_options(32, 2**30, cl, arr32, [31, 32, 192], 1e9, 2e4, True) == ([], [31, 32, 192])
+    assert fitting_options(32, 2**30, cl, arr32, [31], 1e9, 1e12, True) == ([31], [])

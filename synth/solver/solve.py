@@ -6,16 +6,24 @@ verified schedule:
 1. Warm starts: every constructive algorithm in the registry (ring, rhd, direct, twoshot, stragglar
    with the latest rank as straggler, pipelined variants) and a greedy list scheduler inside the MILP's
    model class (synth/solver/greedy.py) for several chunk counts, all simulated with the given arrivals.
+   What is tried follows an estimate of its work, never a clock (so the choice is deterministic): the
+   greedy's chunk counts, smallest first, while ``greedy_seconds`` fits half the time limit. With late
+   ranks on a cluster the warm starts share a quarter of the limit: clusterstraggler and the synchronous
+   hierarchical are built first, the other algorithms while their estimate (synth/algorithms/estimate.py)
+   fits, and a greedy chunk count only when the MILP could run on its model (the greedy placement there
+   only serves as the MILP's start; the cluster construction is far faster than the model class can be).
 2. The time-expanded MILP of synth/solver/model.py over the grid of synth/solver/grid.py (one chunk
    per transfer, a slot = one chunk transfer, slots aligned to the arrival times), for the chunk count
    of the best warm start of its model class, started from it and limited to its horizon. It is not
    run when that warm start already meets the model's slot lower bound (``slot_lower_bound``: then it
    is optimal in the model) or when the model is too large for the time limit (CBC would not get past
-   its root node); CBC gets a hard deadline.
+   its root node); CBC gets a hard deadline. Without a model-class candidate (a cluster too large for
+   the model) it is skipped.
 3. With late ranks on a topology with several link classes (a cluster: the warm start is then a
    construction outside the model class, e.g. clusterstraggler), a large-neighbourhood search
    (synth/solver/lns.py) re-solves windows of the fastest candidate's steps with a small MILP in the
-   time left, keeping a window only when the schedule verifies and simulates faster.
+   time left (less an estimate of the final check), keeping a window only when the schedule verifies and
+   simulates faster; ``lns.stopped`` says whether it ran out of time or of windows.
 4. The returned schedule is the fastest verified candidate by simulated completion time. Its
    ``meta["solver"]`` records the status (``optimal``: no schedule of the model class on this grid
    finishes sooner; ``time-limit``: stopped with the gap shown; ``improved``: the search made the warm
@@ -38,8 +46,10 @@ from typing import Any
 
 from collsynth import progress
 from collsynth.apitypes import Arrivals, Bytes, Seconds
+from collsynth.budget import SECONDS_PER_MOVE, SECONDS_PER_STEP
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import CONSTRUCTIVE
+from collsynth.synth.algorithms.estimate import work
 from collsynth.synth.arrivals import latest_rank
 from collsynth.synth.bounds import lower_bound
 from collsynth.synth.ir import Schedule
@@ -76,6 +86,8 @@ MIN_BINARY_BUDGET = 20000
 HOPELESS = 50  # refuse when even the smallest model is this many times the budget (the MILP cannot help)
 MAX_GREEDY_CHUNKS = 48
 GREEDY_SECONDS = 1.8e-5  # greedy warm-start time per (chunks x ranks)^2, all policies (measured, 2 cores)
+GREEDY_S_PER_UNIT = 1e-6  # greedy warm-start time per n^2 C (3n + 2C) (measured 0.4-2e-6 at 8-32 ranks, 2 cores)
+GREEDY_FRACTION = 0.5  # elsewhere: the greedy warm starts' estimated time stays in this share of the limit
 MAX_CHUNKS_PER_RANK = 8  # the fastest constructive's chunking joins the model's options up to 8n chunks
 
 
@@ -142,12 +154,15 @@ def _simulate(schedule: Schedule, size: float, topo: Any, arrivals: tuple[float,
 
 
 PIPELINES = (2, 4, "auto")  # extra pipeline depths tried for algorithms that take --pipeline
+FIRST_ON_CLUSTERS = ("clusterstraggler", "hierarchical")  # built first with late ranks on a cluster
+WARM_FRACTION = 0.25  # with late ranks on a cluster: the warm starts' estimated work stays in this share of the limit
 
 
-def _constructive(n: int, size: float, topo: Any, arrivals: tuple[float, ...]) -> list[_Candidate]:
-    """Every registered AllReduce algorithm except the solver (stragglar with the latest rank as its
-    straggler, pipelined variants too), verified and simulated."""
-
+def _variants(n: int, size: float, topo: Any, arrivals: tuple[float, ...],
+              cluster: bool) -> list[tuple[Any, str, dict[str, Any]]]:
+    """(algorithm, label, parameters) of every warm start ``_constructive`` may build, in the order it
+    builds them: the registry's, or on a cluster with late ranks (``cluster``) clusterstraggler and the
+    synchronous hierarchical first, and the topology-aware algorithms given the topology."""
     latest = latest_rank(arrivals, n)
     out = []
     for alg in CONSTRUCTIVE:
@@ -157,16 +172,38 @@ def _constructive(n: int, size: float, topo: Any, arrivals: tuple[float, ...]) -
         base: dict[str, Any] = {"straggler": latest} if "straggler" in accepted else {}
         if "arrivals" in accepted:  # multistraggler: planned for these arrivals on this topology
             base.update(arrivals=dict(enumerate(arrivals)), size=size, topology=topo)
-        variants = [("", base)]
+        elif cluster and "topology" in accepted:  # ring, multiring, hierarchical, tree along the cluster's links
+            base.update(topology=topo, **({"size": size} if "size" in accepted else {}))
+        out.append((alg, "", base))
         if "pipeline" in accepted and "arrivals" not in accepted:  # multistraggler picks its own depth
-            variants += [(f" pipeline={k}", {**base, "pipeline": k}) for k in PIPELINES]
-        for label, params in variants:
-            try:
-                s = check(alg.build(n, collective="allreduce", **params))
-            except CollsynthError:
-                continue  # this variant does not exist for n (or needs options): not a warm start
-            out.append(_Candidate(alg.name + label, s, _simulate(s, size, topo, arrivals)))
+            out += [(alg, f" pipeline={k}", {**base, "pipeline": k}) for k in PIPELINES]
+    if cluster:
+        out.sort(key=lambda v: FIRST_ON_CLUSTERS.index(v[0].name) if v[0].name in FIRST_ON_CLUSTERS
+                 else len(FIRST_ON_CLUSTERS))  # stable: the rest keep the registry's order
     return out
+
+
+def _constructive(n: int, size: float, topo: Any, arrivals: tuple[float, ...], budget_s: float | None = None,
+                  cluster: bool = False) -> tuple[list[_Candidate], list[str], float]:
+    """Every registered AllReduce algorithm except the solver (stragglar with the latest rank as its
+    straggler, pipelined variants too), verified and simulated, in ``_variants``' order. With
+    ``budget_s`` a variant whose estimated work (synth/algorithms/estimate.py: an estimate, not a
+    clock, so the choice is deterministic) would take the total past it is skipped, except the first
+    ones on a cluster (FIRST_ON_CLUSTERS). Returns (candidates, skipped labels, estimated seconds spent)."""
+    out, skipped, spent = [], [], 0.0
+    for alg, label, params in _variants(n, size, topo, arrivals, cluster):
+        cost = work(alg.name, n, "allreduce", params).seconds()
+        first = cluster and alg.name in FIRST_ON_CLUSTERS and not label
+        if budget_s is not None and not first and spent + cost > budget_s:
+            skipped.append(alg.name + label)
+            continue
+        spent += cost
+        try:
+            s = check(alg.build(n, collective="allreduce", **params))
+        except CollsynthError:
+            continue  # this variant does not exist for n (or needs options): not a warm start
+        out.append(_Candidate(alg.name + label, s, _simulate(s, size, topo, arrivals)))
+    return out, skipped, spent
 
 
 def _chunk_options(n: int, arrivals: tuple[float, ...], chunks: int | None, limit: float) -> list[int]:
@@ -185,6 +222,34 @@ def _chunk_options(n: int, arrivals: tuple[float, ...], chunks: int | None, limi
                 break
             out.add(k * early)
     return sorted(c for c in out if c >= 1)
+
+
+def greedy_seconds(n: int, C: int) -> float:
+    """About the seconds of the greedy warm start (every rule) for n ranks and C chunks: its slot loop
+    checks C chunks over n^2 pairs in each of its 3n + 2C slots (an estimate, not a clock)."""
+    return GREEDY_S_PER_UNIT * n * n * C * (3 * n + 2 * C)
+
+
+def fitting_options(n: int, size: float, topo: Any, arrivals: tuple[float, ...], options: list[int],
+                    budget_s: float, binaries: float, cluster: bool) -> tuple[list[int], list[int]]:
+    """(chunk counts whose greedy warm start runs, chunk counts skipped), deterministically: smallest
+    first, while the greedy's estimated seconds (``greedy_seconds``) fit ``budget_s`` (elsewhere than on a
+    cluster with late ranks the smallest always runs: the MILP needs a start). On a cluster with late
+    ranks (``cluster``) a greedy placement is only worth building as the MILP's start, so a chunk count
+    whose smallest model exceeds the ``binaries`` budget (the MILP cannot run) is skipped: the cluster
+    construction outside the model class is the warm start there."""
+    kept: list[int] = []
+    skipped: list[int] = []
+    spent = 0.0
+    for C in sorted(options):
+        cost = greedy_seconds(n, C)
+        fits = spent + cost <= budget_s or (not kept and not cluster)
+        if not fits or (cluster and _smallest_model(n, C, size, topo, arrivals) > binaries):
+            skipped.append(C)
+            continue
+        kept.append(C)
+        spent += cost
+    return kept, skipped
 
 
 def model_candidates(n: int, size: float, topo: Any, arrivals: tuple[float, ...], options: list[int],
@@ -235,42 +300,11 @@ def largest_n(topology: Any, time_limit: float) -> int:
     return best
 
 
-def solve(n: int, *, topology: Topology | str | None = None, arrivals: Arrivals = None, chunks: int | str | None = None,
-          size: Bytes | None = None, time_limit: Seconds | None = None, solver: str = "cbc", threads: int = 1,
-          constructive_starts: bool = True) -> Schedule:
-    """The fastest verified AllReduce schedule the solver finds (see the module docstring).
-    ``constructive_starts=False`` uses only the greedy warm start (to measure the MILP on its own)."""
-
-    t_start = time.monotonic()
-    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise CollsynthError(f"--gpus must be an integer >= 2, got {n!r}")
-    if solver not in SOLVERS:
-        raise CollsynthError(f"unknown --solver {solver!r}: use one of {', '.join(SOLVERS)}")
-    topo = _topology(topology, n)
-    nbytes = _size(size)
-    limit = _time_limit(time_limit)
-    C_opt = _chunks(chunks, n)
-    arr = normalize_arrivals(arrivals, n)
-    bound = lower_bound(n, nbytes, topo, arr)
-    options = _chunk_options(n, arr, C_opt, limit)
-    budget = max(MIN_BINARY_BUDGET, BINARIES_PER_SECOND * limit)
-    smallest = _smallest_model(n, min(options), nbytes, topo, arr)
-    if smallest > HOPELESS * budget:
-        raise CollsynthError(
-            f"{n} ranks need a model of at least {smallest} binaries, too large for a {limit:g} s time limit: "
-            f"the solver handles up to about {largest_n(topology, limit)} ranks in that time; raise "
-            "--time-limit or use a constructive algorithm (stragglar, ring)")
-    progress.note(f"solver: warm starts (constructive algorithms) for {n} ranks")
-    constructive = _constructive(n, nbytes, topo, arr) if constructive_starts else []
-    if C_opt is None and constructive:  # also model the chunking of the fastest constructive schedule
-        fastest = min(constructive, key=lambda c: (c.time, c.source))
-        if fastest.schedule.nchunks <= MAX_CHUNKS_PER_RANK * n:
-            options = sorted(set(options) | {fastest.schedule.nchunks})
-    progress.note(f"solver: greedy warm starts for chunk counts {', '.join(map(str, options))}")
-    model_cands = model_candidates(n, nbytes, topo, arr, options, constructive)
-    if not model_cands:
-        raise CollsynthError(f"the solver found no schedule of its model class for {n} ranks on "
-                             f"{topo.name!r}; use a constructive algorithm (ring, stragglar)")
+def _milp(n: int, nbytes: float, topo: Any, arr: tuple[float, ...], model_cands: list[_Candidate], budget: float,
+          limit: float, t_start: float, solver: str,
+          threads: int) -> tuple[Grid, SolveResult | None, float | None, str]:
+    """The MILP from the fastest model-class warm start when it can help within the time limit:
+    (its grid, its result or None, the model's proven bound in seconds or None, a note)."""
     start = min(model_cands, key=lambda c: (c.time, c.source))
     grid0 = start.grid
     assert grid0 is not None and start.placed is not None
@@ -304,14 +338,68 @@ def solve(n: int, *, topology: Topology | str | None = None, arrivals: Arrivals 
             result = solve_model(model, solver, remaining, warm=True, threads=threads)
             bound_slots = max(float(slot_lb - 1), result.bound if result.bound is not None else 0.0)
             model_bound_s = grid.last_arrival + (math.ceil(bound_slots - 1e-6) + 1) * grid.tau
+    return grid, result, model_bound_s, note
+
+
+def solve(n: int, *, topology: Topology | str | None = None, arrivals: Arrivals = None, chunks: int | str | None = None,
+          size: Bytes | None = None, time_limit: Seconds | None = None, solver: str = "cbc", threads: int = 1,
+          constructive_starts: bool = True) -> Schedule:
+    """The fastest verified AllReduce schedule the solver finds (see the module docstring).
+    ``constructive_starts=False`` uses only the greedy warm start (to measure the MILP on its own)."""
+
+    t_start = time.monotonic()
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise CollsynthError(f"--gpus must be an integer >= 2, got {n!r}")
+    if solver not in SOLVERS:
+        raise CollsynthError(f"unknown --solver {solver!r}: use one of {', '.join(SOLVERS)}")
+    topo = _topology(topology, n)
+    nbytes = _size(size)
+    limit = _time_limit(time_limit)
+    C_opt = _chunks(chunks, n)
+    arr = normalize_arrivals(arrivals, n)
+    bound = lower_bound(n, nbytes, topo, arr)
+    options = _chunk_options(n, arr, C_opt, limit)
+    budget = max(MIN_BINARY_BUDGET, BINARIES_PER_SECOND * limit)
+    cluster = constructive_starts and _lns_applies(topo, arr)  # the cluster construction is the warm start
+    smallest = _smallest_model(n, min(options), nbytes, topo, arr)
+    if smallest > HOPELESS * budget and not cluster:
+        raise CollsynthError(
+            f"{n} ranks need a model of at least {smallest} binaries, too large for a {limit:g} s time limit: "
+            f"the solver handles up to about {largest_n(topology, limit)} ranks in that time; raise "
+            "--time-limit or use a constructive algorithm (stragglar, ring)")
+    progress.note(f"solver: warm starts (constructive algorithms) for {n} ranks")
+    warm_s = WARM_FRACTION * limit if cluster else None
+    constructive, skipped_alg, spent = (_constructive(n, nbytes, topo, arr, warm_s, cluster) if constructive_starts
+                                        else ([], [], 0.0))
+    if C_opt is None and constructive:  # also model the chunking of the fastest constructive schedule
+        fastest = min(constructive, key=lambda c: (c.time, c.source))
+        if fastest.schedule.nchunks <= MAX_CHUNKS_PER_RANK * n:
+            options = sorted(set(options) | {fastest.schedule.nchunks})
+    greedy_s = warm_s - spent if warm_s is not None else GREEDY_FRACTION * limit
+    options, skipped_c = fitting_options(n, nbytes, topo, arr, options, greedy_s, budget, cluster)
+    skipped = skipped_alg + [f"greedy for {C} chunks" for C in skipped_c]
+    if skipped:
+        progress.note(f"solver: skipped warm starts that do not fit the {limit:g} s limit or cannot pay off: "
+                      f"{', '.join(skipped)}")
+    if options:
+        progress.note(f"solver: greedy warm starts for chunk counts {', '.join(map(str, options))}")
+    model_cands = model_candidates(n, nbytes, topo, arr, options, constructive)
+    if not model_cands and not constructive:
+        raise CollsynthError(f"the solver found no schedule of its model class for {n} ranks on "
+                             f"{topo.name!r}; use a constructive algorithm (ring, stragglar)")
+    grid, result, model_bound_s, note = (_milp(n, nbytes, topo, arr, model_cands, budget, limit, t_start, solver,
+                                                threads) if model_cands else
+                                          (None, None, None, "the cluster construction is outside the MILP's "
+                                           "model class and no model fits the time limit: the MILP did not run"))
     cands = list(constructive) + model_cands
     milp = None
-    if result is not None and result.placed:
+    if result is not None and result.placed and grid is not None:
         s = check(to_schedule(grid, result.placed, {}))
         milp = _Candidate("milp", s, _simulate(s, nbytes, topo, arr), result.placed, grid)
         cands.append(milp)
     best = min(cands, key=lambda c: (c.time, c.schedule.ntransfers, c.source != "milp", c.source))
-    in_model = [c.time for c in cands if c.placed is not None and c.schedule.nchunks == grid.nchunks]
+    in_model = [c.time for c in cands if c.placed is not None and grid is not None
+                and c.schedule.nchunks == grid.nchunks]
     model_time = min(in_model) if in_model else math.inf
     reached = best.time >= model_time * (1 - 1e-12)  # the returned time is the model's best time
     if result is None:
@@ -329,7 +417,9 @@ def solve(n: int, *, topology: Topology | str | None = None, arrivals: Arrivals 
     warm = best
     lns = None
     if _lns_applies(topo, arr) and status != "optimal":
-        remaining = limit - (time.monotonic() - t_start)
+        # the final check of the result comes after the search: keep its estimated time (budget.py's rates)
+        reserve = SECONDS_PER_MOVE * 2 * int(best.schedule.count.sum()) + SECONDS_PER_STEP * best.schedule.nsteps
+        remaining = limit - (time.monotonic() - t_start) - reserve
         if remaining >= LNS_MIN_SECONDS:
             progress.note(f"solver: large-neighbourhood search around {best.source} ({remaining:.0f} s limit)")
             lns = improve(best.schedule, lambda x: float(_simulate(x, nbytes, topo, arr).completion_s),
@@ -345,8 +435,8 @@ def solve(n: int, *, topology: Topology | str | None = None, arrivals: Arrivals 
         "solver": solver,
         "source": best.source,
         "chunks": best.schedule.nchunks,
-        "slot_s": grid.tau,
-        "model_chunks": grid.nchunks,
+        "slot_s": grid.tau if grid is not None else None,
+        "model_chunks": grid.nchunks if grid is not None else None,
         "objective_s": obj,
         "after_last_arrival_s": float(best.sim.after_last_arrival_s),
         "lower_bound_s": bound,
@@ -370,6 +460,9 @@ def solve(n: int, *, topology: Topology | str | None = None, arrivals: Arrivals 
         else:
             note = (note + "; " if note else "") + (f"large-neighbourhood search: {lns.windows} windows around "
                                                     f"{warm.source}, none verified faster")
+    if cluster:
+        info.setdefault("warm_start_source", warm.source)  # the search's start, also when no time was left for it
+        info.setdefault("warm_start_s", warm.time)
     if note:
         info["note"] = note
     out = best.schedule.replace(name=f"solver_allreduce_n{n}", meta={"algorithm": "solver", "solver": info})
