@@ -14,6 +14,9 @@ from collsynth.backends.mscclpp.load import Inst, switch_of
 from collsynth.backends.mscclpp.memory import Segments
 from collsynth.backends.mscclpp.model import Gpu, Op, Ref, ThreadBlock
 
+PLAIN_UNIT = 16  # bytes a thread moves at a time in copies and reductions (int4)
+PACKET_UNIT = 8  # payload bytes per LL16 packet (the executor's default packet type)
+
 
 class MemoryAccess(ExecBase):
     """Buffers of every rank (values and access history) and the races found in them."""

@@ -33,13 +33,16 @@ Problems raise ``ExecFailure`` naming rank, thread block and op (the checker tur
 The executor lives in small modules: exec_state.py (failures, results, actors, counters, proxies),
 exec_values.py (symbolic values and their sums), exec_access.py (buffers, addressing, bounds, the race
 detector), exec_sync.py (semaphores, barriers, proxies), exec_core.py (launches, scheduling, result and
-deadlock reports) and exec_ops.py (one handler per data op); ``Executor`` puts them together.
+deadlock reports), exec_trace.py (launch 1's movements across ranks, for the read-back), exec_ops.py
+(handlers of the plain data and switch ops) and exec_packets.py (of the LL packet ops); ``Executor``
+puts them together.
 """
 
 from __future__ import annotations
 
 from collsynth.backends.mscclpp.exec_core import ExecutorCore
 from collsynth.backends.mscclpp.exec_ops import HANDLERS
+from collsynth.backends.mscclpp.exec_packets import PACKET_HANDLERS
 from collsynth.backends.mscclpp.exec_state import ExecFailure, ExecResult, Movement
 
 __all__ = ["ExecFailure", "ExecResult", "Executor", "Movement"]
@@ -49,4 +52,4 @@ class Executor(ExecutorCore):
     """``Executor(plan, chunk, launches, meta_steps, pairs).run()``: an ExecResult, or ExecFailure naming the
     first problem (races first)."""
 
-    handlers = HANDLERS
+    handlers = {**HANDLERS, **PACKET_HANDLERS}

@@ -55,6 +55,8 @@ def present_allreduce(grid: np.ndarray, hold: set[int], M: int, add: Callable[..
         ring.append(full)
         edges.append([g * M + (M * j) // len(full) for j in range(len(full) + 1)])
 
+    place = [{b: i for i, b in enumerate(r)} for r in ring]  # rail g: ring node -> its index
+
     def owner(b: int, g: int, j: int) -> int:
         """Holder of piece j of part g in node b: its rail GPU, else a punctual GPU of the node (the
         pieces of an absent GPU's part spread over the node: NIC receive load)."""
@@ -98,7 +100,7 @@ def present_allreduce(grid: np.ndarray, hold: set[int], M: int, add: Callable[..
         it into R's owner over NVLink; through the absent GPU's NIC (PXN) if R's rail-h GPU is absent."""
         for g in range(G):
             P = len(ring[g])
-            if b in ring[g] or t >= P:
+            if b in place[g] or t >= P:
                 continue
             j = (-t - 1) % P
             lo, cnt = piece(g, j)
@@ -114,7 +116,7 @@ def present_allreduce(grid: np.ndarray, hold: set[int], M: int, add: Callable[..
                 add(o, owner(R, g, j), lo, cnt, True)
 
     def pos(b: int, g: int) -> int:  # a node's place in rail g's ring (attached nodes: the next one's)
-        return ring[g].index(b) if b in ring[g] else 0
+        return place[g].get(b, 0)
 
     def out() -> None:
         """The final pieces back to the nodes off the ring (piece j is final first at ring node R = j): R's
@@ -125,7 +127,7 @@ def present_allreduce(grid: np.ndarray, hold: set[int], M: int, add: Callable[..
                 R = ring[g][j]
                 lo, cnt = piece(g, j)
                 for b in nodes:
-                    if b in ring[g] or not cnt:
+                    if b in place[g] or not cnt:
                         continue
                     o = owner(b, g, j)
                     mid = int(grid[R, int(local_of[o])])
