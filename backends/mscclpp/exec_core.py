@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from collsynth.backends.mscclpp.exec_access import MemoryAccess
-from collsynth.backends.mscclpp.exec_state import Actor, Counter, ExecFailure, ExecResult, Proxy
+from collsynth.backends.mscclpp.exec_state import Actor, ExecFailure, ExecResult, Proxy
 from collsynth.backends.mscclpp.exec_sync import Synchronization
 from collsynth.backends.mscclpp.exec_values import shift_value
 from collsynth.backends.mscclpp.load import Chan, Inst, channel_pairs, flatten, io_chunks
@@ -31,7 +31,7 @@ class ExecutorCore(Synchronization, MemoryAccess):
                  | None = None, pairs: dict[tuple[int, str, int], Chan] | None = None) -> None:
         self.plan, self.chunk, self.launches = plan, chunk, launches
         self.n = plan.nranks
-        self.pairs: dict[tuple[int, str, int], Chan] = pairs if pairs is not None else channel_pairs(plan)
+        self.pairs = pairs if pairs is not None else channel_pairs(plan)
         self.meta_steps = meta_steps or {}
         tbs = [(g.id, tb) for g in plan.gpus for tb in g.tbs]
         ports = [(g.id, c) for g in plan.gpus for c in range(len(g.peers["port"]))]
@@ -45,7 +45,7 @@ class ExecutorCore(Synchronization, MemoryAccess):
         self.proxies = {key: Proxy(len(tbs) + i, key[0], key[1], na) for i, key in enumerate(ports)}
         self.users = [Actor(len(tbs) + len(ports) + r, r, None, na) for r in range(self.n)]
         self.user_tick = [0] * self.n
-        self.names: dict[int, str] = {a.id: f"gpu {a.rank} thread block {a.tb.id}" for a in self.actors}  # type: ignore[union-attr]
+        self.names = {a.id: f"gpu {a.rank} thread block {a.tb.id}" for a in self.actors}  # type: ignore[union-attr]
         for (r, c), p in self.proxies.items():
             self.names[p.id] = f"gpu {r}'s proxy for port channel {c}"
         for u in self.users:
@@ -56,27 +56,27 @@ class ExecutorCore(Synchronization, MemoryAccess):
         self.out_bytes = g0.output_chunks * chunk
         self.scratch_bytes = [g.scratch_chunks * chunk * (2 if plan.packets else 1) * (2 if plan.double_scratch else 1)
                               for g in plan.gpus]
-        self.mem: list[dict[str, Segments]] = []
-        self.hist: list[dict[str, Segments]] = []
-        self.phys_size: list[dict[str, int]] = []
-        self.layout: list[dict[str, tuple[str, int]]] = []
+        self.mem = []
+        self.hist = []
+        self.phys_size = []
+        self.layout = []
         for g in plan.gpus:
             lay, sizes = self.buffer_layout(g)
             self.layout.append(lay)
             self.phys_size.append(sizes)
             self.mem.append({k: Segments(shift_value) for k in sizes})
             self.hist.append({k: Segments() for k in sizes})
-        self.counters: dict[Any, Counter] = {}
-        self.barriers: dict[tuple[int, int], list[tuple[Actor, int]]] = {}
-        self.pkt_waiters: dict[tuple[int, str], list[Actor]] = {}
-        self.ready: deque[Actor] = deque()
+        self.counters = {}
+        self.barriers = {}
+        self.pkt_waiters = {}
+        self.ready = deque()
         self.launch_of = [0] * self.n
         self.running = [0] * self.n
         self.result = ExecResult(chunk, launches)
         self.trace = True
         self.everyone = (1 << self.n) - 1
-        self.races: list[ExecFailure] = []
-        self.race_keys: set[tuple[Any, ...]] = set()
+        self.races = []
+        self.race_keys = set()
         self.static_counts()
 
     # ------------------------------------------------------------------ driver

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from collsynth import progress
 from collsynth.synth.ir import Schedule
 from collsynth.synth.solver.model import quiet_stdout
 from collsynth.synth.verify import VerificationError, check
@@ -44,6 +45,7 @@ from collsynth.synth.verify import VerificationError, check
 WINDOW_STEPS = 6
 MAX_WINDOW_TRANSFERS = 160  # keeps one window's MILP to about a thousand binaries
 MIN_WINDOW_SECONDS = 0.5  # no window starts with less than this left
+PROGRESS_EVERY = 5  # a progress line every this many windows
 
 
 @dataclass
@@ -321,6 +323,7 @@ def improve(s: Schedule, simulate_fn: Callable[[Schedule], float], *, topology: 
     pending = windows(best, width)
     if max_windows is not None:
         pending = pending[:max_windows]
+    total = len(pending)
     post = time.monotonic() - t0  # seconds one verify + simulate takes (measured: the first, then the last)
     while pending:
         left = time_limit - (time.monotonic() - t0) - post
@@ -332,6 +335,9 @@ def improve(s: Schedule, simulate_fn: Callable[[Schedule], float], *, topology: 
             continue
         send_cls, recv_cls, cap = _ports(best, topology)
         res.windows += 1
+        if res.windows % PROGRESS_EVERY == 0:
+            progress.note(f"solver: search window {res.windows} of {total} (steps {a}-{b - 1}), {res.improved} kept, "
+                          f"{max(0.0, time_limit - (time.monotonic() - t0)):.0f} s left")
         for mode in ("compact", "spread"):
             left = time_limit - (time.monotonic() - t0) - post  # the MILP's share: its result is checked after it
             if left < MIN_WINDOW_SECONDS:
