@@ -398,6 +398,16 @@ class _Funnel:
         return timeline_schedule(self.tl, n, self.G * self.M, self.times, meta, name)
 
 
+def rail_time(topology: Any, n: int, size: float) -> float:
+    """T = s/(G B_net): the time one part (s/G bytes) takes on the link of a rail message (node 0 to node 1,
+    local index 0) without latency; the unit of waves.FUNNEL_CHOICES' leaf windows (the late-GPU bound of
+    the brief's clusters.md section 4 on a rail-optimized cluster)."""
+    grid = node_grid(topology, n)
+    links, _ = topology.pair_table(np.array([[int(grid[0, 0]), int(grid[1, 0])]], np.int64))
+    bw = min(float(np.asarray(topology.link_bw)[x]) for x in links[0] if x >= 0)
+    return float(size) / grid.shape[1] / bw
+
+
 def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fan: int = 1,
               trees: bool = True, pxn: bool = True, tail: bool = True, spread: bool = False,
               leaves: float = 0.0, rows: bool = False, inline: bool = False, mute: bool = False) -> Schedule:
