@@ -268,7 +268,7 @@ def _check_rounds(N, nb, mute, rounds):
         dsts = [y for _, y, _ in rnd]
         assert len(set(srcs)) == len(srcs) and len(set(dsts)) == len(dsts)
         assert not set(srcs) & set(mute) and 0 not in dsts
-        for x, y, j in rnd:
+        for x, _, j in rnd:
             assert j in have[x]
         for _, y, j in rnd:
             have[y].add(j)

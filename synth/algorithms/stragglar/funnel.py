@@ -337,12 +337,12 @@ class _Funnel:
             nodes = [m, *rest]
             muted = frozenset(nodes.index(b) for b in leaves)
             spread: set[tuple[int, int, int]] = set()
-            for rnd in muted_rounds(len(nodes), M, muted):
+            for mr in muted_rounds(len(nodes), M, muted):
                 for g in range(G):
-                    for x, y, j in rnd:
+                    for x, y, j in mr:
                         tl.add(tgt(nodes[x], g), tgt(nodes[y], g), g + G * j, 1, False)
                 for g in range(G):
-                    for x, y, j in rnd:
+                    for x, y, j in mr:
                         for b in ((m, nodes[y]) if x == 0 else (nodes[y],)):
                             if (b, g, j) not in spread:  # (the root may send a block twice)
                                 spread.add((b, g, j))
