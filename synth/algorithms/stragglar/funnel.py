@@ -30,7 +30,9 @@ and m its node. Nobody but node m needs a partial sum, so:
    allows, as it may still be sending its own stream) or the hypercube rounds (bcast.broadcast_rounds);
    with ``leaves`` = w the nodes ready less than w before L (still sending their own stream) are left out
    of the rounds and get each block, in order, from the node holding it that the model delivers first
-   (a broadcast leaf sends nothing). With ``spread`` a late rail GPU spreads a final block over NVLink
+   (a broadcast leaf sends nothing); with ``mute`` as well they stay in the rounds but only receive
+   (``muted_rounds``: at 8 nodes with one muted node still nblocks + 2 rounds, the one-port optimum, as the
+   7 others send every round). With ``spread`` a late rail GPU spreads a final block over NVLink
    itself when its NVLink port frees up before its helper's (a late GPU that arrived long before L is
    idle by then, and its helper has its own part to spread).
 
@@ -415,7 +417,8 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     broadcast by two ``trees`` (else hypercube rounds), L's part summed at its helpers (``pxn``) and the
     late-rail nodes at a rail's end joining its chain (``tail``); ``spread``: a late rail GPU spreads a
     final block itself when its NVLink port is free before its helper's; ``leaves`` (seconds, hypercube
-    only): the nodes ready less than this before L are leaves of the broadcast, fed by the others;
+    only): the nodes ready less than this before L are leaves of the broadcast, fed by the others, or with
+    ``mute`` receivers only inside its rounds (``muted_rounds``);
     ``rows``: the nodes whose NVLink ports are idle when L arrives spread whole rows by recursive doubling;
     ``inline``: a node whose rail GPU is late takes its place in that rail's chain (receiving once the GPU
     is there), unless it is the last node ready before L (module docstring). Needs a topology of at least
