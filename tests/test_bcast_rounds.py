@@ -65,3 +65,24 @@ def test_greedy_and_phantom_candidates_are_valid() -> None:
 def test_same_output_every_call() -> None:
     a, b = broadcast_rounds(12, 16), broadcast_rounds(12, 16)
     assert a == b and a is not b  # a fresh list each call: callers may not alter the cache
+
+
+@pytest.mark.parametrize("N", [5, 6, 10, 12, 24])
+@pytest.mark.parametrize("nb", [1, 4, 9])
+def test_copyback_cube_leaves_the_root_targets_send_port_free(N: int, nb: int) -> None:
+    """Whoever the root sends to in a round sends nothing else then (its send port returns the block),
+    and the root sends only to its cube partner; still a complete one-port broadcast."""
+    from collsynth.synth.algorithms.stragglar.bcast import copyback_cube_rounds
+
+    rounds = copyback_cube_rounds(N, nb)
+    have = [set(range(nb))] + [set() for _ in range(N - 1)]
+    for moves in rounds:
+        assert len({s for s, _, _ in moves}) == len(moves) == len({d for _, d, _ in moves})
+        targets = {d for s, d, _ in moves if s == 0}
+        assert len(targets) <= 1 and not targets & {s for s, _, _ in moves}
+        for s, d, j in moves:
+            assert j in have[s] and j not in have[d]
+        for _, d, j in moves:
+            have[d].add(j)
+    assert all(h == set(range(nb)) for h in have)
+    assert len(rounds) <= nb - 1 + math.ceil(math.log2(N)) + 2
