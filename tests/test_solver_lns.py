@@ -174,3 +174,15 @@ def test_greedy_chunk_counts_follow_the_estimate_not_the_clock() -> None:
     arr32 = normalize_arrivals({5: 0.01}, 32)
     assert fitting_options(32, 2**30, cl, arr32, [31, 32, 192], 1e9, 2e4, True) == ([], [31, 32, 192])
     assert fitting_options(32, 2**30, cl, arr32, [31], 1e9, 1e12, True) == ([31], [])
+
+
+def test_last_writes_is_the_last_step_writing_each_location() -> None:
+    """lns.last_writes (one pass per incumbent) against a transfer-by-transfer scan, multi-chunk transfers too."""
+    topo = make_topology("h100-cluster", 16)
+    s = check(build_schedule("clusterstraggler", 16, "allreduce", arrivals=ARR, size=2**30, topology=topo))
+    assert int(s.count.max()) > 1
+    want: dict[tuple[int, int], int] = {}
+    for t in range(s.ntransfers):
+        for x in range(int(s.chunk[t]), int(s.chunk[t]) + int(s.count[t])):
+            want[(int(s.dst[t]), x)] = max(want.get((int(s.dst[t]), x), -1), int(s.step[t]))
+    assert lns.last_writes(s) == want
