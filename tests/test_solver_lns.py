@@ -123,7 +123,11 @@ def test_solver_on_a_cluster_with_a_late_rank_reports_the_search(capsys, tmp_pat
     assert "large-neighbourhood search" in info["note"]
     line = err.strip().splitlines()[-1]
     assert line == status_line(info)
-    assert "better than the warm start (clusterstraggler" in line and "gap" in line and "objective" in line
+    assert "gap" in line and "objective" in line
+    if info["status"] == "improved":
+        assert "better than the warm start (clusterstraggler" in line
+    else:
+        assert "the warm start (clusterstraggler" in line and "as is" in line and "0.00%" not in line
 
 
 def test_solver_without_late_ranks_or_on_one_switch_does_not_search() -> None:
@@ -139,6 +143,9 @@ def test_status_line_of_an_improved_result() -> None:
                                              "gap 10.0% to the lower bound")
     assert "2.00% better than the warm start (clusterstraggler, 10.2 ms)" in status_line(info)
     assert np.isfinite(info["objective_s"])
+    same = {**info, "status": "warm-start", "improvement": 0.0, "objective_s": 0.0102}
+    assert "the warm start (clusterstraggler, 10.2 ms) as is" in status_line(same)
+    assert "0.00%" not in status_line(same) and "warm start as is" in status_line(same, short=True)
 
 
 def test_solver_at_32_gpus_with_a_short_limit_starts_from_the_cluster_construction() -> None:
