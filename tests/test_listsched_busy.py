@@ -3,7 +3,7 @@ any order), checked on hand-made interval sets (docs/stragglar.md's list-schedul
 
 from __future__ import annotations
 
-from collsynth.synth.algorithms.stragglar.listsched import Busy
+from collsynth.synth.algorithms.stragglar.listsched import Busy, Timeline
 
 
 def test_empty_port_is_free_at_once() -> None:
@@ -44,8 +44,7 @@ def test_take_in_any_order_keeps_the_intervals_sorted() -> None:
 
 
 # ---------------------------------------------------------------- Timeline on a cluster (h100-cluster, 2 x 8)
-def _timeline(arrival: list[float] | None = None):  # type: ignore[no-untyped-def]
-    from collsynth.synth.algorithms.stragglar.listsched import Timeline
+def _timeline(arrival: list[float] | None = None) -> Timeline:
     from collsynth.synth.topology import make_topology
 
     t = make_topology("h100-cluster", 16)
