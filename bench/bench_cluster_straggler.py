@@ -9,9 +9,12 @@ switch), 1 GiB per rank, delays long enough to hide the work before the arrival.
 - random: V arrival vectors at 64 GPUs (8 nodes), 2 to 8 late ranks, delays uniform in 0-10 ms (seeded):
   the median of (completion - last arrival) / max(late-GPU bound, synchronous bound - last arrival) of
   the best of clusterstraggler and multistraggler (what `compare` shows), and of the best synchronous;
-- synthesis: build (and verify) time of clusterstraggler at 1,024 GPUs (128 nodes), GPU and node form.
+- synthesis: build (and verify) time of clusterstraggler at 1,024 GPUs (128 nodes), GPU and node form;
+- with ``--nodes 6,12,24``: the late-GPU and late-node rows on those node counts too (h100-cluster only;
+  node counts that are not powers of two use the broadcasts of bcast.py's placement search).
 
-    python bench/bench_cluster_straggler.py [--vectors 100] [--skip-1024]
+    python bench/bench_cluster_straggler.py [--vectors 100] [--skip-1024] [--nodes 6,12,24]
+    (--vectors 0 skips the random vectors)
 """
 
 from __future__ import annotations
@@ -113,6 +116,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--vectors", type=int, default=100)
     ap.add_argument("--skip-1024", action="store_true")
+    ap.add_argument("--nodes", default="", help="comma-separated extra node counts (8 GPUs each) for the late rows")
     a = ap.parse_args()
     out: dict[str, object] = {"bench": "cluster_straggler", "size_bytes": GiB}
     with tempfile.TemporaryDirectory() as tmp:
@@ -126,8 +130,16 @@ def main() -> None:
                                                  max(GiB / (G * B_NET), (G - 1) / G * GiB / B_NV))
             topo64 = (make_topology("h100-cluster", 64) if label == "h100-cluster"
                       else make_topology(json_topology(64, os.path.join(tmp, "h100-64.json")), 64))
-            res["random_64_gpus"] = random_vectors(topo64, 64, GiB, a.vectors)
+            if a.vectors > 0:
+                res["random_64_gpus"] = random_vectors(topo64, 64, GiB, a.vectors)
             out[label] = res
+    for N in (int(x) for x in a.nodes.split(",") if x.strip()):
+        n = N * G
+        topo = make_topology("h100-cluster", n)
+        out[f"h100-cluster_{N}_nodes"] = {
+            "late_gpu": one_late(topo, n, {5: 0.05}, GiB, late_gpu_bound(GiB)),
+            "late_node": one_late(topo, n, {r: 0.05 for r in range(8, 16)}, GiB,
+                                  max(GiB / (G * B_NET), (G - 1) / G * GiB / B_NV))}
     if not a.skip_1024:
         topo = make_topology("h100-cluster", 1024)
         syn = {}

@@ -104,6 +104,15 @@ TARGETS: dict[str, tuple[list[str], list[str]]] = {
     "composition": (["synth/composition.py", "synth/trees.py"], ["tests/test_cluster_algorithms.py", KS]),
     "registry": (["synth/registry.py", "synth/__init__.py"],
                  ["tests/test_algorithms.py", "tests/test_verify.py", KS]),
+    # the rail broadcasts of the cluster forms (2026-12-02: phantom cubes, copy-back, ClusterPlan.rule), the
+    # list-scheduling model's Busy intervals and the broadcast/AllReduce trees: their fastest tests (~25 s)
+    "bcast": (["synth/algorithms/stragglar/bcast.py", "synth/algorithms/stragglar/listsched.py", "synth/trees.py"],
+              ["tests/test_bcast_rounds.py", "tests/test_listsched_busy.py", "tests/test_trees_shapes.py",
+               "tests/test_clusterstraggler.py::test_copyback_rounds_deliver_every_block_once_per_round_and_port",
+               "tests/test_clusterstraggler.py::test_late_node_on_nodes_not_a_power_of_two_keeps_the_faster_broadcast",
+               "tests/test_cluster_algorithms.py::test_double_binary_tree_verifies",
+               "tests/test_cluster_algorithms.py::test_tree_cost_near_twice_the_bandwidth_term",
+               "tests/test_waves.py", "tests/test_funnel.py"]),
 }
 SUBSET = ["verify", "ir", "msccl-check"]
 

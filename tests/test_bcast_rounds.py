@@ -65,3 +65,98 @@ def test_greedy_and_phantom_candidates_are_valid() -> None:
 def test_same_output_every_call() -> None:
     a, b = broadcast_rounds(12, 16), broadcast_rounds(12, 16)
     assert a == b and a is not b  # a fresh list each call: callers may not alter the cache
+
+
+@pytest.mark.parametrize("N", [5, 6, 10, 12, 24])
+@pytest.mark.parametrize("nb", [1, 4, 9])
+def test_copyback_cube_leaves_the_root_targets_send_port_free(N: int, nb: int) -> None:
+    """Whoever the root sends to in a round sends nothing else then (its send port returns the block),
+    and the root sends only to its cube partner; still a complete one-port broadcast."""
+    from collsynth.synth.algorithms.stragglar.bcast import copyback_cube_rounds
+
+    rounds = copyback_cube_rounds(N, nb)
+    have = [set(range(nb))] + [set() for _ in range(N - 1)]
+    for moves in rounds:
+        assert len({s for s, _, _ in moves}) == len(moves) == len({d for _, d, _ in moves})
+        targets = {d for s, d, _ in moves if s == 0}
+        assert len(targets) <= 1 and not targets & {s for s, _, _ in moves}
+        for s, d, j in moves:
+            assert j in have[s] and j not in have[d]
+        for _, d, j in moves:
+            have[d].add(j)
+    assert all(h == set(range(nb)) for h in have)
+    assert len(rounds) <= nb - 1 + math.ceil(math.log2(N)) + 2
+
+
+# ---------------------------------------------------------------- the construction itself (mutation run of 2026-12-02)
+def _phantom_replay(N: int, nb: int, vert: list[int], copyback: bool = False) -> list[list[tuple[int, int, int]]]:
+    """phantom_cube_rounds with placement vert, checked round by round against its definition: in round r
+    every node whose partner vertex vert[x] ^ 2^(r mod q) holds a node (not the root) that lacks one of its
+    blocks sends it the newest such block (the root: block r while r < nb and the partner lacks it); the
+    other moves go between nodes left free, to receivers without a cube move; a valid one-port round."""
+    from collsynth.synth.algorithms.stragglar.bcast import phantom_cube_rounds
+
+    q = math.ceil(math.log2(N))
+    at = {v: i for i, v in enumerate(vert)}
+    rounds = phantom_cube_rounds(N, nb, vert, 10**6, copyback=copyback)
+    assert rounds is not None
+    have = [(1 << nb) - 1] + [0] * (N - 1)
+    for r, moves in enumerate(rounds):
+        d = 1 << (r % q)
+        cube = {}
+        for x in range(N):
+            y = at.get(vert[x] ^ d)
+            if y is None or y == 0 or not have[x] & ~have[y]:
+                continue
+            diff = have[x] & ~have[y]
+            cube[x] = (y, r if x == 0 and r < nb and not have[y] >> r & 1 else diff.bit_length() - 1)
+        assert {(x, y, j) for x, (y, j) in cube.items()} <= set(moves), (r, cube, moves)
+        busy = set(cube) | ({y for x, (y, _) in cube.items() if x == 0} if copyback else set())
+        for x, y, j in moves:
+            assert have[x] >> j & 1 and not have[y] >> j & 1 and y != 0
+            if cube.get(x, (None,))[0] != y:  # a matched move: a free sender to a receiver without a cube move
+                assert x not in busy and y not in {c for c, _ in cube.values()}
+                assert not (copyback and x == 0)
+        assert len({x for x, _, _ in moves}) == len(moves) == len({y for _, y, _ in moves})
+        for _, y, j in moves:
+            have[y] |= 1 << j
+    assert all(h == (1 << nb) - 1 for h in have)
+    return rounds
+
+
+@pytest.mark.parametrize("N,vert", [(5, [0, 1, 2, 3, 4]), (6, [0, 3, 5, 6, 1, 2]), (12, list(range(12))),
+                                    (8, list(range(8)))])
+@pytest.mark.parametrize("nb", [1, 6])
+def test_phantom_cube_moves_follow_the_cube_exchange(N: int, vert: list[int], nb: int) -> None:
+    _phantom_replay(N, nb, vert)
+    if N not in (8,) and all((1 << d) in vert for d in range(math.ceil(math.log2(N)))):
+        _phantom_replay(N, nb, vert, copyback=True)
+
+
+def test_placement_generator_is_knuths_mmix_lcg() -> None:
+    """The placements come from Knuth's MMIX LCG (x <- 6364136223846793005 x + 1442695040888963407 mod
+    2^64, the high 31 bits of the state drawn) and a Fisher-Yates shuffle, never Python's random."""
+    from collsynth.synth.algorithms.stragglar.bcast import _Lcg
+
+    g = _Lcg(12 * 1_000_003 + 16)
+    x = 12 * 1_000_003 + 16
+    for n in (1000, 7, 2**31, 3):
+        x = (6364136223846793005 * x + 1442695040888963407) % 2**64
+        assert g.below(n) == (x >> 33) % n
+    assert _Lcg(-1).x == 2**64 - 1 and _Lcg(2**64 + 5).x == 5
+    items, ref, h = list(range(10)), list(range(10)), _Lcg(99)
+    _Lcg(99).shuffle(items)
+    for i in range(9, 0, -1):
+        j = h.below(i + 1)
+        ref[i], ref[j] = ref[j], ref[i]
+    assert items == ref and sorted(items) == list(range(10)) and items != list(range(10))
+
+
+@pytest.mark.parametrize("copyback", [False, True])
+def test_phantom_cube_gives_up_past_its_limit(copyback: bool) -> None:
+    from collsynth.synth.algorithms.stragglar.bcast import phantom_cube_rounds
+
+    full = phantom_cube_rounds(6, 5, [0, 1, 2, 4, 3, 5], 10**6, copyback=copyback)
+    assert full is not None
+    assert phantom_cube_rounds(6, 5, [0, 1, 2, 4, 3, 5], len(full), copyback=copyback) == full
+    assert phantom_cube_rounds(6, 5, [0, 1, 2, 4, 3, 5], len(full) - 1, copyback=copyback) is None

@@ -251,7 +251,7 @@ def test_short_delay_falls_back_to_the_synchronous_schedule_when_it_is_faster():
 
 @pytest.mark.parametrize("N", [3, 5, 6, 7])
 def test_copyback_rounds_deliver_every_block_once_per_round_and_port(N):
-    from collsynth.synth.algorithms.stragglar.cluster import copyback_rounds
+    from collsynth.synth.algorithms.stragglar.bcast import copyback_rounds
 
     nb = 9
     have = [set(range(nb))] + [set() for _ in range(N - 1)]
@@ -265,10 +265,10 @@ def test_copyback_rounds_deliver_every_block_once_per_round_and_port(N):
     assert all(h == set(range(nb)) for h in have)
 
 
-@pytest.mark.parametrize("N", [3, 5])
+@pytest.mark.parametrize("N", [3, 5, 6])
 def test_late_node_on_nodes_not_a_power_of_two_keeps_the_faster_broadcast(N):
-    """A whole late node on N not a power of two: build simulates the greedy broadcast with both
-    root-target rules and keeps the faster (verified; never slower than the plain greedy one)."""
+    """A whole late node on N not a power of two: build simulates the plain broadcast, the balanced greedy
+    and the phantom cube with copy-back, and keeps the fastest (verified; never slower than any)."""
     import numpy as np
 
     from collsynth.synth.algorithms.stragglar import cluster as cs
@@ -282,11 +282,16 @@ def test_late_node_on_nodes_not_a_power_of_two_keeps_the_faster_broadcast(N):
     times[8:16] = 0.05
     plan = cs.new_plan(t, n, times, GiB, s.meta["pipeline"], None, None)
     rows = cs.best_rows(N, 8, s.meta["pipeline"], GiB, plan.model) if cs.coarse_rows_apply(N, 8) else None
-    plan = cs.new_plan(t, n, times, GiB, s.meta["pipeline"], None, rows)
-    plan.pre(set(late))
-    plan.merge(set(late), set(range(n)) - set(late))
-    plain = simulate(plan.to_schedule("plain", {}), GiB, t, late).after_last_arrival_s
-    assert simulate(s, GiB, t, late).after_last_arrival_s <= plain * (1 + 1e-9)
+    got = {}
+    for rule in ("plain", "balanced", "cube"):
+        plan = cs.new_plan(t, n, times, GiB, s.meta["pipeline"], None, rows)
+        plan.rule = rule
+        plan.pre(set(late))
+        plan.merge(set(late), set(range(n)) - set(late))
+        got[rule] = simulate(plan.to_schedule(rule, {}), GiB, t, late).after_last_arrival_s
+    assert simulate(s, GiB, t, late).after_last_arrival_s <= min(got.values()) * (1 + 1e-9), got
+    if N == 6:  # the phantom cube's gain: every root target's send port is free for the return
+        assert got["cube"] < min(got["plain"], got["balanced"]), got
 
 
 def test_several_late_ranks_above_the_waves_search_still_fall_back(monkeypatch):

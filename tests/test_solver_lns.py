@@ -123,7 +123,11 @@ def test_solver_on_a_cluster_with_a_late_rank_reports_the_search(capsys, tmp_pat
     assert "large-neighbourhood search" in info["note"]
     line = err.strip().splitlines()[-1]
     assert line == status_line(info)
-    assert "better than the warm start (clusterstraggler" in line and "gap" in line and "objective" in line
+    assert "gap" in line and "objective" in line
+    if info["status"] == "improved":
+        assert "better than the warm start (clusterstraggler" in line
+    else:
+        assert "the warm start (clusterstraggler" in line and "as is" in line and "0.00%" not in line
 
 
 def test_solver_without_late_ranks_or_on_one_switch_does_not_search() -> None:
@@ -139,6 +143,9 @@ def test_status_line_of_an_improved_result() -> None:
                                              "gap 10.0% to the lower bound")
     assert "2.00% better than the warm start (clusterstraggler, 10.2 ms)" in status_line(info)
     assert np.isfinite(info["objective_s"])
+    same = {**info, "status": "warm-start", "improvement": 0.0, "objective_s": 0.0102}
+    assert "the warm start (clusterstraggler, 10.2 ms) as is" in status_line(same)
+    assert "0.00%" not in status_line(same) and "warm start as is" in status_line(same, short=True)
 
 
 def test_solver_at_32_gpus_with_a_short_limit_starts_from_the_cluster_construction() -> None:
@@ -174,3 +181,15 @@ def test_greedy_chunk_counts_follow_the_estimate_not_the_clock() -> None:
     arr32 = normalize_arrivals({5: 0.01}, 32)
     assert fitting_options(32, 2**30, cl, arr32, [31, 32, 192], 1e9, 2e4, True) == ([], [31, 32, 192])
     assert fitting_options(32, 2**30, cl, arr32, [31], 1e9, 1e12, True) == ([31], [])
+
+
+def test_last_writes_is_the_last_step_writing_each_location() -> None:
+    """lns.last_writes (one pass per incumbent) against a transfer-by-transfer scan, multi-chunk transfers too."""
+    topo = make_topology("h100-cluster", 16)
+    s = check(build_schedule("clusterstraggler", 16, "allreduce", arrivals=ARR, size=2**30, topology=topo))
+    assert int(s.count.max()) > 1
+    want: dict[tuple[int, int], int] = {}
+    for t in range(s.ntransfers):
+        for x in range(int(s.chunk[t]), int(s.chunk[t]) + int(s.count[t])):
+            want[(int(s.dst[t]), x)] = max(want.get((int(s.dst[t]), x), -1), int(s.step[t]))
+    assert lns.last_writes(s) == want

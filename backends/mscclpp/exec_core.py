@@ -14,7 +14,7 @@ from collsynth.backends.mscclpp.exec_access import MemoryAccess
 from collsynth.backends.mscclpp.exec_state import Actor, ExecFailure, ExecResult, Proxy
 from collsynth.backends.mscclpp.exec_sync import Synchronization
 from collsynth.backends.mscclpp.exec_values import shift_value
-from collsynth.backends.mscclpp.load import Chan, Inst, channel_pairs, flatten, io_chunks
+from collsynth.backends.mscclpp.load import Chan, Inst, channel_pairs, flatten
 from collsynth.backends.mscclpp.memory import Segments
 from collsynth.backends.mscclpp.model import SIGNAL_OPS, WAIT_OPS, Gpu, Plan, ThreadBlock
 
@@ -50,7 +50,6 @@ class ExecutorCore(Synchronization, MemoryAccess):
             self.names[p.id] = f"gpu {r}'s proxy for port channel {c}"
         for u in self.users:
             self.names[u.id] = f"the caller on gpu {u.rank}"
-        fi, fo = io_chunks(plan.collective, self.n)
         g0 = plan.gpus[0]
         self.in_bytes = g0.input_chunks * chunk
         self.out_bytes = g0.output_chunks * chunk

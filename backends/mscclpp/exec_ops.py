@@ -17,26 +17,22 @@ from collsynth.backends.mscclpp.load import Inst, switch_of
 from collsynth.backends.mscclpp.model import Gpu, Op, Ref, ThreadBlock
 
 
-def _local(ex: ExecutorCore, a: Actor, g: Gpu, ref: Ref, op: Op, inst: Inst, packet: bool = False,
-           raw_scratch: bool = False, size_from: int | None = None) -> tuple[str, int, int, int]:
-    """(phys, byte address, payload size, ref base) of a local reference (getBuffer: scratch + offset)."""
+def _local(ex: ExecutorCore, a: Actor, g: Gpu, ref: Ref, op: Op, inst: Inst) -> tuple[str, int, int]:
+    """(phys, byte address, payload size) of a local reference (getBuffer: scratch + offset)."""
     off, size = ex.ref_span(g, ref, op)
-    if size_from is not None:
-        size = size_from
-    poff = 0 if packet else inst.offset
-    phys, addr = ex.phys(g.id, ref.buf, (2 * off if packet else off + poff), True, a.launch)
-    return phys, addr, size, off
+    phys, addr = ex.phys(g.id, ref.buf, off + inst.offset, True, a.launch)
+    return phys, addr, size
 
 
 def _h_copy(ex: ExecutorCore, a: Actor, g: Gpu, tb: ThreadBlock, inst: Inst) -> bool:
     op = inst.op
     a.tick += 1
     src, dst = op.src[0], op.dst[0]
-    sp, sa, ssize, sbase = _local(ex, a, g, src, op, inst)
+    sp, sa, ssize = _local(ex, a, g, src, op, inst)
     size = ex.iteration_size(ssize, inst)
     if size == 0:
         return True
-    dp, da, _, dbase = _local(ex, a, g, dst, op, inst)
+    dp, da, _ = _local(ex, a, g, dst, op, inst)
     s = ex.read(a, op, g.id, sp, sa, size, a, a.vc, PLAIN_UNIT, a.tick, op.where)
     assert s is not None
     record_landing(ex, a, inst, [s], 1)

@@ -106,16 +106,28 @@ def window_order(s: Schedule, ts: list[int]) -> list[tuple[int, int, str]]:
 MAX_SOURCES = 4  # alternative senders per copy (earlier receivers of the same value)
 
 
-def window_sources(s: Schedule, ts: list[int], topology: Any) -> dict[int, list[tuple[int, int]]]:
+def last_writes(s: Schedule) -> dict[tuple[int, int], int]:
+    """The last step that writes each location (rank, chunk) some transfer of ``s`` writes."""
+    counts = s.count.astype(np.int64)
+    rep = np.repeat(np.arange(s.ntransfers), counts)
+    offs = np.arange(len(rep)) - np.repeat(np.cumsum(counts) - counts, counts)
+    ranks, chunks, steps = s.dst[rep].astype(np.int64), s.chunk[rep].astype(np.int64) + offs, s.step[rep]
+    order = np.lexsort((steps, chunks, ranks))  # per location, its last write last
+    out: dict[tuple[int, int], int] = {}
+    for r, c, k in zip(ranks[order].tolist(), chunks[order].tolist(), steps[order].tolist()):
+        out[(r, c)] = k
+    return out
+
+
+def window_sources(s: Schedule, ts: list[int], topology: Any,
+                   last_w: dict[tuple[int, int], int] | None = None) -> dict[int, list[tuple[int, int]]]:
     """Alternative senders of the window's copies: a copy t of chunks c..c+k from rank a may come from
     the receiver j of an earlier copy t' (in the window) of the same chunks from a, when neither a's nor
     j's chunks are written after t' anywhere in the schedule (the value is final: both hold the same)
-    and the route from j has the same link classes. {t: [(j, t'), ...]}."""
-    last_w: dict[tuple[int, int], int] = {}  # location -> last step that writes it
-    for t in range(s.ntransfers):
-        b, c, k = int(s.dst[t]), int(s.chunk[t]), int(s.count[t])
-        for x in range(c, c + k):
-            last_w[(b, x)] = max(last_w.get((b, x), -1), int(s.step[t]))
+    and the route from j has the same link classes. {t: [(j, t'), ...]}. ``last_w``: ``last_writes(s)``
+    when the caller has it (the search keeps it per incumbent)."""
+    if last_w is None:
+        last_w = last_writes(s)
     copies = [t for t in ts if not s.reduce[t]]
     by_value: dict[tuple[int, int, int], list[int]] = {}
     for t in copies:
@@ -324,6 +336,7 @@ def improve(s: Schedule, simulate_fn: Callable[[Schedule], float], *, topology: 
     if max_windows is not None:
         pending = pending[:max_windows]
     total = len(pending)
+    last_w: tuple[Schedule, dict[tuple[int, int], int]] | None = None  # last_writes of the incumbent
     post = time.monotonic() - t0  # seconds one verify + simulate takes (measured: the first, then the last)
     while pending:
         left = time_limit - (time.monotonic() - t0) - post
@@ -349,7 +362,9 @@ def improve(s: Schedule, simulate_fn: Callable[[Schedule], float], *, topology: 
                 if topology is None or not hasattr(topology, "path_links"):
                     break
                 links = [topology.path_links(int(best.src[t]), int(best.dst[t])) for t in ts]
-            sources = window_sources(best, ts, topology) if mode == "compact" else None
+            if mode == "compact" and (last_w is None or last_w[0] is not best):
+                last_w = (best, last_writes(best))
+            sources = window_sources(best, ts, topology, last_w[1] if last_w else None) if mode == "compact" else None
             got = _solve_window(best, a, b, send_cls, recv_cls, cap, solver, min(left, 5.0), links, sources)
             cand = None if got is None else _apply(best, a, b, *got)
             if cand is None:

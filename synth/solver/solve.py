@@ -518,8 +518,12 @@ def status_line(info: Mapping[str, Any], *, short: bool = False) -> str:
         tail.append(f"objective {obj * 1e3:.4g} ms")
     imp, warm = info.get("improvement"), info.get("warm_start_s")
     if isinstance(imp, (int, float)) and isinstance(warm, (int, float)):
-        tail.append(f"{imp:.2%} better than the warm start ({info.get('warm_start_source')}, {warm * 1e3:.4g} ms)"
-                    if not short else f"{imp:.2%} over the warm start")
+        src = info.get("warm_start_source")
+        if imp > 0:
+            tail.append(f"{imp:.2%} better than the warm start ({src}, {warm * 1e3:.4g} ms)"
+                        if not short else f"{imp:.2%} over the warm start")
+        else:  # nothing faster found: say so instead of "0.00% better"
+            tail.append(f"the warm start ({src}, {warm * 1e3:.4g} ms) as is" if not short else "warm start as is")
     if isinstance(gap, (int, float)):
         tail.append(f"gap {gap:.1%} to the lower bound")
     return ("" if short else "solver: ") + ", ".join([head, *tail])

@@ -1,0 +1,101 @@
+"""listsched.Busy: the busy intervals of one port or link (earliest free gap with backfill, booking in
+any order), checked on hand-made interval sets (docs/stragglar.md's list-scheduling model)."""
+
+from __future__ import annotations
+
+from collsynth.synth.algorithms.stragglar.listsched import Busy, Timeline
+
+
+def test_empty_port_is_free_at_once() -> None:
+    b = Busy()
+    assert b.fit(5.0, 2.0) == 5.0 and b.fit(0.0, 1e9) == 0.0
+    assert b.last_end() == 0.0
+
+
+def test_fit_finds_the_earliest_gap_long_enough() -> None:
+    b = Busy()
+    b.take(0.0, 1.0)
+    b.take(2.0, 3.0)
+    assert b.fit(0.0, 1.0) == 1.0  # the gap [1, 2) fits exactly
+    assert b.fit(0.0, 1.5) == 3.0  # too short: after the last interval
+    assert b.fit(1.5, 0.5) == 1.5 and b.fit(1.5, 0.6) == 3.0
+    assert b.fit(2.5, 0.1) == 3.0  # inside a busy interval: its end
+    assert b.fit(3.0, 7.0) == 3.0 and b.fit(4.0, 1.0) == 4.0
+    assert b.fit(-1.0, 1.0) == -1.0  # before everything, ending where the first interval starts
+    assert b.fit(-1.0, 1.5) == 3.0
+    assert b.fit(1.0, 1.0 + 1e-13) == 1.0  # a relative 1e-12 of rounding at the next start is tolerated
+    assert b.fit(1.0, 1.001) == 3.0
+    assert b.last_end() == 3.0
+
+
+def test_take_in_any_order_keeps_the_intervals_sorted() -> None:
+    b = Busy()
+    b.take(5.0, 6.0)
+    b.take(3.0, 4.0)  # a backfilled booking before the last one
+    b.take(0.0, 1.0)
+    b.take(8.0, 9.0)
+    assert b.lo == [0.0, 3.0, 5.0, 8.0] and b.hi == [1.0, 4.0, 6.0, 9.0]
+    assert b.last_end() == 9.0
+    assert b.fit(0.0, 2.0) == 1.0 and b.fit(0.0, 2.5) == 9.0 and b.fit(4.0, 1.0) == 4.0
+    assert b.fit(4.0, 1.5) == 6.0 and b.fit(6.0, 2.0) == 6.0 and b.fit(6.0, 2.5) == 9.0
+    b.take(4.0, 5.0)  # touching its neighbours
+    assert b.lo == [0.0, 3.0, 4.0, 5.0, 8.0] and b.fit(3.0, 0.5) == 6.0
+
+
+
+# ---------------------------------------------------------------- Timeline on a cluster (h100-cluster, 2 x 8)
+def _timeline(arrival: list[float] | None = None) -> Timeline:
+    from collsynth.synth.topology import make_topology
+
+    t = make_topology("h100-cluster", 16)
+    return Timeline(t, 4, arrival or [0.0] * 16, 2**20)
+
+
+def test_timeline_ports_links_and_durations() -> None:
+    tl = _timeline()
+    net, nv = tl.classes(8, 0), tl.classes(0, 1)
+    assert net == (1, 1) and nv == (0, 0)  # ('nvlink', 'net'): across nodes on the rail, within a node NVLink
+    d_net = tl.duration(8, 0, 1)
+    assert d_net == tl.pair(8, 0)[1] + 2**20 / tl.pair(8, 0)[2] and tl.duration(0, 1, 2) > tl.duration(0, 1, 1)
+    assert tl.add(8, 0, 0, 1, False) == 0.0
+    assert tl.add(9, 1, 1, 1, False) == 0.0  # another GPU's NIC and rail: no wait
+    assert tl.add(0, 2, 3, 1, False) == 0.0  # rank 0's NVLink send port is free (its net receive is busy)
+    assert tl.earliest(10, 0, 2, 1) == d_net  # rank 0's net receive port is busy until the first ends
+    assert tl.earliest(8, 0, 2, 1) == d_net and tl.classes(8, 3)[0] == 0  # 8 -> 3 starts on NVLink (PXN)
+    assert tl.port_free(8, 1) == d_net and tl.port_free(0, 1, receive=True) == d_net
+    assert tl.port_free(0, 0) == tl.duration(0, 2, 1) and tl.port_free(5, 0) == 0.0
+    assert len(tl.moves) == 3  # earliest adds nothing
+    one = _timeline()
+    one.add(8, 0, 0, 1, False)  # port_free reads the port the move booked, of that rank and class only
+    assert one.port_free(8, 1) == d_net and one.port_free(0, 1, receive=True) == d_net
+    assert one.port_free(9, 1) == one.port_free(8, 0) == one.port_free(7, 1) == one.port_free(0, 0, True) == 0.0
+
+
+def test_timeline_waits_for_arrivals_and_data() -> None:
+    tl = _timeline([0.0, 0.0, 1e-3] + [0.0] * 13)
+    d = tl.duration(0, 1, 1)
+    assert tl.add(0, 2, 0, 1, False) == 1e-3  # rank 2 arrives late
+    assert tl.add(0, 1, 1, 2, False) == 0.0
+    e = tl.duration(0, 1, 2)
+    assert tl.ready(1, 1) == e and tl.ready(1, 1, 2) == e and tl.ready(1, 0) == 0.0
+    assert tl.add(1, 3, 2, 1, False) == e  # reads chunk 2 of rank 1, written by the 2-chunk move
+    assert tl.add(1, 4, 1, 2, False) >= e
+    # a write to rank 1's chunk 1 waits for the reads of it (write after read), also as part of a range
+    r_end = tl.end[-1]  # the end of the 2-chunk read of chunks 1-2
+    assert tl.add(5, 1, 1, 1, True) == r_end
+    tl2 = _timeline()
+    tl2.add(0, 1, 0, 2, False)
+    assert tl2.earliest(6, 0, 2, 1) == 0.0  # rank 0's chunk 2 was never read: a write to it need not wait
+    assert tl2.earliest(6, 0, 2, 1, after=1.0) == 1.0  # (after is a floor)
+    assert tl2.earliest(6, 0, 1, 1) == tl2.end[0]  # chunk 1 was read by the 2-chunk move: wait for its end
+    t_w = tl2.add(7, 0, 0, 2, True)
+    assert t_w == tl2.end[0] and d > 0
+    assert tl2.ordered() == [[(0, 1, 0, 2, False)], [(7, 0, 0, 2, True)]]
+
+
+def test_timeline_backfills_an_earlier_gap() -> None:
+    tl = _timeline()
+    late = tl.add(0, 1, 0, 1, False, after=1.0)
+    early = tl.add(0, 2, 1, 1, False)  # rank 0's send port is free before the first booking
+    assert late == 1.0 and early == 0.0
+    assert tl.ordered() == [[(0, 2, 1, 1, False)], [(0, 1, 0, 1, False)]]
