@@ -65,3 +65,13 @@ def test_nccl_binary_tree_shape_and_cost() -> None:
     assert model_time(8, 4, 1e6, 1e-6, 1e9) == pytest.approx((4 + 3 + 3) * (4e-6 + 2e6 / (4 * 1e9)), rel=1e-12)
     assert model_time(6, 2, 1e6, 0.0, 1e9) == pytest.approx((2 + 3 + 3) * 2e6 / (2 * 1e9), rel=1e-12)
     assert np.array_equal(shape(btree(6))[0], [3, 0, 1, 0, 2, 0])
+
+
+def test_shape_of_a_tree_rooted_anywhere() -> None:
+    """shape() takes any parent array: the root is the node without a parent, wherever it is."""
+    import numpy as np
+
+    from collsynth.synth.trees import shape
+
+    h, d, kids = shape(np.array([2, 0, -1, 2]))  # 2 -> 0 -> 1, 2 -> 3
+    assert h.tolist() == [1, 0, 2, 0] and d.tolist() == [1, 2, 0, 1] and kids == [[1], [], [0, 3], []]
