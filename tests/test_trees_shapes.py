@@ -75,3 +75,17 @@ def test_shape_of_a_tree_rooted_anywhere() -> None:
 
     h, d, kids = shape(np.array([2, 0, -1, 2]))  # 2 -> 0 -> 1, 2 -> 3
     assert h.tolist() == [1, 0, 2, 0] and d.tolist() == [1, 2, 0, 1] and kids == [[1], [], [0, 3], []]
+
+
+@pytest.mark.parametrize("R", [3, 5, 7, 9, 11])
+def test_two_heaps_reach_the_busiest_node_last_when_it_is_a_leaf_of_both(R: int) -> None:
+    """heap_two_trees (nodes least busy first): with R odd the last (busiest) node is a leaf of both
+    trees, reached by the last edge of each; the rest keep their order among the leaves."""
+    from collsynth.synth.trees import heap_two_trees
+
+    nodes = [10 + 3 * i for i in range(R)]
+    for edges in heap_two_trees(nodes):
+        assert edges[-1][1] == nodes[-1] and nodes[-1] not in {p for p, _ in edges}
+        parents = {p for p, _ in edges}
+        leaves = [c for _, c in edges if c not in parents]
+        assert leaves == sorted(leaves)  # least busy first among the leaves too
