@@ -34,7 +34,7 @@ import numpy as np
 from collsynth.synth import trees
 from collsynth.synth.ir import Schedule, ScheduleBuilder
 
-KINDS = ("ring", "rhd", "tree")  # the rail AllReduces a composition can use
+KINDS = ("ring", "rhd", "tree", "radix")  # the rail AllReduces a composition can use
 RAIL_TREE_PIPELINE = 4  # pieces per tree of the rail tree (8 chunks a block): few steps, some overlap
 
 
@@ -48,10 +48,34 @@ class LinkModel:
     bw_net: float
 
 
+def radix_factors(N: int) -> list[int]:
+    """The prime factors of N, ascending (the stages of the "radix" rail AllReduce)."""
+    out, f, m = [], 2, N
+    while f * f <= m:
+        while m % f == 0:
+            out.append(f)
+            m //= f
+        f += 1
+    return out + ([m] if m > 1 else [])
+
+
+def radix_applies(N: int) -> bool:
+    """Whether the "radix" rail AllReduce differs from the others: N composite and not a power of two (on a
+    prime it is the ring, on 2^k it costs what recursive halving-doubling does)."""
+    f = radix_factors(N)
+    return len(f) > 1 and N & (N - 1) != 0
+
+
 def inter_steps(kind: str, N: int) -> tuple[int, list[float]]:
     """(M chunks per block, bytes of each step as a fraction of the block) of the rail AllReduce."""
     if kind == "ring":
         return N, [1.0 / N] * (2 * (N - 1))
+    if kind == "radix":  # per stage (factor f of N) f - 1 ring steps of 1/(product of the factors so far)
+        rs, prod = [], 1
+        for f in radix_factors(N):
+            prod *= f
+            rs += [1.0 / prod] * (f - 1)
+        return N, rs + rs[::-1]
     if kind == "tree":
         t = rail_tree(N)
         most = np.zeros(t.nsteps, np.int64)
@@ -62,6 +86,40 @@ def inter_steps(kind: str, N: int) -> tuple[int, list[float]]:
     halving = [(p >> (j + 1)) / p for j in range(p.bit_length() - 1)]
     fold = [1.0] if e else []
     return p, fold + halving + halving[::-1] + fold
+
+
+@lru_cache(maxsize=32)
+def radix_steps(N: int) -> list[tuple[np.ndarray, np.ndarray, int, bool]]:
+    """The steps of the "radix" rail AllReduce on N nodes (M = N chunks a block): per step, for every node
+    a, the node it sends to, the first chunk it sends, the chunk count and whether it reduces.
+
+    A mixed-radix ReduceScatter then AllGather (the generalised recursive halving of Thakur, Rabenseifner
+    & Gropp, IJHPCA 2005, with rings inside each stage; our arrangement): node a and chunk c are written in
+    the mixed radix of N's prime factors f_1 <= f_2 <= ..., digit 1 the most significant, so S_l = N /
+    (f_1 ... f_l) is the weight of digit l. Stage l of the ReduceScatter is a ring ReduceScatter among the
+    f_l nodes that differ only in digit l, over the f_l runs of S_l chunks that share a's digits 1..l-1;
+    afterwards node a holds chunk a summed over every node. The AllGather runs the stages back. Steps:
+    2 sum(f_l - 1) (22 -> 8 on 12 nodes), bytes per node 2 (N-1)/N of a block, as the ring."""
+    nodes = np.arange(N, dtype=np.int64)
+    stages = []
+    S = N
+    for f in radix_factors(N):
+        S //= f
+        stages.append((f, S))
+    rs, ag = [], []
+    for f, S in stages:
+        digit = (nodes // S) % f
+        start = (nodes // (S * f)) * (S * f)
+        to = nodes + (((digit + 1) % f) - digit) * S
+        for t in range(f - 1):
+            rs.append((to, start + ((digit - t - 1) % f) * S, S, True))
+    for f, S in reversed(stages):
+        digit = (nodes // S) % f
+        start = (nodes // (S * f)) * (S * f)
+        to = nodes + (((digit + 1) % f) - digit) * S
+        for t in range(f - 1):
+            ag.append((to, start + ((digit - t) % f) * S, S, False))
+    return rs + ag
 
 
 @lru_cache(maxsize=32)
@@ -127,6 +185,11 @@ class _Emitter:
             self.fold_dst = grid[np.repeat(np.arange(1, 2 * e, 2), G), ge]
             self.fold_g = ge
             self.active = active
+        if N > 1 and kind == "radix":
+            a = np.repeat(np.arange(N), G)
+            self.a, self.g = a, np.tile(np.arange(G), N)
+            self.src = grid[a, self.g]
+            self.radix = radix_steps(N)
         if N > 1 and kind == "tree":
             t = rail_tree(N)
             cut = np.searchsorted(np.asarray(t.step), np.arange(t.nsteps + 1))
@@ -151,6 +214,10 @@ class _Emitter:
             return
         base = s0 + self.g * bm  # first chunk of block (k, g) per row
         N = self.N
+        if self.kind == "radix":
+            to, first, run, up = self.radix[t]
+            b.add_many(self.src, self.grid[to[self.a], self.g], base + first[self.a] * w, run * w, up)
+            return
         if self.kind == "ring":
             if t < N - 1:  # ReduceScatter: node a sends chunk a-t-1 of its block
                 b.add_many(self.src, self.dst, base + ((self.a - t - 1) % N) * w, w, True)

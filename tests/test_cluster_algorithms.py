@@ -304,3 +304,34 @@ def test_the_model_weighs_the_rail_tree_with_ring_and_rhd():
                                   hierarchical.link_model(t, np.arange(128).reshape(16, 8)), "auto", (k,))[2]
              for k in ("ring", "rhd", "tree")}
     assert s.meta["inter"] == min(kinds, key=lambda k: kinds[k])
+
+
+@pytest.mark.parametrize("N,G", [(6, 2), (9, 1), (10, 4), (12, 8), (18, 1), (24, 2)])
+def test_rail_radix_kind_verifies_flat_and_by_composition(N, G):
+    """The mixed-radix rail AllReduce (composition.radix_steps): exact flat and by composition, 2 sum(f - 1)
+    rail steps over N's prime factors, and the model's pick where it applies (it is faster than the ring)."""
+    from collsynth.synth.composition import inter_steps, radix_factors
+
+    t = cluster(N, G)
+    s = hierarchical.assemble(N * G, t, float(GiB), 2, ("radix",))
+    assert s.meta["inter"] == "radix" and s.nchunks == 2 * G * N
+    flat, comp = verify(s, method="flat", topology=t), verify(s, method="composed", topology=t)
+    assert flat.ok and comp.ok, (flat.message, comp.message)
+    assert "rail radix AllReduce" in comp.message
+    assert not verify(_drop(s, s.ntransfers // 3), method="composed").ok
+    fs = radix_factors(N)
+    assert len(inter_steps("radix", N)[1]) == 2 * sum(f - 1 for f in fs) and int(np.prod(fs)) == N
+    assert sum(inter_steps("radix", N)[1]) == pytest.approx(2 * (N - 1) / N)  # the ring's bytes
+    ring = simulate(hierarchical.assemble(N * G, t, float(GiB), 2, ("ring",)), GiB, t).completion_s
+    assert simulate(s, GiB, t).completion_s < ring
+    if G > 1:
+        assert hierarchical.build(N * G, topology=t, size=GiB).meta["inter"] == "radix"
+
+
+@pytest.mark.parametrize("N", [7, 8, 13, 16])
+def test_rail_radix_is_not_offered_on_primes_or_powers_of_two(N):
+    """There it is the ring or costs what rhd does: the model's choice there is unchanged."""
+    from collsynth.synth.composition import radix_applies
+
+    assert not radix_applies(N)
+    assert hierarchical.build(N * 4, topology=cluster(N, 4), size=GiB).meta["inter"] != "radix"

@@ -185,8 +185,10 @@ def test_choices_when_another_node_streams_after_the_last_arrival():
     arr = {46: 0.002485, 49: 0.002585, 56: 0.006726, 50: 0.008001}
     bound = max(GiB / (450e9 + 50e9), GiB / (8 * 50e9))
 
-    def after(M, trees, pxn, tail, spread=False, leaves=0.0, rows=False, inline=False):
-        s = funnel.construct(64, arr, GiB, t, M, 1, trees, pxn, tail, spread, leaves, rows, inline)
+    T = funnel.rail_time(t, 64, GiB)
+
+    def after(M, trees, pxn, tail, spread=False, leaves=0.0, rows=False, inline=False, mute=False):
+        s = funnel.construct(64, arr, GiB, t, M, 1, trees, pxn, tail, spread, leaves * T, rows, inline, mute)
         return simulate(s, GiB, t, arr).after_last_arrival_s
 
     new = min(after(*c) for c in FUNNEL_CHOICES)
@@ -255,3 +257,101 @@ def test_bad_input():
             funnel.construct(8, {1: 0.1}, GiB, t, 2, leaves=bad)
     assert cli_main(["synth", "-a", "clusterstraggler", "-n", "16", "-t", "h100-cluster", "--arrival",
                      "1=2ms,3=inf"]) == 2
+
+
+def _check_rounds(N, nb, mute, rounds):
+    """Every node gets every block, one send and one receive per node and round, from a holder; the muted
+    nodes never send."""
+    have = [set(range(nb))] + [set() for _ in range(N - 1)]
+    for rnd in rounds:
+        srcs = [x for x, _, _ in rnd]
+        dsts = [y for _, y, _ in rnd]
+        assert len(set(srcs)) == len(srcs) and len(set(dsts)) == len(dsts)
+        assert not set(srcs) & set(mute) and 0 not in dsts
+        for x, _, j in rnd:
+            assert j in have[x]
+        for _, y, j in rnd:
+            have[y].add(j)
+    assert all(h == set(range(nb)) for h in have)
+
+
+@pytest.mark.parametrize("N", [2, 3, 5, 6, 7, 8, 12, 16])
+def test_muted_rounds(N):
+    """funnel.muted_rounds: a valid one-port broadcast for any muted set (not the root), at the one-port
+    optimum nblocks - 1 + ceil(log2 N) without muted nodes on powers of two and, with one muted node, at
+    8 nodes (the funnel's 8 x 8 case: 7 senders for 7 receivers per round)."""
+    q = max(1, (N - 1).bit_length())
+    for nb in (1, 4, 9, 24):
+        for mute in [(), (N - 1,), (1, N - 1)]:
+            mute = tuple(sorted({m for m in mute if 0 < m < N}))
+            if len(mute) >= N - 1:
+                continue
+            rounds = funnel.muted_rounds(N, nb, frozenset(mute))
+            _check_rounds(N, nb, mute, rounds)
+            if not mute and N & (N - 1) == 0:
+                assert len(rounds) == nb - 1 + q
+    assert len(funnel.muted_rounds(8, 24, frozenset({7}))) == 24 - 1 + 3
+    assert len(funnel.muted_rounds(8, 24, frozenset({3}))) == 24 - 1 + 3
+
+
+@pytest.mark.parametrize("N,G,late", [(2, 4, 2), (4, 4, 3), (8, 8, 2), (8, 8, 3)])
+@pytest.mark.parametrize("pxn,tail,leaves", [(False, True, 0.003), (False, False, 0.01), (True, False, 0.002)])
+def test_mute_verify(N, G, late, pxn, tail, leaves):
+    """``mute``: the nodes ready within the leaf window before the last rank sit inside the hypercube's
+    rounds and only receive; verified on random arrivals with 2-3 late ranks, recorded in meta."""
+    n = N * G
+    t = cluster(N, G) if N < 8 else make_topology("h100-cluster", n)
+    rng = np.random.default_rng(N * 100 + G * 10 + late)
+    for _ in range(2):
+        arr = {int(r): float(rng.uniform(0, 0.01)) for r in rng.choice(n, size=late, replace=False)}
+        s = funnel.construct(n, arr, GiB, t, 3 if N < 8 else 8, 1, False, pxn, tail, spread=True, leaves=leaves,
+                             inline=True, mute=True)
+        r = verify(s)
+        assert r.ok, (arr, r.message)
+        assert s.meta["mute"] is True and s.meta["leaves_s"] == leaves
+        assert simulate(s, GiB, t, arr).completion_s > max(arr.values())
+
+
+def test_mute_leaf_sends_only_its_stream():
+    """A node ready 0.6 ms before the last rank (node 7 here, still sending its own stream into L's node 1)
+    is a muted node of the broadcast: across nodes it sends only into node 1; without ``mute`` it forwards
+    final blocks too. In the model the muted rounds finish at least 10% before the fed leaf (``leaves``
+    alone) and the best of the two-tree choices (bench/bench_random_arrivals.py, vector 1)."""
+    t = make_topology("h100-cluster", 64)
+    arr = {23: 0.00331, 26: 0.004673, 63: 0.009086, 14: 0.009673}
+    s = funnel.construct(64, arr, GiB, t, 24, 1, False, False, False, spread=True, leaves=0.0027, inline=True,
+                         mute=True)
+    assert verify(s).ok
+    node7 = set(range(56, 64))
+    out = {int(b) // 8 for a, b in zip(s.src, s.dst) if int(a) in node7 and int(b) not in node7}
+    assert out == {1}
+    plain = funnel.construct(64, arr, GiB, t, 24, 1, False, False, False, spread=True, inline=True)
+    assert any(int(a) in node7 and int(b) // 8 not in (1, 7) for a, b in zip(plain.src, plain.dst))
+
+    def after(sch):
+        return simulate(sch, GiB, t, arr).after_last_arrival_s
+
+    fed = funnel.construct(64, arr, GiB, t, 24, 1, False, False, False, spread=True, leaves=0.0027, inline=True)
+    trees = min(after(funnel.construct(64, arr, GiB, t, M, 1, True, False, tail, spread=True, inline=True))
+                for M, tail in ((24, True), (32, False)))
+    assert after(s) <= 0.9 * min(after(fed), trees)
+
+
+def test_auto_never_slower_than_a_candidate():
+    """clusterstraggler auto (waves.build up to SEARCH_MAX_GPUS) keeps the fastest verified schedule it weighs:
+    in the model it completes no later than any funnel candidate of waves.FUNNEL_CHOICES (leaf windows in
+    units of funnel.rail_time) or the synchronous hierarchical schedule."""
+    from collsynth.synth.algorithms.stragglar.waves import FUNNEL_CHOICES
+
+    t = cluster(4, 4)
+    T = funnel.rail_time(t, 16, GiB)
+    for arr in ({1: 0.004, 6: 0.009, 13: 0.0085}, {2: 0.001, 9: 0.006, 14: 0.0065, 7: 0.007}):
+        s = build_schedule("clusterstraggler", 16, arrivals=arr, size=GiB, topology=t)
+        assert verify(s).ok
+        ours = simulate(s, GiB, t, arr).completion_s
+        for M, trees, pxn, tail, spread, leaves, rows, inline, mute in FUNNEL_CHOICES:
+            f = funnel.construct(16, arr, GiB, t, M, 1, trees, pxn, tail, spread, leaves * T, rows, inline, mute)
+            assert verify(f).ok
+            assert ours <= simulate(f, GiB, t, arr).completion_s * (1 + 1e-12)
+        hier = build_schedule("hierarchical", 16, size=GiB, topology=t)
+        assert ours <= simulate(hier, GiB, t, arr).completion_s * (1 + 1e-12)

@@ -48,8 +48,10 @@ def test_two_late_ranks_in_two_nodes_cost_about_one_late_rank():
     a1 = simulate(build_schedule("clusterstraggler", n, arrivals=one, size=GiB, topology=t), GiB, t,
                   one).after_last_arrival_s
     s2 = build_schedule("clusterstraggler", n, arrivals=two, size=GiB, topology=t)
-    assert verify(s2).ok and s2.meta["form"] == "waves"
+    assert verify(s2).ok and s2.meta["form"] in ("waves", "funnel")  # (the funnel with a muted leaf: faster)
     a2 = simulate(s2, GiB, t, two).after_last_arrival_s
+    one_wave = waves.construct(n, two, GiB, t, 16, 1, False)
+    assert verify(one_wave).ok and a2 <= simulate(one_wave, GiB, t, two).after_last_arrival_s * (1 + 1e-12)
     hier = simulate(build_schedule("hierarchical", n, size=GiB, topology=t), GiB, t, two).after_last_arrival_s
     assert a2 < 0.8 * hier
     assert a2 < 1.25 * a1

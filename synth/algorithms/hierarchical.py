@@ -11,8 +11,10 @@ chunks. For every slice, in every node:
    ends with block (k, g) summed over its node;
 2. AllReduce of block (k, g) among the N GPUs with local index g (the rail g GPUs, one leaf hop apart
    on a rail-optimized fabric): a ring (2(N-1) steps, M = N) or recursive halving-doubling (2 log2 p
-   steps plus the MPICH fold for N not a power of two, M = p = 2^floor(log2 N)) or the pipelined
-   double binary tree (synth/trees.py, M = 8), whichever the model prefers;
+   steps plus the MPICH fold for N not a power of two, M = p = 2^floor(log2 N)), the pipelined
+   double binary tree (synth/trees.py, M = 8) or, for N composite and not a power of two, the mixed-radix
+   ring stages of ``composition.radix_steps`` (2 sum(f - 1) steps over N's prime factors f, M = N),
+   whichever the model prefers;
 3. AllGather of the G blocks around the node's ring.
 
 Pipelining: the steps of all slices are emitted in the order a list-scheduling model of one NVLink port
@@ -37,7 +39,7 @@ import numpy as np
 from collsynth import budget
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import check_topology, cluster_meta, intra_order, node_grid, pair_model
-from collsynth.synth.composition import KINDS, LinkModel, chains, compose, inter_steps, list_schedule
+from collsynth.synth.composition import KINDS, LinkModel, chains, compose, inter_steps, list_schedule, radix_applies
 from collsynth.synth.ir import Schedule
 
 DEFAULT_SIZE = float(2**30)
@@ -75,7 +77,8 @@ def plan(n: int, grid: np.ndarray, size: float, lm: LinkModel, pipeline: int | s
     """(slice weights, inter-node algorithm, modelled seconds): the model's best among ``kinds`` for
     K in PIPELINES (or the given K) and the weight profiles of K."""
     N, G = grid.shape
-    kinds = kinds[:1] if N <= 2 else tuple(k for k in kinds if k != "ring" or N <= RING_MAX_NODES) or kinds[:1]
+    kinds = kinds[:1] if N <= 2 else tuple(k for k in kinds if (k != "ring" or N <= RING_MAX_NODES)
+                                           and (k != "radix" or radix_applies(N))) or kinds[:1]
     best: tuple[float, int, int, str, list[int]] | None = None
     ks = (PIPELINES if N > 1 else (1,)) if pipeline == "auto" else (int(pipeline),)  # one node: nothing to overlap
     for kind in kinds:

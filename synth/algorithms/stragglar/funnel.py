@@ -30,7 +30,9 @@ and m its node. Nobody but node m needs a partial sum, so:
    allows, as it may still be sending its own stream) or the hypercube rounds (bcast.broadcast_rounds);
    with ``leaves`` = w the nodes ready less than w before L (still sending their own stream) are left out
    of the rounds and get each block, in order, from the node holding it that the model delivers first
-   (a broadcast leaf sends nothing). With ``spread`` a late rail GPU spreads a final block over NVLink
+   (a broadcast leaf sends nothing); with ``mute`` as well they stay in the rounds but only receive
+   (``muted_rounds``: at 8 nodes with one muted node still nblocks + 2 rounds, the one-port optimum, as the
+   7 others send every round). With ``spread`` a late rail GPU spreads a final block over NVLink
    itself when its NVLink port frees up before its helper's (a late GPU that arrived long before L is
    idle by then, and its helper has its own part to spread).
 
@@ -47,6 +49,7 @@ waves.py does; each step's phase is the set of ranks that have taken part so far
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -64,13 +67,94 @@ from collsynth.synth.trees import heap_two_trees
 MAX_CHUNKS = 4096
 
 
+MUTE_TRIALS = 64  # placements muted_rounds tries on the phantom cube (besides the identity)
+
+
+@lru_cache(maxsize=128)
+def muted_rounds(N: int, nblocks: int, mute: frozenset[int]) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+    """Rounds of a pipelined broadcast of ``nblocks`` blocks from node 0 to nodes 1..N-1 in which the nodes
+    in ``mute`` only receive (they still send their own stream): each node sends and receives at most one
+    block per round, (src, dst, block) per move. The fewest rounds of the exchange on the next power-of-two
+    cube (node i on vertex vert[i], the root on 0; a muted node's sends dropped, and the nodes left free in
+    a round, muted ones as receivers only, matched among themselves: the rule of bcast.broadcast_rounds)
+    over the identity placement and up to MUTE_TRIALS seeded ones, stopping at nblocks - 1 + ceil(log2 N)
+    (the one-port optimum without muted nodes). Our construction; deterministic."""
+    q = max(1, math.ceil(math.log2(N)))
+    optimum = nblocks - 1 + q
+    best: list[list[tuple[int, int, int]]] | None = None
+    vert = list(range(N))
+    x = N * 7919 + nblocks * 104729 + sum(1 << b for b in mute)
+    for _ in range(MUTE_TRIALS + 1):
+        got = _muted_cube(N, nblocks, mute, vert, len(best) - 1 if best else 4 * (nblocks + q) + 8)
+        if got is not None and (best is None or len(got) < len(best)):
+            best = got
+        if best is not None and len(best) <= optimum:
+            break
+        pool = list(range(1, 1 << q))
+        for i in range(len(pool) - 1, 0, -1):  # Knuth's MMIX LCG: independent of Python's random
+            x = (6364136223846793005 * x + 1442695040888963407) & (2**64 - 1)
+            j = (x >> 33) % (i + 1)
+            pool[i], pool[j] = pool[j], pool[i]
+        vert = [0] + pool[:N - 1]
+    assert best is not None, "muted_rounds: no placement completes"
+    return tuple(tuple(r) for r in best)
+
+
+def _muted_cube(N: int, nblocks: int, mute: frozenset[int], vert: list[int],
+                limit: int) -> list[list[tuple[int, int, int]]] | None:
+    """One placement of ``muted_rounds``; None past ``limit`` rounds."""
+    q = max(1, math.ceil(math.log2(N)))
+    at = {v: i for i, v in enumerate(vert)}
+    full = (1 << nblocks) - 1
+    have = [0] * N
+    have[0] = full
+    out: list[list[tuple[int, int, int]]] = []
+    while any(h != full for h in have[1:]):
+        if len(out) >= limit:
+            return None
+        r = len(out)
+        d = 1 << (r % q)
+        moves: list[tuple[int, int, int]] = []
+        sends = [False] * N
+        gets = [False] * N
+        for x in range(N):
+            y = at.get(vert[x] ^ d)
+            if y is None or y == 0 or x in mute:
+                continue
+            diff = have[x] & ~have[y]
+            if not diff:
+                continue
+            j = r if x == 0 and r < nblocks and not (have[y] >> r) & 1 else diff.bit_length() - 1
+            moves.append((x, y, j))
+            sends[x] = gets[y] = True
+        free = [x for x in range(N) if not sends[x] and have[x] and x not in mute]
+        for y in sorted((y for y in range(1, N) if not gets[y] and have[y] != full),
+                        key=lambda y: (y not in mute, bin(have[y]).count("1"), y)):
+            pick = None
+            for x in free:
+                if x != y:
+                    diff = have[x] & ~have[y]
+                    if diff and (pick is None or diff.bit_length() > pick[1]):
+                        pick = (x, diff.bit_length())
+            if pick is not None:
+                moves.append((pick[0], y, pick[1] - 1))
+                free.remove(pick[0])
+        if not moves:
+            return None
+        for _, y, j in moves:
+            have[y] |= 1 << j
+        out.append(moves)
+    return out
+
+
 class _Funnel:
     """One schedule under construction (module docstring)."""
 
     def __init__(self, grid: np.ndarray, times: np.ndarray, M: int, size: float, topology: Any, fan: int,
                  pxn: bool, tail: bool = True, inline: bool = False, spread: bool = False, leaves: float = 0.0,
-                 rows: bool = False) -> None:
+                 rows: bool = False, mute: bool = False) -> None:
         self.grid, self.M, self.times, self.pxn = grid, M, times, pxn
+        self.mute = mute  # leaves inside the rounds, receiving only (muted_rounds), instead of fed after them
         self.inline = inline
         self.selfspread = spread
         self.leaf_window = leaves
@@ -251,6 +335,21 @@ class _Funnel:
         tL = float(self.times[self.L])
         rest = list(reversed(self.order[:-1]))
         leaves = [b for b in rest if self.ready[b] > tL - self.leaf_window][:max(0, len(rest) - 1)]
+        if self.mute and leaves:  # every node in the rounds, the leaves receiving only
+            nodes = [m, *rest]
+            muted = frozenset(nodes.index(b) for b in leaves)
+            spread: set[tuple[int, int, int]] = set()
+            for mr in muted_rounds(len(nodes), M, muted):
+                for g in range(G):
+                    for x, y, j in mr:
+                        tl.add(tgt(nodes[x], g), tgt(nodes[y], g), g + G * j, 1, False)
+                for g in range(G):
+                    for x, y, j in mr:
+                        for b in ((m, nodes[y]) if x == 0 else (nodes[y],)):
+                            if (b, g, j) not in spread:  # (the root may send a block twice)
+                                spread.add((b, g, j))
+                                self._spread(b, g, j)
+            return
         nodes = [m, *(b for b in rest if b not in leaves)]  # position 0 is the root
         # a leaf (a node still sending its own stream) gets the blocks in order, each from the core node
         # holding it that can deliver it first (the root only for the last block)
@@ -301,14 +400,25 @@ class _Funnel:
         return timeline_schedule(self.tl, n, self.G * self.M, self.times, meta, name)
 
 
+def rail_time(topology: Any, n: int, size: float) -> float:
+    """T = s/(G B_net): the time one part (s/G bytes) takes on the link of a rail message (node 0 to node 1,
+    local index 0) without latency; the unit of waves.FUNNEL_CHOICES' leaf windows (the late-GPU bound of
+    the brief's clusters.md section 4 on a rail-optimized cluster)."""
+    grid = node_grid(topology, n)
+    links, _ = topology.pair_table(np.array([[int(grid[0, 0]), int(grid[1, 0])]], np.int64))
+    bw = min(float(np.asarray(topology.link_bw)[x]) for x in links[0] if x >= 0)
+    return float(size) / grid.shape[1] / bw
+
+
 def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fan: int = 1,
               trees: bool = True, pxn: bool = True, tail: bool = True, spread: bool = False,
-              leaves: float = 0.0, rows: bool = False, inline: bool = False) -> Schedule:
+              leaves: float = 0.0, rows: bool = False, inline: bool = False, mute: bool = False) -> Schedule:
     """The funnel schedule for M blocks per part, ``fan`` chains ending at the last rank's node, the
     broadcast by two ``trees`` (else hypercube rounds), L's part summed at its helpers (``pxn``) and the
     late-rail nodes at a rail's end joining its chain (``tail``); ``spread``: a late rail GPU spreads a
     final block itself when its NVLink port is free before its helper's; ``leaves`` (seconds, hypercube
-    only): the nodes ready less than this before L are leaves of the broadcast, fed by the others;
+    only): the nodes ready less than this before L are leaves of the broadcast, fed by the others, or with
+    ``mute`` receivers only inside its rounds (``muted_rounds``);
     ``rows``: the nodes whose NVLink ports are idle when L arrives spread whole rows by recursive doubling;
     ``inline``: a node whose rail GPU is late takes its place in that rail's chain (receiving once the GPU
     is there), unless it is the last node ready before L (module docstring). Needs a topology of at least
@@ -324,7 +434,7 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     if not (isinstance(leaves, (int, float)) and math.isfinite(leaves) and leaves >= 0):
         raise CollsynthError(f"the funnel form needs a finite leaf window >= 0 seconds, got {leaves!r}")
     plan = _Funnel(grid, times, int(M), float(size), topology, fan, pxn, tail, bool(inline), bool(spread),
-                   float(leaves), bool(rows))
+                   float(leaves), bool(rows), bool(mute))
     plan.funnel()
     plan.broadcast(trees)
     t0 = float(times.min())
@@ -333,7 +443,7 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
                                "late": [[r, float(times[r])] for r in late], "last": plan.L,
                                "nodes": N, "gpus_per_node": G, "pipeline": int(M), "fan": plan.fan,
                                "pxn": pxn, "tail": tail, "spread": bool(spread), "leaves_s": float(leaves),
-                               "rows": bool(rows), "inline": bool(inline),
+                               "rows": bool(rows), "inline": bool(inline), "mute": bool(mute),
                                "broadcast": "two-tree" if trees else "hypercube",
                                "chain": [int(b) for b in plan.order], "topology_name": topology.name}
     spec = getattr(topology, "spec", None)
