@@ -89,3 +89,16 @@ def test_two_heaps_reach_the_busiest_node_last_when_it_is_a_leaf_of_both(R: int)
         parents = {p for p, _ in edges}
         leaves = [c for _, c in edges if c not in parents]
         assert leaves == sorted(leaves)  # least busy first among the leaves too
+
+
+@pytest.mark.parametrize("n", [4, 5, 8, 13, 16])
+def test_tree_allreduce_broadcasts_a_piece_in_the_round_after_its_reduction(n: int) -> None:
+    """add_steps: a node of height h sends piece j up in round j + h, a node at depth d sends it down in
+    round j + H + d, so the root sends piece 0 down one round after the last contribution reached it;
+    with K = 5 every round has its 8 steps (up/down x 2 sides x 2 trees), so the first broadcast message
+    of chunk 0 is 8 steps after its last reduce message (pinned: a round later would be 12)."""
+    from collsynth.synth.algorithms import tree
+
+    s = tree.build(n, pipeline=5)
+    c = s.chunk == 0
+    assert int(s.step[c & ~s.reduce].min()) - int(s.step[c & s.reduce].max()) == 8
