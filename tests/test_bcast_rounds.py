@@ -160,3 +160,60 @@ def test_phantom_cube_gives_up_past_its_limit(copyback: bool) -> None:
     assert full is not None
     assert phantom_cube_rounds(6, 5, [0, 1, 2, 4, 3, 5], len(full), copyback=copyback) == full
     assert phantom_cube_rounds(6, 5, [0, 1, 2, 4, 3, 5], len(full) - 1, copyback=copyback) is None
+
+
+# rounds above nb - 1 + ceil(log2 N) that the seeded searches reach today (0 elsewhere in the grid): a change
+# of the search (seeds, placements, budget) shows here and must update these and the numbers quoted from them.
+# Copy-back on 3 nodes takes about two rounds per block (the root's target returns every block), far above
+# the one-port optimum (cluster.build simulates it beside the other rules and keeps the fastest)
+_ABOVE = {"broadcast": {(20, 24): 1, (24, 16): 1, (40, 9): 1, (40, 16): 1},
+          "copyback": {(3, 16): 15, (5, 9): 1, (5, 16): 1, (6, 9): 1, (6, 16): 1, (7, 9): 2, (7, 16): 5, (11, 16): 1,
+                       (13, 9): 1, (13, 16): 1, (20, 16): 1, (20, 24): 1, (24, 9): 1, (40, 9): 1, (40, 16): 1}}
+
+
+@pytest.mark.parametrize("kind", ["broadcast", "copyback"])
+def test_search_reaches_the_pinned_round_counts(kind: str) -> None:
+    from collsynth.synth.algorithms.stragglar.bcast import copyback_cube_rounds
+
+    f = broadcast_rounds if kind == "broadcast" else copyback_cube_rounds
+    grid = [(N, nb) for N in (5, 6, 7, 11, 13, 20, 24) for nb in (9, 16)] + [(40, 9), (40, 16), (20, 24), (3, 16)]
+    got = {(N, nb): len(f(N, nb)) - (nb - 1 + math.ceil(math.log2(N))) for N, nb in grid}
+    assert {k: v for k, v in got.items() if v} == {k: v for k, v in _ABOVE[kind].items() if k in got}
+
+
+@pytest.mark.parametrize("N,nb", [(100, 24), (40, 9)])
+def test_placement_search_spends_its_budget(monkeypatch: pytest.MonkeyPatch, N: int, nb: int) -> None:
+    """Where no placement reaches the optimum the search tries SEARCH_WORK // (N (nb + q)) placements (at
+    most SEARCH_TRIALS, at least one): about SEARCH_WORK node-rounds, whatever N and nb."""
+    from collsynth.synth.algorithms.stragglar import bcast
+
+    calls: list[int] = []
+    real = bcast.phantom_cube_rounds
+
+    def counted(*a, **k):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(bcast, "phantom_cube_rounds", counted)
+    q = math.ceil(math.log2(N))
+    want = max(1, min(bcast.SEARCH_TRIALS, bcast.SEARCH_WORK // (N * (nb + q))))
+    assert len(bcast._rounds.__wrapped__(N, nb)) > nb - 1 + q  # never optimal here: every trial runs
+    assert len(calls) == want and want * N * (nb + q) <= bcast.SEARCH_WORK
+    calls.clear()
+    assert len(bcast._copyback_cube.__wrapped__(N, nb)) > nb - 1 + q
+    assert len(calls) == want
+
+
+def test_greedy_rules_reach_the_pinned_round_counts() -> None:
+    """The greedy rule (``greedy_rounds``) and the copy-back variant that balances the returns
+    (``copyback_rounds``: cluster.py's "balanced" rule) are heuristics; their round counts on a grid
+    (nblocks 4, 9, 16) are pinned: a change of their tie rules shows here (and in the cluster times
+    quoted from them). Both stay valid (tests above) whatever the counts."""
+    from collsynth.synth.algorithms.stragglar.bcast import copyback_rounds, greedy_rounds
+
+    want = {"greedy": {3: [5, 10, 17], 5: [6, 12, 19], 6: [7, 12, 20], 7: [7, 12, 20], 10: [8, 13, 21],
+                       12: [8, 13, 21]},
+            "copyback": {3: [5, 10, 17], 5: [6, 11, 18], 6: [7, 13, 19], 7: [7, 13, 22], 10: [8, 16, 22],
+                         12: [8, 13, 20]}}
+    for name, f in (("greedy", greedy_rounds), ("copyback", copyback_rounds)):
+        assert {N: [len(f(N, nb)) for nb in (4, 9, 16)] for N in want[name]} == want[name], name

@@ -55,6 +55,7 @@ def test_timeline_ports_links_and_durations() -> None:
     tl = _timeline()
     net, nv = tl.classes(8, 0), tl.classes(0, 1)
     assert net == (1, 1) and nv == (0, 0)  # ('nvlink', 'net'): across nodes on the rail, within a node NVLink
+    assert tl.classes(9, 1) == (1, 1) and tl.classes(1, 2) == (0, 0) and tl.classes(15, 7) == (1, 1)
     d_net = tl.duration(8, 0, 1)
     assert d_net == tl.pair(8, 0)[1] + 2**20 / tl.pair(8, 0)[2] and tl.duration(0, 1, 2) > tl.duration(0, 1, 1)
     assert tl.add(8, 0, 0, 1, False) == 0.0

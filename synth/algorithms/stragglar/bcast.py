@@ -91,6 +91,38 @@ def _copyback_cube(N: int, nblocks: int) -> tuple[tuple[tuple[int, int, int], ..
     return tuple(tuple(r) for r in best)
 
 
+MUTE_TRIALS = 64  # placements muted_cube_rounds tries besides the identity
+
+
+def muted_cube_rounds(N: int, nblocks: int, mute: frozenset[int]) -> list[Round]:
+    """Rounds of a pipelined broadcast from node 0 in which the nodes in ``mute`` only receive (the funnel
+    form's nodes still sending their own stream, funnel.py): the fewest rounds of ``phantom_cube_rounds``
+    with ``mute`` over the identity placement and up to MUTE_TRIALS seeded ones, stopping at the one-port
+    optimum nblocks - 1 + ceil(log2 N). Our construction; deterministic; cached."""
+    return [list(r) for r in _muted(N, nblocks, frozenset(mute))]
+
+
+@lru_cache(maxsize=128)
+def _muted(N: int, nblocks: int, mute: frozenset[int]) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+    q = max(1, math.ceil(math.log2(N)))
+    optimum = nblocks - 1 + q
+    best: list[Round] | None = None
+    vert = list(range(N))
+    rng = _Lcg(N * 7919 + nblocks * 104729 + sum(1 << b for b in mute))
+    for _ in range(MUTE_TRIALS + 1):
+        got = phantom_cube_rounds(N, nblocks, vert, len(best) - 1 if best else 4 * (nblocks + q) + 8, mute=mute)
+        if got is not None and (best is None or len(got) < len(best)):
+            best = got
+        if best is not None and len(best) <= optimum:
+            break
+        pool = list(range(1, 1 << q))
+        rng.shuffle(pool)
+        vert = [0] + pool[:N - 1]
+    if best is None:
+        raise AssertionError(f"muted_cube_rounds: no placement completes on {N} nodes with {sorted(mute)} muted")
+    return tuple(tuple(r) for r in best)
+
+
 class _Lcg:
     """A tiny seeded generator (Knuth's MMIX LCG) so that the placements never depend on the Python
     version's ``random``."""
@@ -175,13 +207,14 @@ def greedy_rounds(N: int, nblocks: int) -> list[Round]:
     return out
 
 
-def phantom_cube_rounds(N: int, nblocks: int, vert: list[int], limit: int,
-                        copyback: bool = False) -> list[Round] | None:
+def phantom_cube_rounds(N: int, nblocks: int, vert: list[int], limit: int, copyback: bool = False,
+                        mute: frozenset[int] = frozenset()) -> list[Round] | None:
     """The exchange on the next power-of-two cube with node i on vertex vert[i] (vert[0] = 0), the
     nodes left free in a round matched among themselves (``broadcast_rounds``); None when it needs more
     than ``limit`` rounds. ``copyback``: whoever the root sends to returns the block to it in the same
     round (``copyback_rounds``), so it sends nothing else then, and the root sends only to its cube
-    partner."""
+    partner. ``mute``: nodes that only receive (their sends dropped; served first among the free
+    receivers: ``muted_cube_rounds``)."""
     q = max(1, math.ceil(math.log2(N)))
     at = {v: i for i, v in enumerate(vert)}
     full = (1 << nblocks) - 1
@@ -198,7 +231,7 @@ def phantom_cube_rounds(N: int, nblocks: int, vert: list[int], limit: int,
         gets = [False] * N
         for x in range(N):
             y = at.get(vert[x] ^ d)
-            if y is None or y == 0:
+            if y is None or y == 0 or x in mute:
                 continue
             diff = have[x] & ~have[y]
             if not diff:
@@ -208,9 +241,9 @@ def phantom_cube_rounds(N: int, nblocks: int, vert: list[int], limit: int,
             sends[x] = gets[y] = True
             if copyback and x == 0:
                 sends[y] = True  # its send port returns the block to the root
-        free = [x for x in range(N) if not sends[x] and have[x] and not (copyback and x == 0)]
+        free = [x for x in range(N) if not sends[x] and have[x] and not (copyback and x == 0) and x not in mute]
         for y in sorted((y for y in range(1, N) if not gets[y] and have[y] != full),
-                        key=lambda y: (bin(have[y]).count("1"), y)):
+                        key=lambda y: (y not in mute, bin(have[y]).count("1"), y)):
             pick = None
             for x in free:
                 if x != y:
