@@ -100,7 +100,7 @@ def _inorder(lo: int, hi: int, parent: int, out: list[tuple[int, int]]) -> None:
         return
     mid = (lo + hi + 1) // 2
     out.append((parent, mid))
-    _inorder(mid + 1, hi, mid, out)  # the larger half first: it has the longer path
+    _inorder(mid + 1, hi, mid, out)  # the upper part first (with the upper median it is the smaller or equal half)
     _inorder(lo, mid - 1, mid, out)
 
 
