@@ -15,6 +15,7 @@ from test_cluster_algorithms import cluster
 from collsynth.cli import main as cli_main
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.stragglar import funnel
+from collsynth.synth.algorithms.stragglar.bcast import muted_cube_rounds
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import make_topology
@@ -277,7 +278,7 @@ def _check_rounds(N, nb, mute, rounds):
 
 @pytest.mark.parametrize("N", [2, 3, 5, 6, 7, 8, 12, 16])
 def test_muted_rounds(N):
-    """funnel.muted_rounds: a valid one-port broadcast for any muted set (not the root), at the one-port
+    """bcast.muted_cube_rounds: a valid one-port broadcast for any muted set (not the root), at the one-port
     optimum nblocks - 1 + ceil(log2 N) without muted nodes on powers of two and, with one muted node, at
     8 nodes (the funnel's 8 x 8 case: 7 senders for 7 receivers per round)."""
     q = max(1, (N - 1).bit_length())
@@ -286,12 +287,12 @@ def test_muted_rounds(N):
             mute = tuple(sorted({m for m in mute if 0 < m < N}))
             if len(mute) >= N - 1:
                 continue
-            rounds = funnel.muted_rounds(N, nb, frozenset(mute))
+            rounds = muted_cube_rounds(N, nb, frozenset(mute))
             _check_rounds(N, nb, mute, rounds)
             if not mute and N & (N - 1) == 0:
                 assert len(rounds) == nb - 1 + q
-    assert len(funnel.muted_rounds(8, 24, frozenset({7}))) == 24 - 1 + 3
-    assert len(funnel.muted_rounds(8, 24, frozenset({3}))) == 24 - 1 + 3
+    assert len(muted_cube_rounds(8, 24, frozenset({7}))) == 24 - 1 + 3
+    assert len(muted_cube_rounds(8, 24, frozenset({3}))) == 24 - 1 + 3
 
 
 @pytest.mark.parametrize("N,G,late", [(2, 4, 2), (4, 4, 3), (8, 8, 2), (8, 8, 3)])

@@ -31,7 +31,7 @@ and m its node. Nobody but node m needs a partial sum, so:
    with ``leaves`` = w the nodes ready less than w before L (still sending their own stream) are left out
    of the rounds and get each block, in order, from the node holding it that the model delivers first
    (a broadcast leaf sends nothing); with ``mute`` as well they stay in the rounds but only receive
-   (``muted_rounds``: at 8 nodes with one muted node still nblocks + 2 rounds, the one-port optimum, as the
+   (``bcast.muted_cube_rounds``: at 8 nodes with one muted node still nblocks + 2 rounds, the one-port optimum, as the
    7 others send every round). With ``spread`` a late rail GPU spreads a final block over NVLink
    itself when its NVLink port frees up before its helper's (a late GPU that arrived long before L is
    idle by then, and its helper has its own part to spread).
@@ -49,7 +49,6 @@ waves.py does; each step's phase is the set of ranks that have taken part so far
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -57,7 +56,7 @@ import numpy as np
 from collsynth.apitypes import Arrivals
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import node_grid
-from collsynth.synth.algorithms.stragglar.bcast import broadcast_rounds
+from collsynth.synth.algorithms.stragglar.bcast import broadcast_rounds, muted_cube_rounds
 from collsynth.synth.algorithms.stragglar.listsched import Timeline
 from collsynth.synth.algorithms.stragglar.multi import Move, timeline_schedule
 from collsynth.synth.arrivals import arrival_vector, latest_rank
@@ -67,86 +66,6 @@ from collsynth.synth.trees import heap_two_trees
 MAX_CHUNKS = 4096
 
 
-MUTE_TRIALS = 64  # placements muted_rounds tries on the phantom cube (besides the identity)
-
-
-@lru_cache(maxsize=128)
-def muted_rounds(N: int, nblocks: int, mute: frozenset[int]) -> tuple[tuple[tuple[int, int, int], ...], ...]:
-    """Rounds of a pipelined broadcast of ``nblocks`` blocks from node 0 to nodes 1..N-1 in which the nodes
-    in ``mute`` only receive (they still send their own stream): each node sends and receives at most one
-    block per round, (src, dst, block) per move. The fewest rounds of the exchange on the next power-of-two
-    cube (node i on vertex vert[i], the root on 0; a muted node's sends dropped, and the nodes left free in
-    a round, muted ones as receivers only, matched among themselves: the rule of bcast.broadcast_rounds)
-    over the identity placement and up to MUTE_TRIALS seeded ones, stopping at nblocks - 1 + ceil(log2 N)
-    (the one-port optimum without muted nodes). Our construction; deterministic."""
-    q = max(1, math.ceil(math.log2(N)))
-    optimum = nblocks - 1 + q
-    best: list[list[tuple[int, int, int]]] | None = None
-    vert = list(range(N))
-    x = N * 7919 + nblocks * 104729 + sum(1 << b for b in mute)
-    for _ in range(MUTE_TRIALS + 1):
-        got = _muted_cube(N, nblocks, mute, vert, len(best) - 1 if best else 4 * (nblocks + q) + 8)
-        if got is not None and (best is None or len(got) < len(best)):
-            best = got
-        if best is not None and len(best) <= optimum:
-            break
-        pool = list(range(1, 1 << q))
-        for i in range(len(pool) - 1, 0, -1):  # Knuth's MMIX LCG: independent of Python's random
-            x = (6364136223846793005 * x + 1442695040888963407) & (2**64 - 1)
-            j = (x >> 33) % (i + 1)
-            pool[i], pool[j] = pool[j], pool[i]
-        vert = [0] + pool[:N - 1]
-    assert best is not None, "muted_rounds: no placement completes"
-    return tuple(tuple(r) for r in best)
-
-
-def _muted_cube(N: int, nblocks: int, mute: frozenset[int], vert: list[int],
-                limit: int) -> list[list[tuple[int, int, int]]] | None:
-    """One placement of ``muted_rounds``; None past ``limit`` rounds."""
-    q = max(1, math.ceil(math.log2(N)))
-    at = {v: i for i, v in enumerate(vert)}
-    full = (1 << nblocks) - 1
-    have = [0] * N
-    have[0] = full
-    out: list[list[tuple[int, int, int]]] = []
-    while any(h != full for h in have[1:]):
-        if len(out) >= limit:
-            return None
-        r = len(out)
-        d = 1 << (r % q)
-        moves: list[tuple[int, int, int]] = []
-        sends = [False] * N
-        gets = [False] * N
-        for x in range(N):
-            y = at.get(vert[x] ^ d)
-            if y is None or y == 0 or x in mute:
-                continue
-            diff = have[x] & ~have[y]
-            if not diff:
-                continue
-            j = r if x == 0 and r < nblocks and not (have[y] >> r) & 1 else diff.bit_length() - 1
-            moves.append((x, y, j))
-            sends[x] = gets[y] = True
-        free = [x for x in range(N) if not sends[x] and have[x] and x not in mute]
-        for y in sorted((y for y in range(1, N) if not gets[y] and have[y] != full),
-                        key=lambda y: (y not in mute, bin(have[y]).count("1"), y)):
-            pick = None
-            for x in free:
-                if x != y:
-                    diff = have[x] & ~have[y]
-                    if diff and (pick is None or diff.bit_length() > pick[1]):
-                        pick = (x, diff.bit_length())
-            if pick is not None:
-                moves.append((pick[0], y, pick[1] - 1))
-                free.remove(pick[0])
-        if not moves:
-            return None
-        for _, y, j in moves:
-            have[y] |= 1 << j
-        out.append(moves)
-    return out
-
-
 class _Funnel:
     """One schedule under construction (module docstring)."""
 
@@ -154,7 +73,7 @@ class _Funnel:
                  pxn: bool, tail: bool = True, inline: bool = False, spread: bool = False, leaves: float = 0.0,
                  rows: bool = False, mute: bool = False) -> None:
         self.grid, self.M, self.times, self.pxn = grid, M, times, pxn
-        self.mute = mute  # leaves inside the rounds, receiving only (muted_rounds), instead of fed after them
+        self.mute = mute  # leaves inside the rounds, receiving only (bcast.muted_cube_rounds), not fed after them
         self.inline = inline
         self.selfspread = spread
         self.leaf_window = leaves
@@ -339,7 +258,7 @@ class _Funnel:
             nodes = [m, *rest]
             muted = frozenset(nodes.index(b) for b in leaves)
             spread: set[tuple[int, int, int]] = set()
-            for mr in muted_rounds(len(nodes), M, muted):
+            for mr in muted_cube_rounds(len(nodes), M, muted):
                 for g in range(G):
                     for x, y, j in mr:
                         tl.add(tgt(nodes[x], g), tgt(nodes[y], g), g + G * j, 1, False)
@@ -418,7 +337,7 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     late-rail nodes at a rail's end joining its chain (``tail``); ``spread``: a late rail GPU spreads a
     final block itself when its NVLink port is free before its helper's; ``leaves`` (seconds, hypercube
     only): the nodes ready less than this before L are leaves of the broadcast, fed by the others, or with
-    ``mute`` receivers only inside its rounds (``muted_rounds``);
+    ``mute`` receivers only inside its rounds (``bcast.muted_cube_rounds``);
     ``rows``: the nodes whose NVLink ports are idle when L arrives spread whole rows by recursive doubling;
     ``inline``: a node whose rail GPU is late takes its place in that rail's chain (receiving once the GPU
     is there), unless it is the last node ready before L (module docstring). Needs a topology of at least
