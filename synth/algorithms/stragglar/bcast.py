@@ -169,37 +169,42 @@ def _cube(N: int, nblocks: int) -> list[Round]:
     return out
 
 
-def greedy_rounds(N: int, nblocks: int) -> list[Round]:
-    """The greedy rule of ``broadcast_rounds`` (any N)."""
+def greedy_rounds(N: int, nblocks: int, balanced: bool = False) -> list[Round]:
+    """The greedy rule of ``broadcast_rounds`` (any N); ``balanced``: ``copyback_rounds``' tie rule (ties
+    go to the node with the fewest sends so far, the root's target's return counted as a send)."""
     full = (1 << nblocks) - 1
     have = [0] * N
     have[0] = full
     out: list[Round] = []
     nxt = 0
     cnt = [0] * N
+    sends = [0] * N  # stays 0 unless balanced: the keys then order as (cnt, y)
+    step = 1 if balanced else 0
     while any(h != full for h in have[1:]):
         moves: Round = []
         got: set[int] = set()
         if nxt < nblocks:
-            y = min(range(1, N), key=lambda y: (cnt[y], y))
+            y = min(range(1, N), key=lambda y: (cnt[y], sends[y], y))
             moves.append((0, y, nxt))
             got.add(y)
+            sends[y] += step
             nxt += 1
-        for x in sorted(range(1, N), key=lambda x: (-cnt[x], x)):
-            best = None
+        for x in sorted(range(1, N), key=lambda x: (-cnt[x], sends[x], x)):
+            best: tuple[tuple[int, int, int], int, int] | None = None
             for y in range(1, N):
                 if y in got:
                     continue
                 diff = have[x] & ~have[y]
                 if diff:
-                    key = (cnt[y], y)
+                    key = (cnt[y], sends[y], y)
                     if best is None or key < best[0]:
                         best = (key, y, diff.bit_length() - 1)
             if best is not None:
                 moves.append((x, best[1], best[2]))
                 got.add(best[1])
+                sends[x] += step
         if nxt >= nblocks and not moves:
-            raise AssertionError("broadcast_rounds: no progress")
+            raise AssertionError(f"{'copyback' if balanced else 'broadcast'}_rounds: no progress")
         for _, y, j in moves:
             have[y] |= 1 << j
             cnt[y] += 1
@@ -268,40 +273,4 @@ def copyback_rounds(N: int, nblocks: int) -> list[Round]:
     root's targets alternate instead of loading the lowest node with every return (our variant;
     3 x 8 h100-cluster, 1 GiB: 5.79 -> 4.87 ms after the arrival, 5 x 8: 5.44 -> 4.39 ms, 6 x 8 slower:
     cluster.build simulates it beside the other rules). Deterministic."""
-    full = (1 << nblocks) - 1
-    have = [0] * N
-    have[0] = full
-    cnt = [0] * N
-    sends = [0] * N
-    out: list[Round] = []
-    nxt = 0
-    while any(h != full for h in have[1:]):
-        moves: list[tuple[int, int, int]] = []
-        got: set[int] = set()
-        if nxt < nblocks:
-            y = min(range(1, N), key=lambda y: (cnt[y], sends[y], y))
-            moves.append((0, y, nxt))
-            got.add(y)
-            sends[y] += 1
-            nxt += 1
-        for x in sorted(range(1, N), key=lambda x: (-cnt[x], sends[x], x)):
-            best: tuple[tuple[int, int, int], int, int] | None = None
-            for y in range(1, N):
-                if y in got:
-                    continue
-                diff = have[x] & ~have[y]
-                if diff:
-                    key = (cnt[y], sends[y], y)
-                    if best is None or key < best[0]:
-                        best = (key, y, diff.bit_length() - 1)
-            if best is not None:
-                moves.append((x, best[1], best[2]))
-                got.add(best[1])
-                sends[x] += 1
-        if nxt >= nblocks and not moves:
-            raise AssertionError("copyback_rounds: no progress")
-        for _, y, j in moves:
-            have[y] |= 1 << j
-            cnt[y] += 1
-        out.append(moves)
-    return out
+    return greedy_rounds(N, nblocks, balanced=True)
