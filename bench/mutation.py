@@ -57,7 +57,9 @@ KB = "tests/test_mutation_kills_backends.py"  # (backends/)
 
 # the late-GPU/late-node StragglAR forms: their own tests (test_stragglar*.py never reach them)
 STRAGGLAR_CLUSTER = [f"synth/algorithms/stragglar/{m}.py"
-                     for m in ("cluster", "cluster_study", "listsched", "multi", "prephase", "waves")]
+                     for m in ("cluster", "cluster_study", "multi", "prephase", "waves")]
+# the rail broadcasts, the list-scheduling model's Busy intervals and the trees: target "bcast" (one target each)
+BCAST = ["synth/algorithms/stragglar/bcast.py", "synth/algorithms/stragglar/listsched.py", "synth/trees.py"]
 
 # target -> (modules, tests that cover them); the first three are the representative subset
 TARGETS: dict[str, tuple[list[str], list[str]]] = {
@@ -77,7 +79,8 @@ TARGETS: dict[str, tuple[list[str], list[str]]] = {
                                                              "tests/test_bounds.py", KS]),
     "algorithms": (sorted(glob.glob("synth/algorithms/*.py", root_dir=ROOT)),
                    ["tests/test_algorithms.py", "tests/test_cluster_algorithms.py", "tests/test_estimate.py", KS]),
-    "stragglar": (sorted(set(glob.glob("synth/algorithms/stragglar/*.py", root_dir=ROOT)) - set(STRAGGLAR_CLUSTER)),
+    "stragglar": (sorted(set(glob.glob("synth/algorithms/stragglar/*.py", root_dir=ROOT)) - set(STRAGGLAR_CLUSTER)
+                         - set(BCAST)),
                   ["tests/test_stragglar.py", "tests/test_cluster_family.py", "tests/test_solver_rounds.py",
                    "tests/test_stragglar_pipeline.py", KS]),
     "stragglar-cluster": (STRAGGLAR_CLUSTER, ["tests/test_waves.py", "tests/test_multistraggler.py",
@@ -101,12 +104,12 @@ TARGETS: dict[str, tuple[list[str], list[str]]] = {
     "topology-import": (sorted(glob.glob("synth/topology_import/*.py", root_dir=ROOT)),
                         ["tests/test_topology_import.py", KS]),
     "topology-view": (["synth/topology_view.py"], ["tests/test_topology_show.py", KS]),
-    "composition": (["synth/composition.py", "synth/trees.py"], ["tests/test_cluster_algorithms.py", KS]),
+    "composition": (["synth/composition.py"], ["tests/test_cluster_algorithms.py", KS]),
     "registry": (["synth/registry.py", "synth/__init__.py"],
                  ["tests/test_algorithms.py", "tests/test_verify.py", KS]),
     # the rail broadcasts of the cluster forms (2026-12-02: phantom cubes, copy-back, ClusterPlan.rule), the
     # list-scheduling model's Busy intervals and the broadcast/AllReduce trees: their fastest tests (~25 s)
-    "bcast": (["synth/algorithms/stragglar/bcast.py", "synth/algorithms/stragglar/listsched.py", "synth/trees.py"],
+    "bcast": (BCAST,
               ["tests/test_bcast_rounds.py", "tests/test_listsched_busy.py", "tests/test_trees_shapes.py",
                "tests/test_clusterstraggler.py::test_copyback_rounds_deliver_every_block_once_per_round_and_port",
                "tests/test_clusterstraggler.py::test_late_node_on_nodes_not_a_power_of_two_keeps_the_faster_broadcast",
