@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
 
 Round = list[tuple[int, int, int]]  # one round's moves: (src node, dst node, block)
@@ -39,23 +40,42 @@ def _rounds(N: int, nblocks: int) -> tuple[tuple[tuple[int, int, int], ...], ...
         return ()
     q = max(1, math.ceil(math.log2(N)))
     if 1 << q == N:
-        best = _cube(N, nblocks)
-    else:
-        best = greedy_rounds(N, nblocks)
-        optimum = nblocks - 1 + q
-        trials = max(1, min(SEARCH_TRIALS, SEARCH_WORK // (N * (nblocks + q))))
-        rng = _Lcg(N * 1_000_003 + nblocks)
-        vert = list(range(N))
-        for _ in range(trials):
-            if len(best) <= optimum:
-                break
-            got = phantom_cube_rounds(N, nblocks, vert, len(best) - 1)
-            if got is not None:
-                best = got
-            pool = list(range(1, 1 << q))
-            rng.shuffle(pool)
-            vert = [0] + pool[:N - 1]
-    return tuple(tuple(r) for r in best)
+        return _frozen(_cube(N, nblocks))
+    trials = max(1, min(SEARCH_TRIALS, SEARCH_WORK // (N * (nblocks + q))))
+    rng = _Lcg(N * 1_000_003 + nblocks)
+    return _frozen(_search(N, nblocks, trials, lambda: _any_vertices(N, q, rng), greedy_rounds(N, nblocks), 0))
+
+
+def _frozen(rounds: list[Round]) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+    return tuple(tuple(r) for r in rounds)
+
+
+def _any_vertices(N: int, q: int, rng: _Lcg) -> list[int]:
+    """A seeded placement: the root on vertex 0, the other nodes on N - 1 shuffled vertices of the q-cube."""
+    pool = list(range(1, 1 << q))
+    rng.shuffle(pool)
+    return [0] + pool[:N - 1]
+
+
+def _search(N: int, nblocks: int, trials: int, place: Callable[[], list[int]], best: list[Round] | None,
+            first_limit: int, copyback: bool = False, mute: frozenset[int] = frozenset()) -> list[Round]:
+    """The placement search shared by ``broadcast_rounds``, ``copyback_cube_rounds`` and ``muted_cube_rounds``:
+    ``phantom_cube_rounds`` on the identity placement, then on ``place()``'s, at most ``trials`` of them,
+    each only kept when it needs fewer rounds than ``best`` (without one yet: at most ``first_limit``),
+    until one reaches the one-port optimum nblocks - 1 + ceil(log2 N)."""
+    optimum = nblocks - 1 + max(1, math.ceil(math.log2(N)))
+    vert = list(range(N))
+    for _ in range(trials):
+        if best is not None and len(best) <= optimum:
+            break
+        got = phantom_cube_rounds(N, nblocks, vert, first_limit if best is None else len(best) - 1,
+                                  copyback=copyback, mute=mute)
+        if got is not None:
+            best = got
+        vert = place()
+    if best is None:
+        raise AssertionError(f"no placement completes a broadcast on {N} nodes (muted {sorted(mute)})")
+    return best
 
 
 def copyback_cube_rounds(N: int, nblocks: int) -> list[Round]:
@@ -69,26 +89,18 @@ def copyback_cube_rounds(N: int, nblocks: int) -> list[Round]:
 @lru_cache(maxsize=64)
 def _copyback_cube(N: int, nblocks: int) -> tuple[tuple[tuple[int, int, int], ...], ...]:
     q = max(1, math.ceil(math.log2(N)))
-    optimum = nblocks - 1 + q
-    must = [1 << d for d in range(q)]
+    must = [1 << d for d in range(q)]  # the root's cube partners
     rest = [v for v in range(1, 1 << q) if v not in must]
     rng = _Lcg(N * 1_000_033 + nblocks)
-    trials = max(1, min(SEARCH_TRIALS, SEARCH_WORK // (N * (nblocks + q))))
-    best: list[Round] | None = None
-    vert = list(range(N))
-    for _ in range(trials):
-        got = phantom_cube_rounds(N, nblocks, vert, 10 * optimum if best is None else len(best) - 1, copyback=True)
-        if got is not None:
-            best = got
-            if len(best) <= optimum:
-                break
+
+    def place() -> list[int]:
         rng.shuffle(rest)
         chosen = must + rest[:N - 1 - q]
         rng.shuffle(chosen)
-        vert = [0] + chosen
-    if best is None:
-        raise AssertionError(f"copyback_cube_rounds: no placement completes on {N} nodes")
-    return tuple(tuple(r) for r in best)
+        return [0] + chosen
+
+    trials = max(1, min(SEARCH_TRIALS, SEARCH_WORK // (N * (nblocks + q))))
+    return _frozen(_search(N, nblocks, trials, place, None, 10 * (nblocks - 1 + q), copyback=True))
 
 
 MUTE_TRIALS = 64  # placements muted_cube_rounds tries besides the identity
@@ -105,22 +117,9 @@ def muted_cube_rounds(N: int, nblocks: int, mute: frozenset[int]) -> list[Round]
 @lru_cache(maxsize=128)
 def _muted(N: int, nblocks: int, mute: frozenset[int]) -> tuple[tuple[tuple[int, int, int], ...], ...]:
     q = max(1, math.ceil(math.log2(N)))
-    optimum = nblocks - 1 + q
-    best: list[Round] | None = None
-    vert = list(range(N))
     rng = _Lcg(N * 7919 + nblocks * 104729 + sum(1 << b for b in mute))
-    for _ in range(MUTE_TRIALS + 1):
-        got = phantom_cube_rounds(N, nblocks, vert, len(best) - 1 if best else 4 * (nblocks + q) + 8, mute=mute)
-        if got is not None and (best is None or len(got) < len(best)):
-            best = got
-        if best is not None and len(best) <= optimum:
-            break
-        pool = list(range(1, 1 << q))
-        rng.shuffle(pool)
-        vert = [0] + pool[:N - 1]
-    if best is None:
-        raise AssertionError(f"muted_cube_rounds: no placement completes on {N} nodes with {sorted(mute)} muted")
-    return tuple(tuple(r) for r in best)
+    return _frozen(_search(N, nblocks, MUTE_TRIALS + 1, lambda: _any_vertices(N, q, rng), None,
+                           4 * (nblocks + q) + 8, mute=mute))
 
 
 class _Lcg:
