@@ -23,6 +23,9 @@ and m its node. Nobody but node m needs a partial sum, so:
    arrive: ingress early), adds its node's part, and sends each block on once it is complete. Into node m
    (variant ``pxn``) a late rail GPU's blocks go to its helpers (over PXN), L's own blocks of its part
    too, so the helpers sum L's final blocks and L's NIC only sends; otherwise L receives them.
+   With ``early`` each node's reductions (its ReduceScatter and the upstream blocks) are listed by their
+   modelled earliest start rather than by when their data is ready, so an upstream block is not reduced
+   behind a late GPU's block of the same row (whose NVLink port may still be busy with earlier rows).
 3. Node m's rail-g GPU then holds the final blocks of part g once L's contribution is in: each is broadcast
    along rail g (receivers copy) and every node spreads it over NVLink from the GPU that received it. The
    broadcast is either two binary trees over the other nodes (``trees.heap_two_trees``: even blocks down one, odd
@@ -71,8 +74,9 @@ class _Funnel:
 
     def __init__(self, grid: np.ndarray, times: np.ndarray, M: int, size: float, topology: Any, fan: int,
                  pxn: bool, tail: bool = True, inline: bool = False, spread: bool = False, leaves: float = 0.0,
-                 rows: bool = False, mute: bool = False) -> None:
+                 rows: bool = False, mute: bool = False, early: bool = False) -> None:
         self.grid, self.M, self.times, self.pxn = grid, M, times, pxn
+        self.early = early  # a node's reductions added in order of their modelled earliest start
         self.mute = mute  # leaves inside the rounds, receiving only (bcast.muted_cube_rounds), not fed after them
         self.inline = inline
         self.selfspread = spread
@@ -170,6 +174,9 @@ class _Funnel:
                         into = (b == self.m and self.pxn) or (b, g) in self.into_helpers
                         dst = self.owner(b, g, j) if into else self.target(b, g)
                         ev.append((tl.ready(src, c), len(ev), (src, dst, c, 1, True)))
+                if self.early:  # by the model's earliest start: a reduction whose data is ready does not
+                    # queue behind a late GPU's (whose NVLink port is still busy with earlier rows)
+                    ev = [(tl.earliest(mv[0], mv[1], mv[2], 1), i, mv) for _, i, mv in ev]
                 ev.sort(key=lambda e: (e[0], e[1]))
                 for _, _, mv in ev:
                     tl.add(*mv)
@@ -331,7 +338,8 @@ def rail_time(topology: Any, n: int, size: float) -> float:
 
 def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fan: int = 1,
               trees: bool = True, pxn: bool = True, tail: bool = True, spread: bool = False,
-              leaves: float = 0.0, rows: bool = False, inline: bool = False, mute: bool = False) -> Schedule:
+              leaves: float = 0.0, rows: bool = False, inline: bool = False, mute: bool = False,
+              early: bool = False) -> Schedule:
     """The funnel schedule for M blocks per part, ``fan`` chains ending at the last rank's node, the
     broadcast by two ``trees`` (else hypercube rounds), L's part summed at its helpers (``pxn``) and the
     late-rail nodes at a rail's end joining its chain (``tail``); ``spread``: a late rail GPU spreads a
@@ -340,7 +348,10 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     ``mute`` receivers only inside its rounds (``bcast.muted_cube_rounds``);
     ``rows``: the nodes whose NVLink ports are idle when L arrives spread whole rows by recursive doubling;
     ``inline``: a node whose rail GPU is late takes its place in that rail's chain (receiving once the GPU
-    is there), unless it is the last node ready before L (module docstring). Needs a topology of at least
+    is there), unless it is the last node ready before L (module docstring); ``early``: the reductions into
+    each node (its ReduceScatter and the upstream blocks) are listed by their modelled earliest start, not
+    by when their data is ready (a reduction is commutative: the upstream block need not wait behind a
+    late GPU's). Needs a topology of at least
     2 nodes of at least 2 GPUs."""
     grid = node_grid(topology, n)
     N, G = grid.shape
@@ -353,7 +364,7 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     if not (isinstance(leaves, (int, float)) and math.isfinite(leaves) and leaves >= 0):
         raise CollsynthError(f"the funnel form needs a finite leaf window >= 0 seconds, got {leaves!r}")
     plan = _Funnel(grid, times, int(M), float(size), topology, fan, pxn, tail, bool(inline), bool(spread),
-                   float(leaves), bool(rows), bool(mute))
+                   float(leaves), bool(rows), bool(mute), bool(early))
     plan.funnel()
     plan.broadcast(trees)
     t0 = float(times.min())
@@ -363,6 +374,7 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
                                "nodes": N, "gpus_per_node": G, "pipeline": int(M), "fan": plan.fan,
                                "pxn": pxn, "tail": tail, "spread": bool(spread), "leaves_s": float(leaves),
                                "rows": bool(rows), "inline": bool(inline), "mute": bool(mute),
+                               "early": bool(early),
                                "broadcast": "two-tree" if trees else "hypercube",
                                "chain": [int(b) for b in plan.order], "topology_name": topology.name}
     spec = getattr(topology, "spec", None)
