@@ -162,7 +162,7 @@ class _Funnel:
         arr = [float(x) for x in self.times]
         for j in range(M):
             for b in self.order:
-                ev: list[tuple[float, int, Move]] = []
+                ev: list[tuple[float, int, list[Move]]] = []  # (key, order, moves added together)
                 for sh in range(1, G):  # ReduceScatter rounds: local i sends part i + sh
                     for i in range(G):
                         x = int(grid[b, i])
@@ -180,14 +180,15 @@ class _Funnel:
                         into = (b == self.m and self.pxn) or (b, g) in self.into_helpers
                         dst = self.owner(b, g, j) if into else self.target(b, g)
                         h = int(self.local_of[dst])
-                        via = int(grid[a, h])  # a punctual GPU of node a on dst's rail (its block c is spent)
+                        via = int(grid[a, h])  # node a's GPU on dst's rail (its block c is spent by now)
                         if self.relay and h != g and arr[via] <= arr[src]:
-                            ev.append((tl.ready(src, c), len(ev), [(src, via, c, 1, False), (via, dst, c, 1, True)]))
+                            ev.append((tl.ready(src, c), len(ev),
+                                       [(src, via, c, 1, False), (via, dst, c, 1, True)]))
                         else:
                             ev.append((tl.ready(src, c), len(ev), [(src, dst, c, 1, True)]))
                 if self.early:  # by the model's earliest start: a reduction whose data is ready does not
                     # queue behind a late GPU's (whose NVLink port is still busy with earlier rows)
-                    ev = [(tl.earliest(*mv[0][:4]), i, mv) for _, i, mv in ev]
+                    ev = [(tl.earliest(mvs[0][0], mvs[0][1], mvs[0][2], 1), i, mvs) for _, i, mvs in ev]
                 ev.sort(key=lambda e: (e[0], e[1]))
                 for _, _, mvs in ev:
                     for mv in mvs:
