@@ -40,9 +40,8 @@ def main() -> None:
         last = ts[-1]
         denom = max(late_gpu_bound(GiB), sync_bound(n // G, GiB) - last)
         res = {}
-        for c, (M, trees, pxn, tail, spread, leaves, rows, inline, mute, early) in enumerate(waves.FUNNEL_CHOICES):
-            f = funnel.construct(n, arr, GiB, topo, M, trees=trees, pxn=pxn, tail=tail, spread=spread,
-                                 leaves=leaves * T, rows=rows, inline=inline, mute=mute, early=early)
+        for c, choice in enumerate(waves.FUNNEL_CHOICES):
+            f = waves.funnel_candidate(n, arr, GiB, topo, choice, T)
             res[f"f{c}"] = round((simulate(f, GiB, topo, arr).completion_s - last) / denom, 4)
         res["sync"] = round((simulate(sync, GiB, topo, arr).completion_s - last) / denom, 4)
         best = min(res, key=lambda k: (res[k], k))
