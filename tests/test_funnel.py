@@ -411,8 +411,9 @@ def test_relay_frees_the_late_gpu_port():
     """``relay``: a block for a GPU off the sender's rail (a late rail GPU's helper in the next node) goes
     over NVLink to the sender node's GPU on that rail and then over its NIC, instead of one PXN message that
     holds the sender's NVLink port for a whole network transfer (same vector as above, the hypercube with
-    L's part at its helpers: node m's helpers take blocks off their rails). No PXN message is left, the schedule is verified,
-    deterministic, simulated as the model predicts and at least 10% faster after the last arrival."""
+    L's part at its helpers: node m's helpers take blocks off their rails). No PXN message is left, the
+    schedule is verified, deterministic, simulated as the model predicts and at least 10% faster after the
+    last arrival."""
     t = make_topology("h100-cluster", 64)
     arr = {3: 0.009053, 6: 0.00269, 4: 0.00415, 11: 0.00594, 23: 0.00132, 27: 0.00493, 35: 0.00028, 44: 0.00427}
     kw = {"spread": True, "inline": True, "early": True}
