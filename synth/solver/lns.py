@@ -39,9 +39,11 @@ import numpy as np
 
 from collsynth import progress
 from collsynth.synth.ir import Schedule
+from collsynth.synth.solver.critical import search
 from collsynth.synth.solver.model import quiet_stdout
 from collsynth.synth.verify import VerificationError, check
 
+MOVES_SHARE = 0.5  # the simulator-guided moves get at most this share of the time limit, the windows the rest
 WINDOW_STEPS = 6
 MAX_WINDOW_TRANSFERS = 160  # keeps one window's MILP to about a thousand binaries
 MIN_WINDOW_SECONDS = 0.5  # no window starts with less than this left
@@ -58,7 +60,15 @@ class LnsResult:
     windows: int = 0  # windows solved
     improved: int = 0  # windows kept (verified and faster)
     steps_saved: int = 0
+    moves: int = 0  # simulator-guided moves kept (synth/solver/critical.py)
+    evals: int = 0  # their candidates simulated
     stats: dict[str, Any] = field(default_factory=dict)
+
+
+def _verify_topology(topology: Any) -> Any:
+    """The topology whose per-class ports a kept schedule must respect (one with several link classes), else
+    None (the schedule's own ports)."""
+    return topology if topology is not None and len(getattr(topology, "classes", ())) > 1 else None
 
 
 def _ports(s: Schedule, topology: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -323,21 +333,38 @@ def windows(s: Schedule, width: int = WINDOW_STEPS) -> list[tuple[int, int]]:
     return out[::-1]
 
 
-def improve(s: Schedule, simulate_fn: Callable[[Schedule], float], *, topology: Any = None,
+def _completion(r: Any) -> float:
+    return float(r.completion_s) if hasattr(r, "completion_s") else float(r)
+
+
+def improve(s: Schedule, simulate_fn: Callable[[Schedule], Any], *, topology: Any = None,
             time_limit: float = 10.0, solver: str = "cbc", width: int = WINDOW_STEPS,
-            max_windows: int | None = None) -> LnsResult:
+            max_windows: int | None = None, size: float | None = None, max_evals: int | None = None,
+            moves_share: float = MOVES_SHARE) -> LnsResult:
     """Search around ``s`` (verified) for a faster verified schedule until ``time_limit`` seconds have
     passed (or ``max_windows`` windows were solved); ``simulate_fn`` gives a schedule's completion
-    time. Never returns a slower schedule."""
+    time, or its SimResult. With a SimResult (per-transfer times), a topology and ``size`` (bytes) the
+    simulator-guided moves of synth/solver/critical.py run first (until no move on the critical path
+    improves, ``max_evals`` candidates, or ``moves_share`` of the time limit), then the window MILP.
+    Never returns a slower schedule."""
     t0 = time.monotonic()
-    best, best_t = s, float(simulate_fn(s))
+    first = simulate_fn(s)
+    post = time.monotonic() - t0  # seconds one verify + simulate takes (measured: the first, then the last)
+    best, best_t = s, _completion(first)
     res = LnsResult(s, best_t, best_t)
+    if size is not None and topology is not None and getattr(first, "start_s", None) is not None:
+        found = search(s, simulate_fn, topology=topology, size=size, first=first, max_evals=max_evals,
+                       deadline=t0 + moves_share * time_limit, verify_topology=_verify_topology(topology))
+        res.stats["moves"] = {"evaluated": found.evals, "kept": found.kept, "stopped": found.stopped,
+                              **({"by_kind": dict(sorted(found.by_kind.items()))} if found.by_kind else {})}
+        res.moves, res.evals = found.kept, found.evals
+        if found.kept:
+            best, best_t = found.schedule, found.time_s
     pending = windows(best, width)
     if max_windows is not None:
         pending = pending[:max_windows]
     total = len(pending)
     last_w: tuple[Schedule, dict[tuple[int, int], int]] | None = None  # last_writes of the incumbent
-    post = time.monotonic() - t0  # seconds one verify + simulate takes (measured: the first, then the last)
     while pending:
         left = time_limit - (time.monotonic() - t0) - post
         if left < MIN_WINDOW_SECONDS:
@@ -371,10 +398,10 @@ def improve(s: Schedule, simulate_fn: Callable[[Schedule], float], *, topology: 
                 continue
             t_post = time.monotonic()
             try:
-                cand = check(cand)
+                cand = check(cand, topology=_verify_topology(topology))
             except VerificationError:
                 continue  # never kept: only a verified schedule replaces the incumbent
-            t = float(simulate_fn(cand))
+            t = _completion(simulate_fn(cand))
             post = time.monotonic() - t_post
             if t < best_t * (1 - 1e-12):
                 res.steps_saved += best.nsteps - cand.nsteps
