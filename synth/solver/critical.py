@@ -47,7 +47,7 @@ import numpy as np
 
 from collsynth.errors import CollsynthError
 from collsynth.synth.ir import Schedule
-from collsynth.synth.verify import VerificationError, check
+from collsynth.synth.verify import VerificationError, check, class_port_violation
 
 HOLDERS = 3  # holders tried per re-sourced copy (the best by the estimate)
 EPS = 1e-12  # relative: a candidate must beat the incumbent by more than this
@@ -250,13 +250,51 @@ def _data_step(s: Schedule, t: int, c0: int, c1: int) -> int:
     return int(s.step[idx[-1]]) if len(idx) else -1
 
 
+def _units(s: Schedule, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(transfer, source location, destination location) of every chunk moved by transfers lo..hi-1
+    (location = rank * nchunks + chunk)."""
+    cnt = s.count[lo:hi].astype(np.int64)
+    rep = np.repeat(np.arange(lo, hi), cnt)
+    offs = np.arange(len(rep)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    ch = s.chunk[rep] + offs
+    return rep, s.src[rep] * s.nchunks + ch, s.dst[rep] * s.nchunks + ch
+
+
+def _step_data_step(s: Schedule, k: int) -> int:
+    """The last step before k that writes a location step k reads, or writes or reads one it writes (-1:
+    none): the whole step may not move to or before it."""
+    b = s.step_bounds
+    _, rd, wr = _units(s, int(b[k]), int(b[k + 1]))
+    reads = np.zeros(s.nranks * s.nchunks, np.bool_)
+    writes = np.zeros_like(reads)
+    reads[rd] = True
+    writes[wr] = True
+    rep, srcl, dstl = _units(s, 0, int(b[k]))
+    hit = reads[dstl] | writes[dstl] | writes[srcl]
+    idx = np.flatnonzero(hit)
+    return int(s.step[rep[idx[-1]]]) if len(idx) else -1
+
+
 def candidates(st: _State, path: list[tuple[int, str, int]], size: float) -> list[Move]:
     """Moves on the critical path, from its last transfer back (module docstring)."""
     s = st.s
     out: list[Move] = []
-    for t, why, u in path:
+    steps_done: set[int] = set()
+    for i, (t, why, u) in enumerate(path):
         k = int(s.step[t])
         c0, cnt = int(s.chunk[t]), int(s.count[t])
+        if why in ("send-port", "recv-port", "link") and u >= 0 and int(s.step[u]) < k:
+            # the steps of t and of the transfers that wait for t's data in turn (the path towards its end)
+            # move together before u's step
+            block = [k]
+            j = i - 1
+            while j >= 0 and path[j][1] == "raw" and path[j][2] == path[j + 1][0]:
+                block.append(int(s.step[path[j][0]]))
+                j -= 1
+            ku = int(s.step[u])
+            blk = tuple(sorted(set(block)))
+            if len(blk) > 1 and st.same_phase(ku - 1, ku) and all(st.same_phase(ku, b) for b in blk):
+                out.append(Move("chain-ahead", t, (ku, *blk)))
         if why in ("send-port", "recv-port", "link") and u >= 0 and int(s.step[u]) < k:
             ku = int(s.step[u])
             if st.same_phase(ku - 1, ku) and st.same_phase(ku, k):
@@ -283,6 +321,16 @@ def candidates(st: _State, path: list[tuple[int, str, int]], size: float) -> lis
             out.append(Move("merge", t, (v, 1)))
         if st.same_phase(k - 1, k) and int(s.step_bounds[k + 1] - s.step_bounds[k]) > 1:
             out.append(Move("own", t))
+        # the same for the whole step (lockstep constructions: every rank's transfer of the step moves)
+        if k not in steps_done and int(s.step_bounds[k + 1] - s.step_bounds[k]) > 1:
+            steps_done.add(k)
+            if why in ("send-port", "recv-port", "link") and u >= 0 and int(s.step[u]) < k:
+                ku = int(s.step[u])
+                if st.same_phase(ku - 1, ku) and st.same_phase(ku, k):
+                    out.append(Move("step-ahead", t, (ku,)))
+            d = _step_data_step(s, k)
+            if d + 1 < k and st.same_phase(d + 1, k) and (d < 0 or st.same_phase(d, k)):
+                out.append(Move("step-early", t, (d,)))
     return out
 
 
@@ -331,6 +379,14 @@ def apply_move(s: Schedule, mv: Move) -> Schedule | None:
         if at_v:
             key[t] = float(s.step[v])
         drop = v
+    elif mv.kind == "chain-ahead":
+        ku, blk = mv.args[0], mv.args[1:]
+        for i, b in enumerate(blk):
+            key[s.step == b] = ku - 0.5 + 0.4 * i / len(blk)
+    elif mv.kind == "step-ahead":
+        key[s.step == s.step[t]] = mv.args[0] - 0.5
+    elif mv.kind == "step-early":
+        key[s.step == s.step[t]] = mv.args[0] + 0.5
     elif mv.kind == "early":
         key[t] = mv.args[0] + 0.5  # a step of its own right after the last step its data waits for
     elif mv.kind == "split":
@@ -422,6 +478,8 @@ def search(s: Schedule, simulate_fn: Callable[[Schedule], Any], *, topology: Any
                 if cand is None:
                     continue
                 res.evals += 1
+                if verify_topology is not None and class_port_violation(cand, verify_topology) is not None:
+                    continue  # over a port limit: it would not verify (cheap to tell before simulating)
                 r = simulate_fn(cand)
                 c, f = float(r.completion_s), _flow(cand, r)
                 if not (c < best_t * (1 - EPS) or (c <= best_t and f < best_f * (1 - EPS))):
