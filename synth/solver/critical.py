@@ -1,6 +1,7 @@
 """Simulator-guided local search around a verified schedule (issue 15 point 3): moves on the critical path
 of the event simulation (synth/simulate.py), each kept only if the schedule verifies and simulates no
-slower (and strictly better by completion, or equal completion with less summed rank finish time).
+slower: strictly faster, or as fast with a lower chunk-weighted sum of transfer ends (``_flow``, a
+plateau move that lets lockstep structures change one rank at a time).
 
 The window MILP of lns.py sees steps, not time; here every candidate is simulated. The simulator
 returns each transfer's start and end (``SimResult.start_s``/``end_s``), so the constraint that held a
@@ -12,28 +13,36 @@ arrival / phase gate), and that transfer is
 - a link: the same link in an earlier step (the simulator keeps links FIFO across steps);
 - WAW / WAR: it wrote or read the transfer's destination in an earlier step.
 
-``critical_path`` walks back from the transfer that ends last along these edges. Moves on the path
-(``candidates``), tried in order of the path transfer's duration:
+``critical_path`` walks back from a transfer that ends last along these edges (``search`` walks from
+several when many end together). Moves on the path (``candidates``), from its end back:
 
-- re-source: a copy of a final value (an AllReduce location no transfer writes after it is the full
+- ahead / swap: a transfer held by a port or link of an earlier transfer moves into its own step just
+  before that transfer's step (the port order changes), or the two exchange steps;
+- early: a transfer held by anything but its data moves to a step of its own right after the last step
+  its data (its source, its destination's accesses) waits for;
+- re-source: a copy of a final value (an AllReduce location no transfer writes after it holds the full
   sum) may come from any other rank that already holds the final value; the holders are ranked by an
-  estimate of when they could send (their value's ready time, their send port's last use before the
-  step, and the route's alpha and bandwidth), and the copy stays in its step or gets its own step just
-  before it (no port conflict there);
-- jump ahead: a transfer held by a port or link of an earlier transfer moves into its own step just
-  before that transfer (the port order changes), or the two exchange steps;
-- own step: the transfer leaves its step for a step of its own just before it (its links are not shared
-  with the step's other transfers any more, the simulator divides a link's bandwidth in a step);
+  estimate of when they could send (their value's ready time, their send port's and the route's links'
+  last use before the step, the route's alpha and bandwidth), and the copy stays in its step or gets
+  its own step just before it;
+- split: a multi-chunk transfer becomes two messages: halves (the first as early as its data allows,
+  or the second in a step right after), or split-late: the chunks whose source value is ready last
+  apart from the others, in a step right after;
 - merge: two transfers with the same sender, receiver and operation over adjacent chunk runs become one
   message (one alpha instead of two), at either one's step;
-- split: a multi-chunk transfer becomes two messages in consecutive steps (its receiver can forward
-  the first half sooner).
+- own step: the transfer leaves its step for one of its own just before it (its links are then not
+  shared with the step's other transfers: the simulator divides a link's bandwidth in a step);
+- whole steps, for lockstep constructions where one transfer alone cannot move the maximum: step-ahead
+  and step-early (the step of a path transfer, as ahead and early), step-split-late (every transfer of
+  the step), and chain-ahead: a port-held transfer's step together with the steps of the path
+  transfers that wait for its data in turn, moved before the step holding the port (a reduction chain
+  overtakes unrelated copies).
 
 New steps are fractional keys renumbered afterwards; steps left empty disappear, and phases keep their
-steps (moves never cross a phase boundary). Every candidate is simulated; one that beats the incumbent
-is verified (synth/verify.py, with the topology's per-class ports) before it is kept. Candidates are
-generated deterministically, so with a move budget (``max_evals``) instead of a time limit the result
-is reproducible.
+steps (moves never cross a phase boundary). A candidate over a per-class port limit is dropped before
+simulating; every other one is simulated, and one that beats the incumbent is verified (synth/verify.py,
+with the topology's per-class ports) before it is kept. Candidates are generated deterministically, so
+with a move budget (``max_evals``) instead of a time limit the result is reproducible.
 """
 
 from __future__ import annotations
@@ -140,7 +149,7 @@ def _shares_link(rows: np.ndarray, row: np.ndarray) -> np.ndarray:
     mine = row[row >= 0]
     if not len(mine) or not rows.size:
         return np.zeros(len(rows), np.bool_)
-    return np.isin(rows, mine).any(axis=1)
+    return np.asarray(np.isin(rows, mine).any(axis=1), np.bool_)
 
 
 class _State:
@@ -275,6 +284,32 @@ def _step_data_step(s: Schedule, k: int) -> int:
     return int(s.step[rep[idx[-1]]]) if len(idx) else -1
 
 
+def _ready_before(s: Schedule, end: np.ndarray, k: int) -> np.ndarray:
+    """Per location (rank * nchunks + chunk): the end of its last write in a step before k (0: none)."""
+    rep, _, dstl = _units(s, 0, int(s.step_bounds[k]))
+    out = np.zeros(s.nranks * s.nchunks)
+    np.maximum.at(out, dstl, end[rep])
+    return out
+
+
+def _late_split(s: Schedule, ready: np.ndarray, t: int) -> int:
+    """Where to split t's chunk run so that the chunks whose source value is ready last travel apart, the
+    widest gap between the parts' ready times: p > 0 when the first p chunks are ready first, -p when the
+    last p are; 0 when the ready times of no two parts are apart."""
+    cnt = int(s.count[t])
+    if cnt < 2:
+        return 0
+    r = ready[int(s.src[t]) * s.nchunks + int(s.chunk[t]) + np.arange(cnt)]
+    best, at = 0.0, 0
+    for p in range(1, cnt):
+        a, b = r[:p], r[p:]
+        if float(b.min() - a.max()) > best:
+            best, at = float(b.min() - a.max()), p
+        if float(a.min() - b.max()) > best:
+            best, at = float(a.min() - b.max()), -(cnt - p)
+    return at
+
+
 def candidates(st: _State, path: list[tuple[int, str, int]], size: float) -> list[Move]:
     """Moves on the critical path, from its last transfer back (module docstring)."""
     s = st.s
@@ -321,9 +356,21 @@ def candidates(st: _State, path: list[tuple[int, str, int]], size: float) -> lis
             out.append(Move("merge", t, (v, 1)))
         if st.same_phase(k - 1, k) and int(s.step_bounds[k + 1] - s.step_bounds[k]) > 1:
             out.append(Move("own", t))
+        if cnt > 1:
+            ready = _ready_before(s, st.end, k)
+            p = _late_split(s, ready, t)
+            if p:
+                out.append(Move("split-late", t, (p,)))
         # the same for the whole step (lockstep constructions: every rank's transfer of the step moves)
         if k not in steps_done and int(s.step_bounds[k + 1] - s.step_bounds[k]) > 1:
             steps_done.add(k)
+            b0, b1 = int(s.step_bounds[k]), int(s.step_bounds[k + 1])
+            if int(s.count[b0:b1].max()) > 1:
+                ready = _ready_before(s, st.end, k)
+                cuts = [(v, _late_split(s, ready, v)) for v in range(b0, b1)]
+                flat = tuple(a for v, p in cuts if p for a in (v, p))
+                if flat:
+                    out.append(Move("step-split-late", t, flat))
             if why in ("send-port", "recv-port", "link") and u >= 0 and int(s.step[u]) < k:
                 ku = int(s.step[u])
                 if st.same_phase(ku - 1, ku) and st.same_phase(ku, k):
@@ -379,6 +426,21 @@ def apply_move(s: Schedule, mv: Move) -> Schedule | None:
         if at_v:
             key[t] = float(s.step[v])
         drop = v
+    elif mv.kind in ("split-late", "step-split-late"):
+        pairs = [(t, mv.args[0])] if mv.kind == "split-late" else list(zip(mv.args[::2], mv.args[1::2]))
+        count, chunk = count.copy(), chunk.copy()
+        rows: list[tuple[float, int, int, int, int, bool]] = []
+        for v, p in pairs:
+            c, n = int(s.chunk[v]), int(s.count[v])
+            if p > 0:  # the first p chunks are ready first: they stay, the rest follows in a step after
+                count[v] = p
+                late = (c + p, n - p)
+            else:  # the last -p chunks are ready first
+                chunk[v], count[v] = c - p, n + p
+                late = (c, -p)
+            rows.append((float(s.step[v]) + 0.5, int(src[v]), int(dst[v]), late[0], late[1], bool(red[v])))
+        extra = tuple(np.array([r[i] for r in rows], dt) for i, dt in
+                      enumerate((np.float64, np.int64, np.int64, np.int64, np.int64, np.bool_)))
     elif mv.kind == "chain-ahead":
         ku, blk = mv.args[0], mv.args[1:]
         for i, b in enumerate(blk):

@@ -21,9 +21,10 @@ verified schedule:
    the model) it is skipped.
 3. With late ranks on a topology with several link classes (a cluster: the warm start is then a
    construction outside the model class, e.g. clusterstraggler), a large-neighbourhood search
-   (synth/solver/lns.py) re-solves windows of the fastest candidate's steps with a small MILP in the
-   time left (less an estimate of the final check), keeping a window only when the schedule verifies and
-   simulates faster; ``lns.stopped`` says whether it ran out of time or of windows.
+   (synth/solver/lns.py) tries simulator-guided moves on the critical path of the fastest candidate
+   (synth/solver/critical.py), then re-solves windows of its steps with a small MILP, in the time left
+   (less an estimate of the final check), keeping a change only when the schedule verifies and simulates
+   faster; ``lns`` records the windows and moves, ``lns.stopped`` whether it ran out of time or of windows.
 4. The returned schedule is the fastest verified candidate by simulated completion time. Its
    ``meta["solver"]`` records the status (``optimal``: no schedule of the model class on this grid
    finishes sooner; ``time-limit``: stopped with the gap shown; ``improved``: the search made the warm
