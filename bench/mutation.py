@@ -59,7 +59,8 @@ KB = "tests/test_mutation_kills_backends.py"  # (backends/)
 STRAGGLAR_CLUSTER = [f"synth/algorithms/stragglar/{m}.py"
                      for m in ("cluster", "cluster_study", "multi", "prephase", "waves")]
 # the rail broadcasts, the list-scheduling model's Busy intervals and the trees: target "bcast" (one target each)
-BCAST = ["synth/algorithms/stragglar/bcast.py", "synth/algorithms/stragglar/listsched.py", "synth/trees.py"]
+BCAST = ["synth/algorithms/stragglar/bcast.py", "synth/algorithms/stragglar/circulant.py",
+         "synth/algorithms/stragglar/listsched.py", "synth/trees.py"]
 
 # target -> (modules, tests that cover them); the first three are the representative subset
 TARGETS: dict[str, tuple[list[str], list[str]]] = {
@@ -110,7 +111,8 @@ TARGETS: dict[str, tuple[list[str], list[str]]] = {
     # the rail broadcasts of the cluster forms (2026-12-02: phantom cubes, copy-back, ClusterPlan.rule), the
     # list-scheduling model's Busy intervals and the broadcast/AllReduce trees: their fastest tests (~25 s)
     "bcast": (BCAST,
-              ["tests/test_bcast_rounds.py", "tests/test_listsched_busy.py", "tests/test_trees_shapes.py",
+              ["tests/test_bcast_rounds.py", "tests/test_bcast_circulant.py", "tests/test_listsched_busy.py",
+               "tests/test_trees_shapes.py",
                "tests/test_clusterstraggler.py::test_copyback_rounds_deliver_every_block_once_per_round_and_port",
                "tests/test_clusterstraggler.py::test_late_node_on_nodes_not_a_power_of_two_keeps_the_faster_broadcast",
                "tests/test_cluster_algorithms.py::test_double_binary_tree_verifies",

@@ -310,14 +310,20 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         "last_arrival_s": res.last_arrival_s,
         "rank_finish_s": list(res.rank_finish_s),
     }
+    bound = compare_bound(s.nranks, size, topo, arrivals) if s.collective == "allreduce" else None
+    if bound is not None:  # the distance to the proven bound compare measures against (synth.bounds)
+        out.update(bound.to_json_dict())
+        out["x_bound"] = res.after_last_arrival_s / bound.after_last_arrival_s
     if args.timeline:
         write_text_atomic(args.timeline, json.dumps(res.timeline) + "\n")
     if args.json:
         print_json(out)
     else:
+        tail = (f"; {out['x_bound']:.3f}x the lower bound of {format_time(bound.after_last_arrival_s)} "
+                f"after it ({bound.kind})" if bound is not None else "")
         print(f"{s.name or args.file}: completion {format_time(res.completion_s)}, "
               f"{format_time(res.after_last_arrival_s)} after the last arrival "
-              f"({format_time(res.last_arrival_s)})")
+              f"({format_time(res.last_arrival_s)}){tail}")
     return 0
 
 

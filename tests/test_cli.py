@@ -48,6 +48,19 @@ def test_synth_verify_info_simulate_round(capsys, tmp_path):
     late = json.loads(out)
     assert late["completion_s"] == pytest.approx(expect + 1e-3, rel=1e-9)
     assert late["after_last_arrival_s"] == pytest.approx(expect, rel=1e-9)
+    # the distance to compare's proven bound: the per-GPU bound 2 (n-1)/n s/B (+ the late rank's arrival)
+    per_gpu = 2 * 7 / 8 * 2**30 / (450 * 2**30)
+    assert res["kind"] == "per-gpu" and res["bound_s"] == pytest.approx(per_gpu + 3e-6, rel=0.01)
+    assert res["x_bound"] == pytest.approx(res["after_last_arrival_s"] / res["bound_after_last_arrival_s"])
+    assert 1 < res["x_bound"] < 1.02  # ring is bandwidth-optimal here (its 14 alphas against one)
+    code, out, _ = run(capsys, "simulate", str(path), "--size", "1GiB", "--alpha", "3us",
+                       "--bandwidth", "450GiB/s", "--arrival", "3=1ms")
+    assert out.rstrip().endswith(f"after the last arrival (1.000 ms); {late['x_bound']:.3f}x the lower bound of "
+                                 f"{late['bound_after_last_arrival_s'] * 1e3:.3f} ms after it ({late['kind']})")
+    rs = tmp_path / "rs8.json"
+    run(capsys, "synth", "-a", "ring", "-n", "8", "-c", "reducescatter", "-o", str(rs))
+    code, out, _ = run(capsys, "simulate", str(rs), "--size", "1GiB", "--json")
+    assert code == 0 and "x_bound" not in json.loads(out)  # no proven bound for it: none claimed
 
 
 def test_synth_to_stdout_is_the_json(capsys):

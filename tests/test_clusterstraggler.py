@@ -283,15 +283,37 @@ def test_late_node_on_nodes_not_a_power_of_two_keeps_the_faster_broadcast(N):
     plan = cs.new_plan(t, n, times, GiB, s.meta["pipeline"], None, None)
     rows = cs.best_rows(N, 8, s.meta["pipeline"], GiB, plan.model) if cs.coarse_rows_apply(N, 8) else None
     got = {}
+    M = s.meta["pipeline"]
     for rule in ("plain", "balanced", "cube"):
-        plan = cs.new_plan(t, n, times, GiB, s.meta["pipeline"], None, rows)
-        plan.rule = rule
-        plan.pre(set(late))
-        plan.merge(set(late), set(range(n)) - set(late))
+        plan = cs.merged_plan(t, n, times, GiB, M, cs.make_runs(M, 1, M), rows or cs.make_runs(M, 1, M),
+                              sorted(late), rule)
         got[rule] = simulate(plan.to_schedule(rule, {}), GiB, t, late).after_last_arrival_s
     assert simulate(s, GiB, t, late).after_last_arrival_s <= min(got.values()) * (1 + 1e-9), got
     if N == 6:  # the phantom cube's gain: every root target's send port is free for the return
         assert got["cube"] < min(got["plain"], got["balanced"]), got
+
+
+def test_late_gpu_with_a_delay_too_short_for_the_allreduce_before_it_takes_fewer_blocks():
+    """fit_delay: at 8 x 8, rank 5 late by 6 ms, the present ranks' AllReduce with the estimate's block count
+    does not end by the arrival (simulated time far above the estimate); fewer blocks (a shorter AllReduce)
+    are built and the faster kept: verified, never slower than the estimate's count, and faster here. With a
+    long delay the estimate's count stays."""
+    from collsynth.synth.algorithms.stragglar import cluster as cs
+    from collsynth.synth.topology import make_topology
+
+    t = make_topology("h100-cluster", 64)
+    M0 = cs.auto_pipeline(64, t, "gpu", GiB)
+    for delay, fewer in ((0.006, True), (0.05, False)):
+        arr = {5: delay}
+        s = cs.build(64, arrivals=arr, size=GiB, topology=t)
+        assert verify(s, topology=t).ok and s.meta["form"] == "gpu"
+        fixed = cs.build(64, arrivals=arr, size=GiB, topology=t, pipeline=M0)
+        ours, theirs = (simulate(x, GiB, t, arr).after_last_arrival_s for x in (s, fixed))
+        if fewer:
+            assert s.meta["pipeline"] < M0 and ours < theirs * (1 - 0.01)
+            assert theirs > fixed.meta["after_arrival_estimate_s"] * (1 + cs.SPILL)
+        else:
+            assert s.meta["pipeline"] == M0 and ours == theirs
 
 
 def test_several_late_ranks_above_the_waves_search_still_fall_back(monkeypatch):

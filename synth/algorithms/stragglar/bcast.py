@@ -7,6 +7,8 @@ import math
 from collections.abc import Callable
 from functools import lru_cache
 
+from collsynth.synth.algorithms.stragglar.circulant import circulant_rounds
+
 Round = list[tuple[int, int, int]]  # one round's moves: (src node, dst node, block)
 
 SEARCH_WORK = 200_000  # node-rounds the placement search may spend per (N, nblocks) (about 1.5 s at N = 100)
@@ -19,18 +21,19 @@ def broadcast_rounds(N: int, nblocks: int) -> list[Round]:
     one-port model's optimum is nblocks - 1 + ceil(log2 N) rounds (Bar-Noy & Kipnis, Discrete Applied
     Mathematics 1994).
 
-    N a power of two: the hypercube exchange (round r pairs x with x xor 2^(r mod log2 N); the root
-    sends block r, every other node the newest block its partner lacks): that optimum. Otherwise the
-    fewest rounds of (1) a greedy rule (the root sends the next block to the node with the fewest;
-    every other node, most blocks first, sends its newest block a receiver lacks to the receiver with
-    the fewest) and (2) *phantom hypercubes*: the nodes placed on vertices of the next power-of-two
-    cube (the root on vertex 0), the exchange run on it, and in each round the nodes whose partner
-    vertex is empty, or that have nothing for their partner, matched among themselves (a receiver with
-    the fewest blocks first gets the newest block a free sender has for it). The identity placement
-    and then seeded pseudo-random ones are tried (at most SEARCH_TRIALS, about SEARCH_WORK node-rounds)
-    until one reaches the optimum (our construction; it reaches it on 5-7 and 10-13 nodes for 9-32 blocks,
-    one round above it on 40, 48 and 100; round-optimal schedules for every N exist: Traeff, arXiv
-    2312.11236). Deterministic; cached per (N, nblocks)."""
+    N a power of two: the hypercube exchange (round r pairs x with x xor 2^(r mod log2 N); the root sends
+    block r, every other node the newest block its partner lacks): that optimum. Otherwise Traeff's
+    circulant broadcast (circulant.py), also that optimum (1 round fewer than the search below for most
+    block counts on 17-62 nodes, 80 and 100, 2 on 96). Where it is not available (more than
+    circulant.MAX_NODES nodes, no CBC) the fewest rounds of (1) a greedy rule (the root sends the next block
+    to the node with the fewest; every other node, most blocks first, sends its newest block a receiver
+    lacks to the receiver with the fewest) and (2) *phantom hypercubes*: the nodes placed on vertices of the
+    next power-of-two cube (the root on vertex 0), the exchange run on it, and in each round the nodes whose
+    partner vertex is empty, or that have nothing for their partner, matched among themselves (a receiver
+    with the fewest blocks first gets the newest block a free sender has for it). The identity placement and
+    then seeded pseudo-random ones are tried (at most SEARCH_TRIALS, about SEARCH_WORK node-rounds) until
+    one reaches the optimum (our construction; it reaches it on 5-7 and 10-13 nodes for 9-32 blocks, one
+    round above it on 20, 24, 40, 48 and 100). Deterministic; cached per (N, nblocks)."""
     return [list(r) for r in _rounds(N, nblocks)]
 
 
@@ -41,6 +44,9 @@ def _rounds(N: int, nblocks: int) -> tuple[tuple[tuple[int, int, int], ...], ...
     q = max(1, math.ceil(math.log2(N)))
     if 1 << q == N:
         return _frozen(_cube(N, nblocks))
+    circ = circulant_rounds(N, nblocks)
+    if circ is not None:
+        return _frozen(circ)
     trials = max(1, min(SEARCH_TRIALS, SEARCH_WORK // (N * (nblocks + q))))
     rng = _Lcg(N * 1_000_003 + nblocks)
     return _frozen(_search(N, nblocks, trials, lambda: _any_vertices(N, q, rng), greedy_rounds(N, nblocks), 0))

@@ -599,21 +599,20 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
         M = int(pipeline)
         runs = make_runs(M, 1, M)
         rows = best_rows(N, G, M, s_bytes, model) if form == "node" and coarse_rows_apply(N, G) else runs
-    plan = new_plan(topology, n, times, s_bytes, M, runs, rows)
-    plan.pre(set(late))
-    plan.merge(set(late), set(range(n)) - set(late))
+    plan = merged_plan(topology, n, times, s_bytes, M, runs, rows, late)
     if form == "node" and N & (N - 1) and pipeline == "auto" and n <= BALANCED_MAX_GPUS:
         # three broadcasts for the late node's exchange with its partners: the fastest in the simulator
         # (none wins always; ties keep the earlier)
         best = simulate(plan.to_schedule("probe", {}), s_bytes, topology, times).completion_s
         for rule in ("balanced", "cube"):
-            alt = new_plan(topology, n, times, s_bytes, M, runs, rows)
-            alt.rule = rule
-            alt.pre(set(late))
-            alt.merge(set(late), set(range(n)) - set(late))
+            alt = merged_plan(topology, n, times, s_bytes, M, runs, rows, late, rule)
             t_alt = simulate(alt.to_schedule("probe", {}), s_bytes, topology, times).completion_s
             if t_alt < best * (1 - 1e-9):
                 plan, best = alt, t_alt
+    if form == "gpu" and pipeline == "auto" and n <= BALANCED_MAX_GPUS:
+        plan = fit_delay(plan, topology, n, times, s_bytes, late, after_arrival_estimate(
+            form, N, G, M, runs, s_bytes, model, rows))
+        M, runs, rows = plan.M, plan.runs, plan.rows
     est = after_arrival_estimate(form, N, G, M, runs, s_bytes, model, rows)
     meta: dict[str, object] = {"algorithm": "clusterstraggler", "form": form, "late": late, "nodes": N,
                                "gpus_per_node": G, "pipeline": M, "messages_per_part": len(runs),
@@ -636,6 +635,42 @@ def auto_pipeline(n: int, topology: Any, form: str, size: int | float | str | No
     N, G = grid.shape
     s_bytes = DEFAULT_SIZE if size is None else float(parse_size(size) if isinstance(size, str) else size)
     return best_pipeline(form, N, G, s_bytes, link_model(topology, grid))[0]
+
+
+SPILL = 0.02  # a late GPU's simulated time this far above its estimate: the work before the arrival spilled past it
+SPILL_TRIES = 3  # ... then this many smaller block counts of UNITS are built and simulated (fit_delay)
+
+
+def merged_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int, runs: list[tuple[int, int]],
+                rows: list[tuple[int, int]], late: list[int], rule: str = "plain") -> ClusterPlan:
+    """``new_plan`` with the present ranks' AllReduce (``pre``) and the late ranks merged (``merge``), the
+    late node's broadcast by ``rule``."""
+    plan = new_plan(topology, n, times, size, M, runs, rows)
+    plan.rule = rule
+    plan.pre(set(late))
+    plan.merge(set(late), set(range(n)) - set(late))
+    return plan
+
+
+def fit_delay(plan: ClusterPlan, topology: Any, n: int, times: np.ndarray, size: float, late: list[int],
+              estimate: float) -> ClusterPlan:
+    """A late GPU's plan whose simulated time after the arrival exceeds the estimate (which assumes the work
+    before the arrival is done by then) by more than SPILL: the present ranks' AllReduce did not fit the
+    delay. Its alpha terms grow with the block count, so up to SPILL_TRIES smaller counts of UNITS are built
+    and the fastest plan in the simulator is kept (ties keep the earlier). Issue 15 point 1: "choose by the
+    model and the expected delay" (h100-cluster 32 x 8, 1 GiB, rank 5 late by 10 ms: 32 blocks 4.222 ms
+    after the arrival, 28 blocks 3.699 ms)."""
+    res = simulate(plan.to_schedule("probe", {}), size, topology, times)
+    if res.after_last_arrival_s <= estimate * (1 + SPILL):
+        return plan
+    best = res.completion_s
+    for m in sorted((u for u in UNITS if u < plan.M), reverse=True)[:SPILL_TRIES]:
+        runs = make_runs(m, 1, m)
+        alt = merged_plan(topology, n, times, size, m, runs, runs, late)
+        t_alt = simulate(alt.to_schedule("probe", {}), size, topology, times).completion_s
+        if t_alt < best * (1 - 1e-9):
+            plan, best = alt, t_alt
+    return plan
 
 
 def new_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int,

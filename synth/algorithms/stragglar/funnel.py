@@ -18,11 +18,19 @@ and m its node. Nobody but node m needs a partial sum, so:
    those after the last chain node join the chain's end instead (variant ``tail``), taking in through
    their helpers over PXN, so node m's NIC does not take several streams. With ``inline`` every node but
    the last one ready before L is a chain node on every rail (a late rail GPU receives once it is there),
-   so no chain node takes two streams in.
+   so no chain node takes two streams in; that last one too when its own stream (T = s/(G B_net) from its
+   ready time, ``rail_time``) ends before L arrives.
    A chain node's rail GPU receives the upstream blocks whenever they come (before its node's late GPUs
    arrive: ingress early), adds its node's part, and sends each block on once it is complete. Into node m
    (variant ``pxn``) a late rail GPU's blocks go to its helpers (over PXN), L's own blocks of its part
    too, so the helpers sum L's final blocks and L's NIC only sends; otherwise L receives them.
+   With ``early`` each node's reductions (its ReduceScatter and the upstream blocks) are listed by their
+   modelled earliest start rather than by when their data is ready, so an upstream block is not reduced
+   behind a late GPU's block of the same row (whose NVLink port may still be busy with earlier rows).
+   With ``relay`` an upstream block for a GPU off the sender's rail (a helper) goes over NVLink to the
+   sending node's GPU on the receiver's rail, then over that GPU's NIC: a PXN message would hold the
+   sender's NVLink port for the whole network transfer (the model reserves every port of a route), so a
+   late rail GPU that also reduce-scatters its node's blocks would fall behind.
 3. Node m's rail-g GPU then holds the final blocks of part g once L's contribution is in: each is broadcast
    along rail g (receivers copy) and every node spreads it over NVLink from the GPU that received it. The
    broadcast is either two binary trees over the other nodes (``trees.heap_two_trees``: even blocks down one, odd
@@ -71,8 +79,11 @@ class _Funnel:
 
     def __init__(self, grid: np.ndarray, times: np.ndarray, M: int, size: float, topology: Any, fan: int,
                  pxn: bool, tail: bool = True, inline: bool = False, spread: bool = False, leaves: float = 0.0,
-                 rows: bool = False, mute: bool = False) -> None:
+                 rows: bool = False, mute: bool = False, early: bool = False, relay: bool = False) -> None:
         self.grid, self.M, self.times, self.pxn = grid, M, times, pxn
+        self.relay = relay  # an upstream block for a GPU off its rail: NVLink copy to the sender node's GPU on
+        # the receiver's rail, then over that GPU's NIC (instead of a PXN message holding the sender's port)
+        self.early = early  # a node's reductions added in order of their modelled earliest start
         self.mute = mute  # leaves inside the rounds, receiving only (bcast.muted_cube_rounds), not fed after them
         self.inline = inline
         self.selfspread = spread
@@ -118,8 +129,12 @@ class _Funnel:
         # (PXN, ``into_helpers``); without ``tail`` they send into m too
         self.upstream: dict[tuple[int, int], list[int]] = {}
         self.into_helpers: set[tuple[int, int]] = set()
+        # the nodes whose own stream (s/G per NIC, T = rail_time from their ready time) ends before L arrives
+        T = rail_time(topology, n, size)
+        done = {b for b in others if ready[b] + T <= float(times[L])}
         for g in range(G):
-            chain = [b for b in others if (self.inline and b != others[-1]) or float(times[int(grid[b, g])]) <= t0]
+            chain = [b for b in others if (self.inline and (b != others[-1] or b in done))
+                     or float(times[int(grid[b, g])]) <= t0]
             after = others[others.index(chain[-1]) + 1:] if chain else list(others)
             if tail:
                 chain += after
@@ -152,7 +167,7 @@ class _Funnel:
         arr = [float(x) for x in self.times]
         for j in range(M):
             for b in self.order:
-                ev: list[tuple[float, int, Move]] = []
+                ev: list[tuple[float, int, list[Move]]] = []  # (key, order, moves added together)
                 for sh in range(1, G):  # ReduceScatter rounds: local i sends part i + sh
                     for i in range(G):
                         x = int(grid[b, i])
@@ -160,19 +175,29 @@ class _Funnel:
                         o = self.owner(b, g, j)
                         if x == o:  # (L sends every part but its own: i + sh != i)
                             continue
-                        ev.append((arr[x], len(ev), (x, o, g + G * j, 1, True)))
+                        ev.append((arr[x], len(ev), [(x, o, g + G * j, 1, True)]))
                 if self.pxn and b == self.m and self.owner(b, self.lL, j) != L:  # L's own block into its helper
-                    ev.append((arr[L], len(ev), (L, self.owner(b, self.lL, j), self.lL + G * j, 1, True)))
+                    ev.append((arr[L], len(ev), [(L, self.owner(b, self.lL, j), self.lL + G * j, 1, True)]))
                 for g in range(G):
                     c = g + G * j
                     for a in self.upstream.get((b, g), ()):
                         src = self.target(a, g)
                         into = (b == self.m and self.pxn) or (b, g) in self.into_helpers
                         dst = self.owner(b, g, j) if into else self.target(b, g)
-                        ev.append((tl.ready(src, c), len(ev), (src, dst, c, 1, True)))
+                        h = int(self.local_of[dst])
+                        via = int(grid[a, h])  # node a's GPU on dst's rail (its block c is spent by now)
+                        if self.relay and h != g and arr[via] <= arr[src]:
+                            ev.append((tl.ready(src, c), len(ev),
+                                       [(src, via, c, 1, False), (via, dst, c, 1, True)]))
+                        else:
+                            ev.append((tl.ready(src, c), len(ev), [(src, dst, c, 1, True)]))
+                if self.early:  # by the model's earliest start: a reduction whose data is ready does not
+                    # queue behind a late GPU's (whose NVLink port is still busy with earlier rows)
+                    ev = [(tl.earliest(mvs[0][0], mvs[0][1], mvs[0][2], 1), i, mvs) for _, i, mvs in ev]
                 ev.sort(key=lambda e: (e[0], e[1]))
-                for _, _, mv in ev:
-                    tl.add(*mv)
+                for _, _, mvs in ev:
+                    for mv in mvs:
+                        tl.add(*mv)
                 for g in range(G):  # a late rail GPU takes its node's block from its helper (L: the final)
                     r, o = int(grid[b, g]), self.owner(b, g, j)
                     if o != r:
@@ -331,7 +356,8 @@ def rail_time(topology: Any, n: int, size: float) -> float:
 
 def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fan: int = 1,
               trees: bool = True, pxn: bool = True, tail: bool = True, spread: bool = False,
-              leaves: float = 0.0, rows: bool = False, inline: bool = False, mute: bool = False) -> Schedule:
+              leaves: float = 0.0, rows: bool = False, inline: bool = False, mute: bool = False,
+              early: bool = False, relay: bool = False) -> Schedule:
     """The funnel schedule for M blocks per part, ``fan`` chains ending at the last rank's node, the
     broadcast by two ``trees`` (else hypercube rounds), L's part summed at its helpers (``pxn``) and the
     late-rail nodes at a rail's end joining its chain (``tail``); ``spread``: a late rail GPU spreads a
@@ -340,7 +366,11 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     ``mute`` receivers only inside its rounds (``bcast.muted_cube_rounds``);
     ``rows``: the nodes whose NVLink ports are idle when L arrives spread whole rows by recursive doubling;
     ``inline``: a node whose rail GPU is late takes its place in that rail's chain (receiving once the GPU
-    is there), unless it is the last node ready before L (module docstring). Needs a topology of at least
+    is there), unless it is the last node ready before L and still streaming then (module docstring);
+    ``early``: the reductions into
+    each node (its ReduceScatter and the upstream blocks) are listed by their modelled earliest start, not
+    by when their data is ready (a reduction is commutative: the upstream block need not wait behind a
+    late GPU's). Needs a topology of at least
     2 nodes of at least 2 GPUs."""
     grid = node_grid(topology, n)
     N, G = grid.shape
@@ -353,7 +383,7 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     if not (isinstance(leaves, (int, float)) and math.isfinite(leaves) and leaves >= 0):
         raise CollsynthError(f"the funnel form needs a finite leaf window >= 0 seconds, got {leaves!r}")
     plan = _Funnel(grid, times, int(M), float(size), topology, fan, pxn, tail, bool(inline), bool(spread),
-                   float(leaves), bool(rows), bool(mute))
+                   float(leaves), bool(rows), bool(mute), bool(early), bool(relay))
     plan.funnel()
     plan.broadcast(trees)
     t0 = float(times.min())
@@ -363,6 +393,7 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
                                "nodes": N, "gpus_per_node": G, "pipeline": int(M), "fan": plan.fan,
                                "pxn": pxn, "tail": tail, "spread": bool(spread), "leaves_s": float(leaves),
                                "rows": bool(rows), "inline": bool(inline), "mute": bool(mute),
+                               "early": bool(early), "relay": bool(relay),
                                "broadcast": "two-tree" if trees else "hypercube",
                                "chain": [int(b) for b in plan.order], "topology_name": topology.name}
     spec = getattr(topology, "spec", None)

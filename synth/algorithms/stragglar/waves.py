@@ -66,13 +66,27 @@ from collsynth.units import parse_size
 DEFAULT_SIZE = float(2**30)
 MAX_CHUNKS = 4096
 # the funnel form's (M, two trees, pxn, tail, spread, leaf window in T = s/(G B_net) (funnel.rail_time), rows,
-# inline, mute) that auto simulates (funnel.construct; chosen on random vectors: bench/bench_random_arrivals.py,
-# docs/stragglar.md section 11)
-FUNNEL_CHOICES: tuple[tuple[int, bool, bool, bool, bool, float, bool, bool, bool], ...] = (
-    (24, True, False, True, True, 0.0, False, True, False), (32, True, False, False, True, 0.0, False, True, False),
-    (24, False, True, False, True, 0.0, False, True, False),
-    (20, False, False, True, True, 1.0, False, True, True), (20, False, False, False, True, 1.5, False, True, True),
-    (24, False, False, True, True, 2.0, False, True, True), (20, False, False, False, True, 1.0, False, True, True))
+# inline, mute, early, relay) that auto simulates (funnel.construct; chosen on random vectors:
+# bench/bench_random_arrivals.py, bench/screen_random_arrivals.py, docs/stragglar.md section 11)
+FUNNEL_CHOICES: tuple[tuple[int, bool, bool, bool, bool, float, bool, bool, bool, bool, bool], ...] = (
+    (24, True, False, True, True, 0.0, False, True, False, True, True),
+    (24, False, True, False, True, 0.0, False, True, False, True, True),
+    (20, False, False, True, True, 1.0, False, True, True, True, True),
+    (20, False, False, False, True, 1.5, False, True, True, True, True),
+    (24, False, False, True, True, 2.0, False, True, True, True, True),
+    (20, False, False, False, True, 1.0, False, True, True, True, True))
+
+
+def funnel_candidate(n: int, arrivals: Arrivals, size: float, topology: Any,
+                     choice: tuple[int, bool, bool, bool, bool, float, bool, bool, bool, bool, bool],
+                     T: float) -> Schedule:
+    """The funnel schedule (funnel.construct) of one of FUNNEL_CHOICES; T: funnel.rail_time, the unit of its
+    leaf window."""
+    M, trees, pxn, tail, spread, leaves, rows, inline, mute, early, relay = choice
+    return funnel.construct(n, arrivals, size, topology, M, trees=trees, pxn=pxn, tail=tail, spread=spread,
+                            leaves=leaves * T, rows=rows, inline=inline, mute=mute, early=early, relay=relay)
+
+
 SEARCH_MAX_GPUS = 256  # up to this many GPUs "auto" simulates several (M, broadcast) choices and keeps the best
 
 
@@ -317,9 +331,8 @@ def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = No
     consider(16, True, cut)
     if G >= 2:  # reduce toward the last rank's node, then broadcast (funnel.py)
         T = funnel.rail_time(topology, n, s_bytes)
-        for M, trees, pxn, tail, spread, leaves, rows, inline, mute in FUNNEL_CHOICES:
-            f = funnel.construct(n, arrivals, s_bytes, topology, M, trees=trees, pxn=pxn, tail=tail,
-                                 spread=spread, leaves=leaves * T, rows=rows, inline=inline, mute=mute)
+        for choice in FUNNEL_CHOICES:
+            f = funnel_candidate(n, arrivals, s_bytes, topology, choice, T)
             t = simulate(f, s_bytes, topology, times).completion_s
             tried += 1
             if t < best[0] * (1 - 1e-12):
