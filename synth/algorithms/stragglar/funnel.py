@@ -18,7 +18,8 @@ and m its node. Nobody but node m needs a partial sum, so:
    those after the last chain node join the chain's end instead (variant ``tail``), taking in through
    their helpers over PXN, so node m's NIC does not take several streams. With ``inline`` every node but
    the last one ready before L is a chain node on every rail (a late rail GPU receives once it is there),
-   so no chain node takes two streams in.
+   so no chain node takes two streams in; that last one too when its own stream (T = s/(G B_net) from its
+   ready time, ``rail_time``) ends before L arrives.
    A chain node's rail GPU receives the upstream blocks whenever they come (before its node's late GPUs
    arrive: ingress early), adds its node's part, and sends each block on once it is complete. Into node m
    (variant ``pxn``) a late rail GPU's blocks go to its helpers (over PXN), L's own blocks of its part
@@ -128,8 +129,12 @@ class _Funnel:
         # (PXN, ``into_helpers``); without ``tail`` they send into m too
         self.upstream: dict[tuple[int, int], list[int]] = {}
         self.into_helpers: set[tuple[int, int]] = set()
+        # the nodes whose own stream (s/G per NIC, T = rail_time from their ready time) ends before L arrives
+        T = rail_time(topology, n, size)
+        done = {b for b in others if ready[b] + T <= float(times[L])}
         for g in range(G):
-            chain = [b for b in others if (self.inline and b != others[-1]) or float(times[int(grid[b, g])]) <= t0]
+            chain = [b for b in others if (self.inline and (b != others[-1] or b in done))
+                     or float(times[int(grid[b, g])]) <= t0]
             after = others[others.index(chain[-1]) + 1:] if chain else list(others)
             if tail:
                 chain += after
@@ -361,7 +366,8 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     ``mute`` receivers only inside its rounds (``bcast.muted_cube_rounds``);
     ``rows``: the nodes whose NVLink ports are idle when L arrives spread whole rows by recursive doubling;
     ``inline``: a node whose rail GPU is late takes its place in that rail's chain (receiving once the GPU
-    is there), unless it is the last node ready before L (module docstring); ``early``: the reductions into
+    is there), unless it is the last node ready before L and still streaming then (module docstring);
+    ``early``: the reductions into
     each node (its ReduceScatter and the upstream blocks) are listed by their modelled earliest start, not
     by when their data is ready (a reduction is commutative: the upstream block need not wait behind a
     late GPU's). Needs a topology of at least
