@@ -48,7 +48,7 @@ with a move budget (``max_evals``) instead of a time limit the result is reprodu
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,7 @@ from collsynth.errors import CollsynthError
 from collsynth.synth.ir import Schedule
 from collsynth.synth.verify import VerificationError, check, class_port_violation
 
+MAX_UNITS = 2_000_000  # chunk moves (sum of counts) above which the moves do not run (seconds per incumbent)
 HOLDERS = 3  # holders tried per re-sourced copy (the best by the estimate)
 EPS = 1e-12  # relative: a candidate must beat the incumbent by more than this
 
@@ -310,10 +311,10 @@ def _late_split(s: Schedule, ready: np.ndarray, t: int) -> int:
     return at
 
 
-def candidates(st: _State, path: list[tuple[int, str, int]], size: float) -> list[Move]:
-    """Moves on the critical path, from its last transfer back (module docstring)."""
+def candidates(st: _State, path: list[tuple[int, str, int]], size: float) -> Iterator[Move]:
+    """Moves on the critical path, from its last transfer back (module docstring), generated lazily (the
+    search checks its deadline between them)."""
     s = st.s
-    out: list[Move] = []
     steps_done: set[int] = set()
     for i, (t, why, u) in enumerate(path):
         k = int(s.step[t])
@@ -329,38 +330,38 @@ def candidates(st: _State, path: list[tuple[int, str, int]], size: float) -> lis
             ku = int(s.step[u])
             blk = tuple(sorted(set(block)))
             if len(blk) > 1 and st.same_phase(ku - 1, ku) and all(st.same_phase(ku, b) for b in blk):
-                out.append(Move("chain-ahead", t, (ku, *blk)))
+                yield Move("chain-ahead", t, (ku, *blk))
         if why in ("send-port", "recv-port", "link") and u >= 0 and int(s.step[u]) < k:
             ku = int(s.step[u])
             if st.same_phase(ku - 1, ku) and st.same_phase(ku, k):
-                out.append(Move("ahead", t, (u,)))
+                yield Move("ahead", t, (u,))
             if st.same_phase(ku, k):
-                out.append(Move("swap", t, (u,)))
+                yield Move("swap", t, (u,))
         if why != "raw":
             d = _data_step(s, t, c0, c0 + cnt)
             if d + 1 < k and st.same_phase(d + 1, k) and (d < 0 or st.same_phase(d, k)):
-                out.append(Move("early", t, (d,)))
+                yield Move("early", t, (d,))
         if st.is_final_copy(t):
             for j in st.holders(t, size):
-                out.append(Move("resource", t, (j, 0)))
+                yield Move("resource", t, (j, 0))
                 if st.same_phase(k - 1, k):
-                    out.append(Move("resource", t, (j, 1)))
+                    yield Move("resource", t, (j, 1))
         if cnt > 1:
             h = cnt // 2
             d = _data_step(s, t, c0, c0 + h)
             if d + 1 < k and st.same_phase(d + 1, k) and (d < 0 or st.same_phase(d, k)):
-                out.append(Move("split", t, (d,)))  # the first half as early as its data allows
-            out.append(Move("split", t, (k,)))  # the second half in a step right after
+                yield Move("split", t, (d,))  # the first half as early as its data allows
+            yield Move("split", t, (k,))  # the second half in a step right after
         for v in _mergeable(s, t):
-            out.append(Move("merge", t, (v, 0)))
-            out.append(Move("merge", t, (v, 1)))
+            yield Move("merge", t, (v, 0))
+            yield Move("merge", t, (v, 1))
         if st.same_phase(k - 1, k) and int(s.step_bounds[k + 1] - s.step_bounds[k]) > 1:
-            out.append(Move("own", t))
+            yield Move("own", t)
         if cnt > 1:
             ready = _ready_before(s, st.end, k)
             p = _late_split(s, ready, t)
             if p:
-                out.append(Move("split-late", t, (p,)))
+                yield Move("split-late", t, (p,))
         # the same for the whole step (lockstep constructions: every rank's transfer of the step moves)
         if k not in steps_done and int(s.step_bounds[k + 1] - s.step_bounds[k]) > 1:
             steps_done.add(k)
@@ -370,15 +371,14 @@ def candidates(st: _State, path: list[tuple[int, str, int]], size: float) -> lis
                 cuts = [(v, _late_split(s, ready, v)) for v in range(b0, b1)]
                 flat = tuple(a for v, p in cuts if p for a in (v, p))
                 if flat:
-                    out.append(Move("step-split-late", t, flat))
+                    yield Move("step-split-late", t, flat)
             if why in ("send-port", "recv-port", "link") and u >= 0 and int(s.step[u]) < k:
                 ku = int(s.step[u])
                 if st.same_phase(ku - 1, ku) and st.same_phase(ku, k):
-                    out.append(Move("step-ahead", t, (ku,)))
+                    yield Move("step-ahead", t, (ku,))
             d = _step_data_step(s, k)
             if d + 1 < k and st.same_phase(d + 1, k) and (d < 0 or st.same_phase(d, k)):
-                out.append(Move("step-early", t, (d,)))
-    return out
+                yield Move("step-early", t, (d,))
 
 
 MERGE_STEPS = 8  # a merge partner is at most this many steps away
@@ -518,6 +518,9 @@ def search(s: Schedule, simulate_fn: Callable[[Schedule], Any], *, topology: Any
     res = SearchResult(s, best_t, best_f)
     if sim.start_s is None or sim.end_s is None or not s.ntransfers:
         res.stopped = "no timeline"
+        return res
+    if int(s.count.sum()) > MAX_UNITS:
+        res.stopped = "too large"  # each incumbent's state and move costs scale with the chunk moves
         return res
     state = _State(s, np.asarray(sim.start_s), np.asarray(sim.end_s), topology)
     while True:
