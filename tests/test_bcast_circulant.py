@@ -75,3 +75,22 @@ def test_same_output_every_call() -> None:
     a = circulant_rounds(24, 16)
     receive_schedule.cache_clear()
     assert circulant_rounds(24, 16) == a
+
+
+def test_no_cbc_means_no_schedule_and_the_search_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pulp
+
+    from collsynth.synth.algorithms.stragglar import bcast
+
+    def broken(self, *a, **k):  # type: ignore[no-untyped-def]
+        raise pulp.PulpSolverError("cbc missing")
+
+    monkeypatch.setattr(pulp.PULP_CBC_CMD, "actualSolve", broken)
+    receive_schedule.cache_clear()
+    bcast._rounds.cache_clear()
+    try:
+        assert receive_schedule(12) is None and circulant_rounds(12, 5) is None
+        assert len(bcast.broadcast_rounds(12, 5)) == 5 - 1 + math.ceil(math.log2(12))  # the phantom search
+    finally:
+        receive_schedule.cache_clear()
+        bcast._rounds.cache_clear()

@@ -24,7 +24,7 @@ from functools import lru_cache
 
 Round = list[tuple[int, int, int]]  # one round's moves: (src node, dst node, block), as bcast.Round
 
-MAX_NODES = 512  # the MILP has about N q^2 binaries; beyond this the caller's own search serves
+MAX_NODES = 512  # the MILP has about N q^2 binaries (2.5 s at 511 nodes); beyond this the caller's search serves
 
 
 def skips(N: int) -> list[int]:
@@ -80,7 +80,10 @@ def receive_schedule(N: int) -> tuple[tuple[int, ...], ...] | None:
                         prob += x[r, k, v] == 0
                 elif v != b[src] - q:  # else the sender's own block of the previous cycle
                     prob += x[r, k, v] <= pulp.lpSum(x[src, kk, v] for kk in range(k) if (src, kk, v) in x)
-    status = prob.solve(pulp.PULP_CBC_CMD(msg=False, threads=1))
+    try:
+        status = prob.solve(pulp.PULP_CBC_CMD(msg=False, threads=1))
+    except pulp.PulpSolverError:  # no CBC binary: bcast.broadcast_rounds falls back to its search
+        return None
     if pulp.LpStatus[status] != "Optimal":
         return None
     rows: list[tuple[int, ...]] = [()]
