@@ -18,8 +18,8 @@ several when many end together). Moves on the path (``candidates``), from its en
 
 - ahead / swap: a transfer held by a port or link of an earlier transfer moves into its own step just
   before that transfer's step (the port order changes), or the two exchange steps;
-- early: a transfer held by anything but its data moves to a step of its own right after the last step
-  its data (its source, its destination's accesses) waits for;
+- early: a transfer held by anything but its data moves right after the last step its data (its source,
+  its destination's accesses) waits for: into a step of its own, or into the existing step there;
 - re-source: a copy of a final value (an AllReduce location no transfer writes after it holds the full
   sum) may come from any other rank that already holds the final value; the holders are ranked by an
   estimate of when they could send (their value's ready time, their send port's and the route's links'
@@ -340,7 +340,8 @@ def candidates(st: _State, path: list[tuple[int, str, int]], size: float) -> Ite
         if why != "raw":
             d = _data_step(s, t, c0, c0 + cnt)
             if d + 1 < k and st.same_phase(d + 1, k) and (d < 0 or st.same_phase(d, k)):
-                yield Move("early", t, (d,))
+                yield Move("early", t, (d, 0))
+                yield Move("early", t, (d, 1))  # into the existing step after d (no new step)
         if st.is_final_copy(t):
             for j in st.holders(t, size):
                 yield Move("resource", t, (j, 0))
@@ -378,7 +379,8 @@ def candidates(st: _State, path: list[tuple[int, str, int]], size: float) -> Ite
                     yield Move("step-ahead", t, (ku,))
             d = _step_data_step(s, k)
             if d + 1 < k and st.same_phase(d + 1, k) and (d < 0 or st.same_phase(d, k)):
-                yield Move("step-early", t, (d,))
+                yield Move("step-early", t, (d, 0))
+                yield Move("step-early", t, (d, 1))  # joins the step after d
 
 
 MERGE_STEPS = 8  # a merge partner is at most this many steps away
@@ -448,9 +450,9 @@ def apply_move(s: Schedule, mv: Move) -> Schedule | None:
     elif mv.kind == "step-ahead":
         key[s.step == s.step[t]] = mv.args[0] - 0.5
     elif mv.kind == "step-early":
-        key[s.step == s.step[t]] = mv.args[0] + 0.5
-    elif mv.kind == "early":
-        key[t] = mv.args[0] + 0.5  # a step of its own right after the last step its data waits for
+        key[s.step == s.step[t]] = mv.args[0] + (1.0 if mv.args[1] else 0.5)
+    elif mv.kind == "early":  # right after the last step its data waits for: a step of its own, or the next one
+        key[t] = mv.args[0] + (1.0 if mv.args[1] else 0.5)
     elif mv.kind == "split":
         h = int(s.count[t]) // 2
         count = count.copy()
@@ -487,7 +489,7 @@ def apply_move(s: Schedule, mv: Move) -> Schedule | None:
 ENDPOINTS = 6  # critical paths walked per round: from transfers that end last on distinct receivers
 
 
-def _endpoints(end: np.ndarray) -> list[int]:
+def endpoints(end: np.ndarray) -> list[int]:
     """Transfers to walk critical paths back from: those that end at the completion (ties: several ranks
     finish together, one path alone cannot move the maximum), at most ENDPOINTS, spread over them."""
     top = np.flatnonzero(end >= end.max())
@@ -526,7 +528,7 @@ def search(s: Schedule, simulate_fn: Callable[[Schedule], Any], *, topology: Any
     while True:
         improved = False
         seen: set[tuple[str, int, tuple[int, ...]]] = set()
-        for last in _endpoints(state.end):
+        for last in endpoints(state.end):
             path = critical_path(best, state.start, state.end, topology, state.routes, last)
             for mv in candidates(state, path, size):
                 sig = (mv.kind, mv.t, mv.args)
@@ -568,4 +570,4 @@ def search(s: Schedule, simulate_fn: Callable[[Schedule], Any], *, topology: Any
     return res
 
 
-__all__ = ["Move", "SearchResult", "apply_move", "candidates", "critical_path", "search"]
+__all__ = ["MAX_UNITS", "Move", "SearchResult", "apply_move", "candidates", "critical_path", "endpoints", "search"]
