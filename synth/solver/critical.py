@@ -18,8 +18,8 @@ several when many end together). Moves on the path (``candidates``), from its en
 
 - ahead / swap: a transfer held by a port or link of an earlier transfer moves into its own step just
   before that transfer's step (the port order changes), or the two exchange steps;
-- early: a transfer held by anything but its data moves to a step of its own right after the last step
-  its data (its source, its destination's accesses) waits for;
+- early: a transfer held by anything but its data moves right after the last step its data (its source,
+  its destination's accesses) waits for: into a step of its own, or into the existing step there;
 - re-source: a copy of a final value (an AllReduce location no transfer writes after it holds the full
   sum) may come from any other rank that already holds the final value; the holders are ranked by an
   estimate of when they could send (their value's ready time, their send port's and the route's links'
@@ -48,7 +48,7 @@ with a move budget (``max_evals``) instead of a time limit the result is reprodu
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,7 @@ from collsynth.errors import CollsynthError
 from collsynth.synth.ir import Schedule
 from collsynth.synth.verify import VerificationError, check, class_port_violation
 
+MAX_UNITS = 2_000_000  # chunk moves (sum of counts) above which the moves do not run (seconds per incumbent)
 HOLDERS = 3  # holders tried per re-sourced copy (the best by the estimate)
 EPS = 1e-12  # relative: a candidate must beat the incumbent by more than this
 
@@ -310,10 +311,10 @@ def _late_split(s: Schedule, ready: np.ndarray, t: int) -> int:
     return at
 
 
-def candidates(st: _State, path: list[tuple[int, str, int]], size: float) -> list[Move]:
-    """Moves on the critical path, from its last transfer back (module docstring)."""
+def candidates(st: _State, path: list[tuple[int, str, int]], size: float) -> Iterator[Move]:
+    """Moves on the critical path, from its last transfer back (module docstring), generated lazily (the
+    search checks its deadline between them)."""
     s = st.s
-    out: list[Move] = []
     steps_done: set[int] = set()
     for i, (t, why, u) in enumerate(path):
         k = int(s.step[t])
@@ -329,38 +330,39 @@ def candidates(st: _State, path: list[tuple[int, str, int]], size: float) -> lis
             ku = int(s.step[u])
             blk = tuple(sorted(set(block)))
             if len(blk) > 1 and st.same_phase(ku - 1, ku) and all(st.same_phase(ku, b) for b in blk):
-                out.append(Move("chain-ahead", t, (ku, *blk)))
+                yield Move("chain-ahead", t, (ku, *blk))
         if why in ("send-port", "recv-port", "link") and u >= 0 and int(s.step[u]) < k:
             ku = int(s.step[u])
             if st.same_phase(ku - 1, ku) and st.same_phase(ku, k):
-                out.append(Move("ahead", t, (u,)))
+                yield Move("ahead", t, (u,))
             if st.same_phase(ku, k):
-                out.append(Move("swap", t, (u,)))
+                yield Move("swap", t, (u,))
         if why != "raw":
             d = _data_step(s, t, c0, c0 + cnt)
             if d + 1 < k and st.same_phase(d + 1, k) and (d < 0 or st.same_phase(d, k)):
-                out.append(Move("early", t, (d,)))
+                yield Move("early", t, (d, 0))
+                yield Move("early", t, (d, 1))  # into the existing step after d (no new step)
         if st.is_final_copy(t):
             for j in st.holders(t, size):
-                out.append(Move("resource", t, (j, 0)))
+                yield Move("resource", t, (j, 0))
                 if st.same_phase(k - 1, k):
-                    out.append(Move("resource", t, (j, 1)))
+                    yield Move("resource", t, (j, 1))
         if cnt > 1:
             h = cnt // 2
             d = _data_step(s, t, c0, c0 + h)
             if d + 1 < k and st.same_phase(d + 1, k) and (d < 0 or st.same_phase(d, k)):
-                out.append(Move("split", t, (d,)))  # the first half as early as its data allows
-            out.append(Move("split", t, (k,)))  # the second half in a step right after
+                yield Move("split", t, (d,))  # the first half as early as its data allows
+            yield Move("split", t, (k,))  # the second half in a step right after
         for v in _mergeable(s, t):
-            out.append(Move("merge", t, (v, 0)))
-            out.append(Move("merge", t, (v, 1)))
+            yield Move("merge", t, (v, 0))
+            yield Move("merge", t, (v, 1))
         if st.same_phase(k - 1, k) and int(s.step_bounds[k + 1] - s.step_bounds[k]) > 1:
-            out.append(Move("own", t))
+            yield Move("own", t)
         if cnt > 1:
             ready = _ready_before(s, st.end, k)
             p = _late_split(s, ready, t)
             if p:
-                out.append(Move("split-late", t, (p,)))
+                yield Move("split-late", t, (p,))
         # the same for the whole step (lockstep constructions: every rank's transfer of the step moves)
         if k not in steps_done and int(s.step_bounds[k + 1] - s.step_bounds[k]) > 1:
             steps_done.add(k)
@@ -370,15 +372,15 @@ def candidates(st: _State, path: list[tuple[int, str, int]], size: float) -> lis
                 cuts = [(v, _late_split(s, ready, v)) for v in range(b0, b1)]
                 flat = tuple(a for v, p in cuts if p for a in (v, p))
                 if flat:
-                    out.append(Move("step-split-late", t, flat))
+                    yield Move("step-split-late", t, flat)
             if why in ("send-port", "recv-port", "link") and u >= 0 and int(s.step[u]) < k:
                 ku = int(s.step[u])
                 if st.same_phase(ku - 1, ku) and st.same_phase(ku, k):
-                    out.append(Move("step-ahead", t, (ku,)))
+                    yield Move("step-ahead", t, (ku,))
             d = _step_data_step(s, k)
             if d + 1 < k and st.same_phase(d + 1, k) and (d < 0 or st.same_phase(d, k)):
-                out.append(Move("step-early", t, (d,)))
-    return out
+                yield Move("step-early", t, (d, 0))
+                yield Move("step-early", t, (d, 1))  # joins the step after d
 
 
 MERGE_STEPS = 8  # a merge partner is at most this many steps away
@@ -448,9 +450,9 @@ def apply_move(s: Schedule, mv: Move) -> Schedule | None:
     elif mv.kind == "step-ahead":
         key[s.step == s.step[t]] = mv.args[0] - 0.5
     elif mv.kind == "step-early":
-        key[s.step == s.step[t]] = mv.args[0] + 0.5
-    elif mv.kind == "early":
-        key[t] = mv.args[0] + 0.5  # a step of its own right after the last step its data waits for
+        key[s.step == s.step[t]] = mv.args[0] + (1.0 if mv.args[1] else 0.5)
+    elif mv.kind == "early":  # right after the last step its data waits for: a step of its own, or the next one
+        key[t] = mv.args[0] + (1.0 if mv.args[1] else 0.5)
     elif mv.kind == "split":
         h = int(s.count[t]) // 2
         count = count.copy()
@@ -487,7 +489,7 @@ def apply_move(s: Schedule, mv: Move) -> Schedule | None:
 ENDPOINTS = 6  # critical paths walked per round: from transfers that end last on distinct receivers
 
 
-def _endpoints(end: np.ndarray) -> list[int]:
+def endpoints(end: np.ndarray) -> list[int]:
     """Transfers to walk critical paths back from: those that end at the completion (ties: several ranks
     finish together, one path alone cannot move the maximum), at most ENDPOINTS, spread over them."""
     top = np.flatnonzero(end >= end.max())
@@ -519,11 +521,14 @@ def search(s: Schedule, simulate_fn: Callable[[Schedule], Any], *, topology: Any
     if sim.start_s is None or sim.end_s is None or not s.ntransfers:
         res.stopped = "no timeline"
         return res
+    if int(s.count.sum()) > MAX_UNITS:
+        res.stopped = "too large"  # each incumbent's state and move costs scale with the chunk moves
+        return res
     state = _State(s, np.asarray(sim.start_s), np.asarray(sim.end_s), topology)
     while True:
         improved = False
         seen: set[tuple[str, int, tuple[int, ...]]] = set()
-        for last in _endpoints(state.end):
+        for last in endpoints(state.end):
             path = critical_path(best, state.start, state.end, topology, state.routes, last)
             for mv in candidates(state, path, size):
                 sig = (mv.kind, mv.t, mv.args)
@@ -565,4 +570,4 @@ def search(s: Schedule, simulate_fn: Callable[[Schedule], Any], *, topology: Any
     return res
 
 
-__all__ = ["Move", "SearchResult", "apply_move", "candidates", "critical_path", "search"]
+__all__ = ["MAX_UNITS", "Move", "SearchResult", "apply_move", "candidates", "critical_path", "endpoints", "search"]
