@@ -6,8 +6,10 @@ Run: .venv/bin/python bench/bench_solver_lns.py [--time-limit 30] [--cases 16:5,
 (more: --cases 64:8-15,128:5). ``wall_s`` per row is the whole ``solve`` call: it should stay near
 ``time_limit_s`` (the warm starts are chosen by an estimate of their work, the search gets the rest).
 A case is GPUS:LATE on h100-cluster (8 GPUs per node), 1 GiB, the late ranks 10 ms late (LATE: a rank or
-a range a-b, e.g. a whole node). With a time limit the result depends on how many windows the machine
-solves in it.
+a range a-b, e.g. a whole node). With a time limit the result depends on how many moves and windows the
+machine tries in it; ``lns.moves`` counts the simulator-guided moves (synth/solver/critical.py: candidates
+evaluated, kept, by kind; a kept move is faster, or as fast with data landing sooner), ``lns.kept`` the
+MILP windows kept.
 """
 
 from __future__ import annotations

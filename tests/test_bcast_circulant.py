@@ -22,6 +22,7 @@ def _replay(N: int, nb: int, rounds: list[list[tuple[int, int, int]]]) -> int:
         for a, d, j in moves:
             assert d == (a + s[(i + shift) % q]) % N
             assert j in have[a] and j not in have[d] and d != 0
+            assert a != 0 or j == min(i, nb - 1)  # the root sends a new block every round while it has one
         for _, d, j in moves:
             have[d].add(j)
     assert all(h == set(range(nb)) for h in have)
@@ -75,3 +76,22 @@ def test_same_output_every_call() -> None:
     a = circulant_rounds(24, 16)
     receive_schedule.cache_clear()
     assert circulant_rounds(24, 16) == a
+
+
+def test_no_cbc_means_no_schedule_and_the_search_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pulp
+
+    from collsynth.synth.algorithms.stragglar import bcast
+
+    def broken(self, *a, **k):  # type: ignore[no-untyped-def]
+        raise pulp.PulpSolverError("cbc missing")
+
+    monkeypatch.setattr(pulp.PULP_CBC_CMD, "actualSolve", broken)
+    receive_schedule.cache_clear()
+    bcast._rounds.cache_clear()
+    try:
+        assert receive_schedule(12) is None and circulant_rounds(12, 5) is None
+        assert len(bcast.broadcast_rounds(12, 5)) == 5 - 1 + math.ceil(math.log2(12))  # the phantom search
+    finally:
+        receive_schedule.cache_clear()
+        bcast._rounds.cache_clear()

@@ -120,6 +120,7 @@ def test_solver_on_a_cluster_with_a_late_rank_reports_the_search(capsys, tmp_pat
     assert info["objective_s"] <= info["warm_start_s"] and info["improvement"] >= 0
     assert (info["status"] == "improved") == (info["objective_s"] < info["warm_start_s"])
     assert info["lns"]["windows"] >= 1 and 0 <= info["gap"] < 1
+    assert info["lns"]["moves"]["evaluated"] >= 1  # the simulator-guided moves ran before the windows
     assert "large-neighbourhood search" in info["note"]
     line = err.strip().splitlines()[-1]
     assert line == status_line(info)

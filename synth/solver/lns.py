@@ -1,31 +1,48 @@
-"""Large-neighbourhood search over a verified schedule (issue 15 point 3): re-solve a window of its steps
-with a MILP, keep the result only if it verifies and simulates faster.
+"""Large-neighbourhood search over a verified schedule (issue 15 point 3): simulator-guided moves on the
+critical path, then windows of steps re-solved with a MILP; a change is kept only if the schedule
+verifies and simulates faster.
 
 The solver's grid MILP (model.py) cannot hold the constructive cluster schedules (clusterstraggler:
 hundreds of chunks, multi-chunk transfers, several link classes), so ``improve`` searches around the
-warm start instead. A neighbourhood is a window of W consecutive steps of one phase; its transfers are
-re-assigned to steps of the window by a small MILP (pulp, CBC or HiGHS):
+warm start instead, in two parts.
 
-- x[t, k] = 1 when transfer t runs in window step k; every transfer gets one step of the window;
-- data order, per location (rank, chunk) the transfers of the window touch, from the IR's step
-  semantics (synth/ir.py: reads within a step see the values before the step's writes): an access
-  that wrote before a later access (of an earlier step) stays in an earlier step; a read of an
-  earlier step than a write stays at or before it; in one step, a read stays at or before a write
-  and two writes (reduces into one location) stay together. Steps outside the window do not move,
-  so the order with them holds;
-- ports: per new step, rank and link class at most class_ports sends (first hop) and receives (last
-  hop), the verifier's rule (synth/verify.py);
-- objective: the fewest steps used (u[k] = 1 when step k holds a transfer; u non-increasing), then
-  the earliest steps (a small weight on sum k x[t, k]);
-- re-sourcing: a copy of a final value (never written again) may come from a rank that received the
-  same value by an earlier copy of the window, in a later step (a rank's serial broadcast to its node
-  peers becomes a tree);
-- a second pass ("spread") may use one more step and minimises the transfers sharing a link in one
-  step instead (the simulator splits a link's bandwidth among its step's transfers).
+1. Moves (synth/solver/critical.py), when ``simulate_fn`` returns the simulator's SimResult (per-transfer
+   start and end) and ``size`` is given: the critical path of the simulated schedule, walked back exactly
+   from the transfers that end last, and moves on it (re-source a copy of a final value, jump ahead of
+   the transfer holding a port, own step, as early as the data allows, split, merge, and whole-step and
+   chain variants for lockstep constructions), each simulated; kept when faster, or as fast with less
+   chunk-weighted transfer end time (a plateau move), after verifying with the topology's per-class
+   ports. They run until no move on the path improves, ``max_evals`` candidates (deterministic), or
+   ``moves_share`` of the time limit.
+2. Windows: a neighbourhood is a window of W consecutive steps of one phase; its transfers are
+   re-assigned to steps of the window by a small MILP (pulp, CBC or HiGHS):
 
-Compacted windows are renumbered (later steps shift down); the new schedule is verified and simulated
-with the arrivals, and kept only when its completion time is lower. Windows are visited from the end
-of the schedule (where the late ranks' data move) towards its start, until the time limit.
+   - x[t, k] = 1 when transfer t runs in window step k; every transfer gets one step of the window;
+   - data order, per location (rank, chunk) the transfers of the window touch, from the IR's step
+     semantics (synth/ir.py: reads within a step see the values before the step's writes): an access
+     that wrote before a later access (of an earlier step) stays in an earlier step; a read of an
+     earlier step than a write stays at or before it; in one step, a read stays at or before a write
+     and two writes (reduces into one location) stay together. Steps outside the window do not move,
+     so the order with them holds;
+   - ports: per new step, rank and link class at most class_ports sends (first hop) and receives (last
+     hop), the verifier's rule (synth/verify.py);
+   - objective: the fewest steps used (u[k] = 1 when step k holds a transfer; u non-increasing), then
+     the earliest steps (a small weight on sum k x[t, k]);
+   - re-sourcing: a copy of a final value (never written again) may come from a rank that received the
+     same value by an earlier copy of the window, in a later step (a rank's serial broadcast to its
+     node peers becomes a tree);
+   - a second pass ("spread") may use one more step and minimises the transfers sharing a link in one
+     step instead (the simulator splits a link's bandwidth among its step's transfers).
+
+   Compacted windows are renumbered (later steps shift down); the new schedule is verified (per-class
+   ports too) and simulated with the arrivals, and kept only when its completion time is lower. Windows
+   are visited by how many steps of the simulated critical paths they hold (when the simulator's
+   per-transfer times are at hand), then from the end of the schedule towards its start, until the time
+   limit.
+
+Measured on the solver's cluster warm start (bench/bench_solver_lns.py: 1 GiB, h100-cluster, rank 5
+10 ms late, 30 s): at 16 GPUs the moves take clusterstraggler from 4.4004 to 4.3695 ms after the
+arrival; at 32, 64 and 128 GPUs neither part finds a faster schedule (docs/cost-models.md says why).
 """
 
 from __future__ import annotations
@@ -39,9 +56,11 @@ import numpy as np
 
 from collsynth import progress
 from collsynth.synth.ir import Schedule
+from collsynth.synth.solver.critical import MAX_UNITS, critical_path, endpoints, search
 from collsynth.synth.solver.model import quiet_stdout
 from collsynth.synth.verify import VerificationError, check
 
+MOVES_SHARE = 0.5  # the simulator-guided moves get at most this share of the time limit, the windows the rest
 WINDOW_STEPS = 6
 MAX_WINDOW_TRANSFERS = 160  # keeps one window's MILP to about a thousand binaries
 MIN_WINDOW_SECONDS = 0.5  # no window starts with less than this left
@@ -58,7 +77,15 @@ class LnsResult:
     windows: int = 0  # windows solved
     improved: int = 0  # windows kept (verified and faster)
     steps_saved: int = 0
+    moves: int = 0  # simulator-guided moves kept (synth/solver/critical.py)
+    evals: int = 0  # their candidates simulated
     stats: dict[str, Any] = field(default_factory=dict)
+
+
+def _verify_topology(topology: Any) -> Any:
+    """The topology whose per-class ports a kept schedule must respect (one with several link classes), else
+    None (the schedule's own ports)."""
+    return topology if topology is not None and len(getattr(topology, "classes", ())) > 1 else None
 
 
 def _ports(s: Schedule, topology: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -323,21 +350,52 @@ def windows(s: Schedule, width: int = WINDOW_STEPS) -> list[tuple[int, int]]:
     return out[::-1]
 
 
-def improve(s: Schedule, simulate_fn: Callable[[Schedule], float], *, topology: Any = None,
+def _completion(r: Any) -> float:
+    return float(r.completion_s) if hasattr(r, "completion_s") else float(r)
+
+
+def _on_critical_path(s: Schedule, sim: Any, topology: Any, pending: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The windows holding the most steps of the simulated critical paths first (ties: the given order, from
+    the end of the schedule): a window off every critical path cannot make the schedule faster."""
+    if sim.start_s is None or not s.ntransfers or int(s.count.sum()) > MAX_UNITS:
+        return pending
+    start, end = np.asarray(sim.start_s), np.asarray(sim.end_s)
+    steps: set[int] = set()
+    for last in endpoints(end):
+        steps.update(int(s.step[t]) for t, _, _ in critical_path(s, start, end, topology, last=last))
+    return sorted(pending, key=lambda w: -sum(1 for k in range(w[0], w[1]) if k in steps))
+
+
+def improve(s: Schedule, simulate_fn: Callable[[Schedule], Any], *, topology: Any = None,
             time_limit: float = 10.0, solver: str = "cbc", width: int = WINDOW_STEPS,
-            max_windows: int | None = None) -> LnsResult:
+            max_windows: int | None = None, size: float | None = None, max_evals: int | None = None,
+            moves_share: float = MOVES_SHARE) -> LnsResult:
     """Search around ``s`` (verified) for a faster verified schedule until ``time_limit`` seconds have
     passed (or ``max_windows`` windows were solved); ``simulate_fn`` gives a schedule's completion
-    time. Never returns a slower schedule."""
+    time, or its SimResult. With a SimResult (per-transfer times), a topology and ``size`` (bytes) the
+    simulator-guided moves of synth/solver/critical.py run first (until no move on the critical path
+    improves, ``max_evals`` candidates, or ``moves_share`` of the time limit), then the window MILP.
+    Never returns a slower schedule."""
     t0 = time.monotonic()
-    best, best_t = s, float(simulate_fn(s))
+    first = simulate_fn(s)
+    post = time.monotonic() - t0  # seconds one verify + simulate takes (measured: the first, then the last)
+    best, best_t = s, _completion(first)
     res = LnsResult(s, best_t, best_t)
+    if size is not None and topology is not None and getattr(first, "start_s", None) is not None:
+        found = search(s, simulate_fn, topology=topology, size=size, first=first, max_evals=max_evals,
+                       deadline=t0 + moves_share * time_limit, verify_topology=_verify_topology(topology))
+        res.stats["moves"] = {"evaluated": found.evals, "kept": found.kept, "stopped": found.stopped,
+                              **({"by_kind": dict(sorted(found.by_kind.items()))} if found.by_kind else {})}
+        res.moves, res.evals = found.kept, found.evals
+        if found.kept:
+            best, best_t = found.schedule, found.time_s
     pending = windows(best, width)
+    if size is not None and topology is not None and getattr(first, "start_s", None) is not None:
+        pending = _on_critical_path(best, simulate_fn(best) if best is not s else first, topology, pending)
     if max_windows is not None:
         pending = pending[:max_windows]
     total = len(pending)
     last_w: tuple[Schedule, dict[tuple[int, int], int]] | None = None  # last_writes of the incumbent
-    post = time.monotonic() - t0  # seconds one verify + simulate takes (measured: the first, then the last)
     while pending:
         left = time_limit - (time.monotonic() - t0) - post
         if left < MIN_WINDOW_SECONDS:
@@ -371,10 +429,10 @@ def improve(s: Schedule, simulate_fn: Callable[[Schedule], float], *, topology: 
                 continue
             t_post = time.monotonic()
             try:
-                cand = check(cand)
+                cand = check(cand, topology=_verify_topology(topology))
             except VerificationError:
                 continue  # never kept: only a verified schedule replaces the incumbent
-            t = float(simulate_fn(cand))
+            t = _completion(simulate_fn(cand))
             post = time.monotonic() - t_post
             if t < best_t * (1 - 1e-12):
                 res.steps_saved += best.nsteps - cand.nsteps

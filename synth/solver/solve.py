@@ -21,9 +21,10 @@ verified schedule:
    the model) it is skipped.
 3. With late ranks on a topology with several link classes (a cluster: the warm start is then a
    construction outside the model class, e.g. clusterstraggler), a large-neighbourhood search
-   (synth/solver/lns.py) re-solves windows of the fastest candidate's steps with a small MILP in the
-   time left (less an estimate of the final check), keeping a window only when the schedule verifies and
-   simulates faster; ``lns.stopped`` says whether it ran out of time or of windows.
+   (synth/solver/lns.py) tries simulator-guided moves on the critical path of the fastest candidate
+   (synth/solver/critical.py), then re-solves windows of its steps with a small MILP, in the time left
+   (less an estimate of the final check), keeping a change only when the schedule verifies and simulates
+   faster; ``lns`` records the windows and moves, ``lns.stopped`` whether it ran out of time or of windows.
 4. The returned schedule is the fastest verified candidate by simulated completion time. Its
    ``meta["solver"]`` records the status (``optimal``: no schedule of the model class on this grid
    finishes sooner; ``time-limit``: stopped with the gap shown; ``improved``: the search made the warm
@@ -422,8 +423,8 @@ def solve(n: int, *, topology: Topology | str | None = None, arrivals: Arrivals 
         remaining = limit - (time.monotonic() - t_start) - reserve
         if remaining >= LNS_MIN_SECONDS:
             progress.note(f"solver: large-neighbourhood search around {best.source} ({remaining:.0f} s limit)")
-            lns = improve(best.schedule, lambda x: float(_simulate(x, nbytes, topo, arr).completion_s),
-                          topology=topo, time_limit=remaining, solver=solver)
+            lns = improve(best.schedule, lambda x: _simulate(x, nbytes, topo, arr), topology=topo,
+                          time_limit=remaining, solver=solver, size=nbytes)
             if lns.time_s < best.time:
                 best = _Candidate("lns", lns.schedule, _simulate(lns.schedule, nbytes, topo, arr))
                 status = "improved"
@@ -453,13 +454,13 @@ def solve(n: int, *, topology: Topology | str | None = None, arrivals: Arrivals 
         info.update(warm_start_source=warm.source, warm_start_s=warm.time,
                     improvement=(warm.time - obj) / warm.time if warm.time > 0 else 0.0,
                     lns={"windows": lns.windows, "kept": lns.improved, "steps_saved": lns.steps_saved,
-                         "stopped": lns.stats.get("stopped", "")})
+                         "stopped": lns.stats.get("stopped", ""), "moves": lns.stats.get("moves")})
         if status == "improved":
             note = (f"large-neighbourhood search improved the warm start ({warm.source}) in {lns.improved} of "
-                    f"{lns.windows} windows" + (f"; {note}" if note else ""))
+                    f"{lns.windows} windows and {lns.moves} of {lns.evals} moves" + (f"; {note}" if note else ""))
         else:
-            note = (note + "; " if note else "") + (f"large-neighbourhood search: {lns.windows} windows around "
-                                                    f"{warm.source}, none verified faster")
+            note = (note + "; " if note else "") + (f"large-neighbourhood search: {lns.evals} moves and {lns.windows} "
+                                                    f"windows around {warm.source}, none verified faster")
     if cluster:
         info.setdefault("warm_start_source", warm.source)  # the search's start, also when no time was left for it
         info.setdefault("warm_start_s", warm.time)

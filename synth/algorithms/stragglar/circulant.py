@@ -24,7 +24,7 @@ from functools import lru_cache
 
 Round = list[tuple[int, int, int]]  # one round's moves: (src node, dst node, block), as bcast.Round
 
-MAX_NODES = 512  # the MILP has about N q^2 binaries; beyond this the caller's own search serves
+MAX_NODES = 512  # the MILP has about N q^2 binaries (2.5 s at 511 nodes); beyond this the caller's search serves
 
 
 def skips(N: int) -> list[int]:
@@ -55,7 +55,7 @@ def receive_schedule(N: int) -> tuple[tuple[int, ...], ...] | None:
     """Per node r (the root's row empty) the block, relative to its cycle, it receives in each of the q
     rounds of a cycle: b(r) or a residue j - q (j != b(r), the previous cycle's). None when the MILP finds
     none (it exists for every N: Traeff's theorem) or N is out of range."""
-    if N < 3 or N > MAX_NODES or N & (N - 1) == 0:
+    if N > MAX_NODES or N & (N - 1) == 0:  # also N < 3
         return None
     import pulp  # heavy: only when a non-power-of-two broadcast is built
 
@@ -80,7 +80,10 @@ def receive_schedule(N: int) -> tuple[tuple[int, ...], ...] | None:
                         prob += x[r, k, v] == 0
                 elif v != b[src] - q:  # else the sender's own block of the previous cycle
                     prob += x[r, k, v] <= pulp.lpSum(x[src, kk, v] for kk in range(k) if (src, kk, v) in x)
-    status = prob.solve(pulp.PULP_CBC_CMD(msg=False, threads=1))
+    try:
+        status = prob.solve(pulp.PULP_CBC_CMD(msg=False, threads=1))
+    except pulp.PulpSolverError:  # no CBC binary: bcast.broadcast_rounds falls back to its search
+        return None
     if pulp.LpStatus[status] != "Optimal":
         return None
     rows: list[tuple[int, ...]] = [()]
@@ -121,6 +124,4 @@ def circulant_rounds(N: int, nblocks: int) -> list[Round] | None:
         out.append(moves)
     if any(h != have[0] for h in have):
         raise AssertionError(f"circulant broadcast on {N} nodes, {nblocks} blocks: a node misses a block")
-    while out and not out[-1]:
-        out.pop()
     return out
