@@ -79,7 +79,8 @@ TARGETS: dict[str, tuple[list[str], list[str]]] = {
     "bounds-compare": (["synth/bounds.py", "synth/compare.py"], ["tests/test_algorithms.py", "tests/test_cli.py",
                                                              "tests/test_bounds.py", KS]),
     "algorithms": (sorted(glob.glob("synth/algorithms/*.py", root_dir=ROOT)),
-                   ["tests/test_algorithms.py", "tests/test_cluster_algorithms.py", "tests/test_estimate.py", KS]),
+                   ["tests/test_algorithms.py", "tests/test_cluster_algorithms.py", "tests/test_estimate.py",
+                    "tests/test_radix.py", KS]),
     "stragglar": (sorted(set(glob.glob("synth/algorithms/stragglar/*.py", root_dir=ROOT)) - set(STRAGGLAR_CLUSTER)
                          - set(BCAST)),
                   ["tests/test_stragglar.py", "tests/test_cluster_family.py", "tests/test_solver_rounds.py",

@@ -13,6 +13,7 @@ from typing import Any, TypedDict
 from collsynth import progress
 from collsynth.apitypes import Arrivals, Bytes
 from collsynth.errors import CollsynthError
+from collsynth.synth.algorithms import radix
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar.pipeline import topology_model
 from collsynth.synth.arrivals import arrival_vector, latest_rank
@@ -41,14 +42,17 @@ class CompareRow(TypedDict):
 
 MULTI_LATE = "multistraggler"  # runs by default only with two or more late ranks (with one it is stragglar)
 CLUSTER_LATE = "clusterstraggler"  # runs by default only with a late rank on a topology of several nodes
+RADIX = "radix"  # runs by default only where it differs from rhd and the ring
 
 
-def default_algorithms(late_ranks: int = 0, nodes: int = 1) -> list[str]:
+def default_algorithms(late_ranks: int = 0, nodes: int = 1, n: int | None = None) -> list[str]:
     """The AllReduce algorithms `compare` runs by default: all but the solver; multistraggler only when
     ``late_ranks`` >= 2 (with one late rank it builds StragglAR's schedule), clusterstraggler only with a
-    late rank and ``nodes`` >= 2 (on one node it is multistraggler)."""
+    late rank and ``nodes`` >= 2 (on one node it is multistraggler), radix only where it is neither rhd's
+    nor the ring's schedule (``n`` composite and not a power of two; every n when ``n`` is None)."""
     return [a for a, info in algorithm_table().items() if "allreduce" in info.collectives and a != "solver"
-            and (a != MULTI_LATE or late_ranks >= 2) and (a != CLUSTER_LATE or (late_ranks >= 1 and nodes >= 2))]
+            and (a != MULTI_LATE or late_ranks >= 2) and (a != CLUSTER_LATE or (late_ranks >= 1 and nodes >= 2))
+            and (a != RADIX or n is None or radix.differs(n))]
 
 
 def compare_bound(n: int, size: Bytes, topology: Topology | str = "nvswitch", arrivals: Arrivals = None) -> Bound:
@@ -73,7 +77,7 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
     arr = {r: float(t) for r, t in enumerate(times) if t != 0}
     regs = algorithm_table()
     late = sum(1 for t in times if t > times.min())
-    names = list(algorithms or default_algorithms(late, node_grid(topo, n).shape[0]))
+    names = list(algorithms or default_algorithms(late, node_grid(topo, n).shape[0], n))
     if solver_time_limit is not None and "solver" not in names:
         names.append("solver")
     for a in names:

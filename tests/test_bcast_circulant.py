@@ -22,6 +22,7 @@ def _replay(N: int, nb: int, rounds: list[list[tuple[int, int, int]]]) -> int:
         for a, d, j in moves:
             assert d == (a + s[(i + shift) % q]) % N
             assert j in have[a] and j not in have[d] and d != 0
+            assert a != 0 or j == min(i, nb - 1)  # the root sends a new block every round while it has one
         for _, d, j in moves:
             have[d].add(j)
     assert all(h == set(range(nb)) for h in have)

@@ -55,7 +55,7 @@ def receive_schedule(N: int) -> tuple[tuple[int, ...], ...] | None:
     """Per node r (the root's row empty) the block, relative to its cycle, it receives in each of the q
     rounds of a cycle: b(r) or a residue j - q (j != b(r), the previous cycle's). None when the MILP finds
     none (it exists for every N: Traeff's theorem) or N is out of range."""
-    if N < 3 or N > MAX_NODES or N & (N - 1) == 0:
+    if N > MAX_NODES or N & (N - 1) == 0:  # also N < 3
         return None
     import pulp  # heavy: only when a non-power-of-two broadcast is built
 
@@ -124,6 +124,4 @@ def circulant_rounds(N: int, nblocks: int) -> list[Round] | None:
         out.append(moves)
     if any(h != have[0] for h in have):
         raise AssertionError(f"circulant broadcast on {N} nodes, {nblocks} blocks: a node misses a block")
-    while out and not out[-1]:
-        out.pop()
     return out

@@ -40,7 +40,9 @@ and m its node. Nobody but node m needs a partial sum, so:
    of the rounds and get each block, in order, from the node holding it that the model delivers first
    (a broadcast leaf sends nothing); with ``mute`` as well they stay in the rounds but only receive
    (``bcast.muted_cube_rounds``: at 8 nodes with one muted node still nblocks + 2 rounds, the one-port optimum, as the
-   7 others send every round). With ``spread`` a late rail GPU spreads a final block over NVLink
+   7 others send every round); without ``pxn`` the nodes that send rail lL's blocks into L itself (after
+   L's arrival, so their NIC is busy during the whole broadcast on that rail) are muted too, whatever the
+   window (a window of 0 mutes only them). With ``spread`` a late rail GPU spreads a final block over NVLink
    itself when its NVLink port frees up before its helper's (a late GPU that arrived long before L is
    idle by then, and its helper has its own part to spread).
 
@@ -278,7 +280,10 @@ class _Funnel:
             return
         tL = float(self.times[self.L])
         rest = list(reversed(self.order[:-1]))
-        leaves = [b for b in rest if self.ready[b] > tL - self.leaf_window][:max(0, len(rest) - 1)]
+        # with mute and without pxn the nodes streaming rail lL into L itself (after L arrives: their NIC is
+        # busy all through the broadcast on that rail) are muted too, whatever the window
+        feeders = set(self.upstream.get((m, self.lL), ())) if self.mute and not self.pxn else set()
+        leaves = [b for b in rest if self.ready[b] > tL - self.leaf_window or b in feeders][:max(0, len(rest) - 1)]
         if self.mute and leaves:  # every node in the rounds, the leaves receiving only
             nodes = [m, *rest]
             muted = frozenset(nodes.index(b) for b in leaves)

@@ -69,12 +69,13 @@ MAX_CHUNKS = 4096
 # inline, mute, early, relay) that auto simulates (funnel.construct; chosen on random vectors:
 # bench/bench_random_arrivals.py, bench/screen_random_arrivals.py, docs/stragglar.md section 11)
 FUNNEL_CHOICES: tuple[tuple[int, bool, bool, bool, bool, float, bool, bool, bool, bool, bool], ...] = (
+    (20, False, False, True, True, 0.0, False, True, True, True, True),
+    (24, False, False, False, True, 0.0, False, True, True, True, True),
+    (20, False, True, True, True, 1.5, False, True, True, True, True),
+    (24, False, False, True, True, 0.0, False, True, True, True, True),
+    (24, False, True, True, True, 1.5, False, True, True, True, True),
     (24, True, False, True, True, 0.0, False, True, False, True, True),
-    (24, False, True, False, True, 0.0, False, True, False, True, True),
-    (20, False, False, True, True, 1.0, False, True, True, True, True),
-    (20, False, False, False, True, 1.5, False, True, True, True, True),
-    (24, False, False, True, True, 2.0, False, True, True, True, True),
-    (20, False, False, False, True, 1.0, False, True, True, True, True))
+    (24, False, True, False, True, 0.0, False, True, False, True, True))
 
 
 def funnel_candidate(n: int, arrivals: Arrivals, size: float, topology: Any,
