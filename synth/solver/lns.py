@@ -40,9 +40,12 @@ warm start instead, in two parts.
    per-transfer times are at hand), then from the end of the schedule towards its start, until the time
    limit.
 
-Measured on the solver's cluster warm start (bench/bench_solver_lns.py: 1 GiB, h100-cluster, rank 5
-10 ms late, 30 s): at 16 GPUs the moves take clusterstraggler from 4.4004 to 4.3695 ms after the
-arrival; at 32, 64 and 128 GPUs neither part finds a faster schedule (docs/cost-models.md says why).
+With the simulator's times the windows are ordered by the critical path: the first FIRST_WINDOWS run
+before the moves, the others after them. Measured on the solver's cluster warm start
+(bench/bench_solver_lns.py: 1 GiB, h100-cluster, rank 5 10 ms late, 30 s): at 16 GPUs clusterstraggler
+goes from 4.4004 to 4.3661 ms after the arrival (a window); at 32, 64 and 128 GPUs neither part finds
+a faster schedule (docs/cost-models.md says why); around a ring warm start the moves gain 9% at 32
+GPUs (bench --warm ring).
 """
 
 from __future__ import annotations
@@ -60,7 +63,8 @@ from collsynth.synth.solver.critical import MAX_UNITS, critical_path, endpoints,
 from collsynth.synth.solver.model import quiet_stdout
 from collsynth.synth.verify import VerificationError, check
 
-FIRST_WINDOWS = 3  # with moves: this many windows (the most critical steps) are solved before the moves
+FIRST_WINDOWS = 3  # with moves: this many windows (the most critical steps) are solved before the moves,
+FIRST_WINDOWS_SHARE = 0.2  # within this share of the time limit
 MOVES_SHARE = 0.5  # the simulator-guided moves get at most this share of the time limit, the windows the rest
 WINDOW_STEPS = 6
 MAX_WINDOW_TRANSFERS = 160  # keeps one window's MILP to about a thousand binaries
@@ -386,10 +390,11 @@ def improve(s: Schedule, simulate_fn: Callable[[Schedule], Any], *, topology: An
     moves_ok = size is not None and topology is not None and getattr(first, "start_s", None) is not None
     last_w: tuple[Schedule, dict[tuple[int, int], int]] | None = None  # last_writes of the incumbent
 
-    def run_windows(pending: list[tuple[int, int]], total: int) -> None:
+    def run_windows(pending: list[tuple[int, int]], total: int, share: float = 1.0) -> None:
+        """Solve ``pending`` windows while ``share`` of the time limit is not used up."""
         nonlocal best, best_t, post, last_w
         while pending:
-            left = time_limit - (time.monotonic() - t0) - post
+            left = share * time_limit - (time.monotonic() - t0) - post
             if left < MIN_WINDOW_SECONDS:
                 res.stats["stopped"] = "time limit"
                 return
@@ -402,7 +407,7 @@ def improve(s: Schedule, simulate_fn: Callable[[Schedule], Any], *, topology: An
                 progress.note(f"solver: search window {res.windows} of {total} (steps {a}-{b - 1}), {res.improved} "
                               f"kept, {max(0.0, time_limit - (time.monotonic() - t0)):.0f} s left")
             for mode in ("compact", "spread"):
-                left = time_limit - (time.monotonic() - t0) - post  # the MILP's share: its result is checked after
+                left = share * time_limit - (time.monotonic() - t0) - post  # its result is checked after it
                 if left < MIN_WINDOW_SECONDS:
                     break
                 links = None
@@ -443,7 +448,8 @@ def improve(s: Schedule, simulate_fn: Callable[[Schedule], Any], *, topology: An
     if moves_ok and size is not None:
         # the windows holding the most critical steps first (a few), then the moves, then the other windows
         head, pending = pending[:FIRST_WINDOWS], pending[FIRST_WINDOWS:]
-        run_windows(head, total)
+        run_windows(head, total, FIRST_WINDOWS_SHARE)
+        res.stats.pop("stopped", None)
         start = best
         found = search(best, simulate_fn, topology=topology, size=size, first=first if best is s else None,
                        max_evals=max_evals, deadline=t0 + moves_share * time_limit,
