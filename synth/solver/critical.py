@@ -42,7 +42,8 @@ New steps are fractional keys renumbered afterwards; steps left empty disappear,
 steps (moves never cross a phase boundary). A candidate over a per-class port limit is dropped before
 simulating; every other one is simulated, and one that beats the incumbent is verified (synth/verify.py,
 with the topology's per-class ports) before it is kept. Candidates are generated deterministically, so
-with a move budget (``max_evals``) instead of a time limit the result is reproducible.
+with a move budget (``max_evals``) instead of a time limit the result is reproducible. The search stops when
+no move on the paths improves, after PLATEAU plateau moves in a row, at its deadline or its budget.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from collsynth.synth.verify import VerificationError, check, class_port_violatio
 
 MAX_UNITS = 2_000_000  # chunk moves (sum of counts) above which the moves do not run (seconds per incumbent)
 HOLDERS = 3  # holders tried per re-sourced copy (the best by the estimate)
+PLATEAU = 30  # the search stops after this many kept moves in a row that leave the completion as it is
 EPS = 1e-12  # relative: a candidate must beat the incumbent by more than this
 
 
@@ -525,6 +527,7 @@ def search(s: Schedule, simulate_fn: Callable[[Schedule], Any], *, topology: Any
         res.stopped = "too large"  # each incumbent's state and move costs scale with the chunk moves
         return res
     state = _State(s, np.asarray(sim.start_s), np.asarray(sim.end_s), topology)
+    plateau = 0  # moves kept in a row that did not lower the completion
     while True:
         improved = False
         seen: set[tuple[str, int, tuple[int, ...]]] = set()
@@ -555,11 +558,14 @@ def search(s: Schedule, simulate_fn: Callable[[Schedule], Any], *, topology: Any
                     check(cand, topology=verify_topology)
                 except VerificationError:
                     continue
+                plateau = 0 if c < best_t * (1 - EPS) else plateau + 1
                 best, best_t, best_f = cand, c, f
                 res.kept += 1
                 res.by_kind[mv.kind] = res.by_kind.get(mv.kind, 0) + 1
                 state = _State(best, np.asarray(r.start_s), np.asarray(r.end_s), topology)
                 improved = True
+                if plateau >= PLATEAU:
+                    res.stopped = "plateau"
                 break
             if improved or res.stopped:
                 break

@@ -40,9 +40,12 @@ warm start instead, in two parts.
    per-transfer times are at hand), then from the end of the schedule towards its start, until the time
    limit.
 
-Measured on the solver's cluster warm start (bench/bench_solver_lns.py: 1 GiB, h100-cluster, rank 5
-10 ms late, 30 s): at 16 GPUs the moves take clusterstraggler from 4.4004 to 4.3695 ms after the
-arrival; at 32, 64 and 128 GPUs neither part finds a faster schedule (docs/cost-models.md says why).
+With the simulator's times the windows are ordered by the critical path: the first FIRST_WINDOWS run
+before the moves, the others after them. Measured on the solver's cluster warm start
+(bench/bench_solver_lns.py: 1 GiB, h100-cluster, rank 5 10 ms late, 30 s): at 16 GPUs clusterstraggler
+goes from 4.4004 to 4.3661 ms after the arrival (a window); at 32, 64 and 128 GPUs neither part finds
+a faster schedule (docs/cost-models.md says why); around a ring warm start the moves gain 9% at 32
+GPUs (bench --warm ring).
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ from collsynth.synth.solver.critical import MAX_UNITS, critical_path, endpoints,
 from collsynth.synth.solver.model import quiet_stdout
 from collsynth.synth.verify import VerificationError, check
 
+FIRST_WINDOWS = 3  # with moves: this many windows (the most critical steps) are solved before the moves,
+FIRST_WINDOWS_SHARE = 0.2  # within this share of the time limit
 MOVES_SHARE = 0.5  # the simulator-guided moves get at most this share of the time limit, the windows the rest
 WINDOW_STEPS = 6
 MAX_WINDOW_TRANSFERS = 160  # keeps one window's MILP to about a thousand binaries
@@ -373,73 +378,91 @@ def improve(s: Schedule, simulate_fn: Callable[[Schedule], Any], *, topology: An
     """Search around ``s`` (verified) for a faster verified schedule until ``time_limit`` seconds have
     passed (or ``max_windows`` windows were solved); ``simulate_fn`` gives a schedule's completion
     time, or its SimResult. With a SimResult (per-transfer times), a topology and ``size`` (bytes) the
-    simulator-guided moves of synth/solver/critical.py run first (until no move on the critical path
-    improves, ``max_evals`` candidates, or ``moves_share`` of the time limit), then the window MILP.
+    windows are ordered by the simulated critical path, the first FIRST_WINDOWS are solved, then the
+    simulator-guided moves of synth/solver/critical.py run (until no move on the critical path improves,
+    ``max_evals`` candidates, or ``moves_share`` of the time limit), then the other windows.
     Never returns a slower schedule."""
     t0 = time.monotonic()
     first = simulate_fn(s)
     post = time.monotonic() - t0  # seconds one verify + simulate takes (measured: the first, then the last)
     best, best_t = s, _completion(first)
     res = LnsResult(s, best_t, best_t)
-    if size is not None and topology is not None and getattr(first, "start_s", None) is not None:
-        found = search(s, simulate_fn, topology=topology, size=size, first=first, max_evals=max_evals,
-                       deadline=t0 + moves_share * time_limit, verify_topology=_verify_topology(topology))
+    moves_ok = size is not None and topology is not None and getattr(first, "start_s", None) is not None
+    last_w: tuple[Schedule, dict[tuple[int, int], int]] | None = None  # last_writes of the incumbent
+
+    def run_windows(pending: list[tuple[int, int]], total: int, share: float = 1.0) -> None:
+        """Solve ``pending`` windows while ``share`` of the time limit is not used up."""
+        nonlocal best, best_t, post, last_w
+        while pending:
+            left = share * time_limit - (time.monotonic() - t0) - post
+            if left < MIN_WINDOW_SECONDS:
+                res.stats["stopped"] = "time limit"
+                return
+            a, b = pending.pop(0)
+            if b > best.nsteps:
+                continue
+            send_cls, recv_cls, cap = _ports(best, topology)
+            res.windows += 1
+            if res.windows % PROGRESS_EVERY == 0:
+                progress.note(f"solver: search window {res.windows} of {total} (steps {a}-{b - 1}), {res.improved} "
+                              f"kept, {max(0.0, time_limit - (time.monotonic() - t0)):.0f} s left")
+            for mode in ("compact", "spread"):
+                left = share * time_limit - (time.monotonic() - t0) - post  # its result is checked after it
+                if left < MIN_WINDOW_SECONDS:
+                    break
+                links = None
+                bounds = best.step_bounds
+                ts = list(range(int(bounds[a]), int(bounds[b])))
+                if mode == "spread":
+                    if topology is None or not hasattr(topology, "path_links"):
+                        break
+                    links = [topology.path_links(int(best.src[t]), int(best.dst[t])) for t in ts]
+                if mode == "compact" and (last_w is None or last_w[0] is not best):
+                    last_w = (best, last_writes(best))
+                sources = (window_sources(best, ts, topology, last_w[1] if last_w else None) if mode == "compact"
+                           else None)
+                got = _solve_window(best, a, b, send_cls, recv_cls, cap, solver, min(left, 5.0), links, sources)
+                cand = None if got is None else _apply(best, a, b, *got)
+                if cand is None:
+                    continue
+                t_post = time.monotonic()
+                try:
+                    cand = check(cand, topology=_verify_topology(topology))
+                except VerificationError:
+                    continue  # never kept: only a verified schedule replaces the incumbent
+                t = _completion(simulate_fn(cand))
+                post = time.monotonic() - t_post
+                if t < best_t * (1 - 1e-12):
+                    res.steps_saved += best.nsteps - cand.nsteps
+                    best, best_t = cand, t
+                    res.improved += 1
+                    res.stats[mode] = res.stats.get(mode, 0) + 1
+                    break
+
+    pending = windows(best, width)
+    if moves_ok:
+        pending = _on_critical_path(best, first, topology, pending)
+    if max_windows is not None:
+        pending = pending[:max_windows]
+    total = len(pending)
+    if moves_ok and size is not None:
+        # the windows holding the most critical steps first (a few), then the moves, then the other windows
+        head, pending = pending[:FIRST_WINDOWS], pending[FIRST_WINDOWS:]
+        run_windows(head, total, FIRST_WINDOWS_SHARE)
+        res.stats.pop("stopped", None)
+        start = best
+        found = search(best, simulate_fn, topology=topology, size=size, first=first if best is s else None,
+                       max_evals=max_evals, deadline=t0 + moves_share * time_limit,
+                       verify_topology=_verify_topology(topology))
         res.stats["moves"] = {"evaluated": found.evals, "kept": found.kept, "stopped": found.stopped,
                               **({"by_kind": dict(sorted(found.by_kind.items()))} if found.by_kind else {})}
         res.moves, res.evals = found.kept, found.evals
         if found.kept:
             best, best_t = found.schedule, found.time_s
-    pending = windows(best, width)
-    if size is not None and topology is not None and getattr(first, "start_s", None) is not None:
-        pending = _on_critical_path(best, simulate_fn(best) if best is not s else first, topology, pending)
-    if max_windows is not None:
-        pending = pending[:max_windows]
-    total = len(pending)
-    last_w: tuple[Schedule, dict[tuple[int, int], int]] | None = None  # last_writes of the incumbent
-    while pending:
-        left = time_limit - (time.monotonic() - t0) - post
-        if left < MIN_WINDOW_SECONDS:
-            res.stats["stopped"] = "time limit"
-            break
-        a, b = pending.pop(0)
-        if b > best.nsteps:
-            continue
-        send_cls, recv_cls, cap = _ports(best, topology)
-        res.windows += 1
-        if res.windows % PROGRESS_EVERY == 0:
-            progress.note(f"solver: search window {res.windows} of {total} (steps {a}-{b - 1}), {res.improved} kept, "
-                          f"{max(0.0, time_limit - (time.monotonic() - t0)):.0f} s left")
-        for mode in ("compact", "spread"):
-            left = time_limit - (time.monotonic() - t0) - post  # the MILP's share: its result is checked after it
-            if left < MIN_WINDOW_SECONDS:
-                break
-            links = None
-            bounds = best.step_bounds
-            ts = list(range(int(bounds[a]), int(bounds[b])))
-            if mode == "spread":
-                if topology is None or not hasattr(topology, "path_links"):
-                    break
-                links = [topology.path_links(int(best.src[t]), int(best.dst[t])) for t in ts]
-            if mode == "compact" and (last_w is None or last_w[0] is not best):
-                last_w = (best, last_writes(best))
-            sources = window_sources(best, ts, topology, last_w[1] if last_w else None) if mode == "compact" else None
-            got = _solve_window(best, a, b, send_cls, recv_cls, cap, solver, min(left, 5.0), links, sources)
-            cand = None if got is None else _apply(best, a, b, *got)
-            if cand is None:
-                continue
-            t_post = time.monotonic()
-            try:
-                cand = check(cand, topology=_verify_topology(topology))
-            except VerificationError:
-                continue  # never kept: only a verified schedule replaces the incumbent
-            t = _completion(simulate_fn(cand))
-            post = time.monotonic() - t_post
-            if t < best_t * (1 - 1e-12):
-                res.steps_saved += best.nsteps - cand.nsteps
-                best, best_t = cand, t
-                res.improved += 1
-                res.stats[mode] = res.stats.get(mode, 0) + 1
-                break
+        if best is not start and pending:  # the steps moved: the remaining windows of the new incumbent
+            left = len(pending)
+            pending = _on_critical_path(best, simulate_fn(best), topology, windows(best, width))[:left]
+    run_windows(pending, total)
     res.schedule, res.time_s = best, best_t
     res.stats.setdefault("stopped", "all windows")
     return res
