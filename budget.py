@@ -51,7 +51,11 @@ def max_memory() -> int:
 
 
 def _gib(nbytes: float) -> str:
-    return f"{nbytes / 2**30:.3g} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.3g} MiB"
+    try:
+        x = float(nbytes)  # an int beyond a float's range (a count read from a file) would overflow below
+    except OverflowError:
+        return "more than 1e308 bytes"
+    return f"{x / 2**30:.3g} GiB" if x >= 2**30 else f"{x / 2**20:.3g} MiB"
 
 
 def verify_bytes(nranks: int, nchunks: int, nsteps: int, ntransfers: int, chunk_runs: int | None = None) -> int:

@@ -182,9 +182,11 @@ def _run(s: Schedule, size: float, topo: Topology, arr: np.ndarray, start: np.nd
         send_port, recv_port = s.src, s.dst
         cap = np.full(n, s.ports, np.int64)
     P = int(cap.max())
-    # the port slots (two n K x P tables) and per-(rank, chunk) times: estimate before allocating
-    budget.check(16.0 * n * K * P + 16.0 * n * C, f"simulating {s.name or s.collective} ({n} ranks, {P} ports "
-                 f"per rank, {C} chunks)", hint="a schedule or plan with fewer ports or chunks")
+    # the port slots (two n K x P tables), per-(rank, chunk) times and per-step phase and gate arrays:
+    # estimate before allocating
+    budget.check(16.0 * n * K * P + 16.0 * n * C + 24.0 * s.nsteps, f"simulating {s.name or s.collective} ({n} "
+                 f"ranks, {P} ports per rank, {C} chunks, {s.nsteps} steps)",
+                 hint="a schedule or plan with fewer ports, chunks or steps")
     uniform = bool(np.all(cap == P))
     links, alpha = _pair_routes(s, topo)
     L = links.shape[1]

@@ -504,6 +504,44 @@ def test_simulate_estimates_port_slots_before_allocating(capsys, tmp_path, ring4
     assert "--max-memory" in err
 
 
+@pytest.mark.parametrize("nsteps", [2**64, 10**400, 100])
+@pytest.mark.parametrize("command", ["info", "simulate"])
+def test_plan_record_step_count_is_checked_against_its_operations(capsys, tmp_path, ring4, nsteps, command):
+    """Fuzz run 11: a plan whose "collsynth" record said 2^64 steps made `simulate` allocate per-step arrays
+    (ValueError) and `info`'s memory message overflow a float (OverflowError), both exit 3."""
+    plan = tmp_path / "plan.json"
+    assert run(capsys, "emit", ring4, "--format", "mscclpp-plan", "-o", plan)[0] == 0
+    d = json.loads(plan.read_text())
+    d["collsynth"]["nsteps"] = nsteps
+    plan.write_text(json.dumps(d))
+    code, _, err = run(capsys, command, plan, *(["--size", "1MiB"] if command == "simulate" else []))
+    one_line_exit_2(code, err, "record says")
+    assert ("about 2^" in err) == (nsteps > 2**53) and "moves: fix the record or delete it" in err
+
+
+def test_memory_messages_survive_counts_beyond_a_float() -> None:
+    from collsynth import budget
+    from collsynth.errors import CollsynthError
+
+    with pytest.raises(CollsynthError, match="more than 1e308 bytes"):
+        budget.check(10**400, "a huge count")
+
+
+def test_simulate_counts_the_steps_in_its_estimate(capsys, tmp_path, ring4):
+    """nsteps 2**53 in a schedule file with no phases: refused by the estimate, not by numpy."""
+    import dataclasses
+
+    from collsynth.errors import CollsynthError
+    from collsynth.synth.ir import load_schedule
+    from collsynth.synth.simulate import simulate
+    from collsynth.synth.topology import make_topology
+
+    s = load_schedule(str(ring4))
+    big = dataclasses.replace(s, nsteps=2**53, phases=())
+    with pytest.raises(CollsynthError, match=r"9007199254740992 steps\)"):
+        simulate(big, 2**20, make_topology("nvswitch", s.nranks))
+
+
 @pytest.mark.parametrize("dialect,mode", [("executor", "--inplace"), ("executor", "--no-inplace"),
                                           ("legacy", "--inplace"), ("legacy", "--no-inplace")])
 def test_msccl_xml_lowering_of_a_split_multi_chunk_transfer_emits_a_checked_file(capsys, tmp_path, dialect, mode):

@@ -83,8 +83,14 @@ def plan_to_schedule(plan: Plan, *, size: int | None = None) -> Schedule:
     nchunks = int(cols[0, 6]) if len(cols) else max(g0.input_chunks, g0.output_chunks)
     cols = cols[:, :6]
     last = int(cols[:, 0].max()) + 1 if len(cols) else 0
-    if used_record:  # the recorded steps, empty steps included
-        nsteps = max(last, int(meta["nsteps"]) if isinstance(meta.get("nsteps"), int) else 0)
+    if used_record:  # the recorded steps, empty steps included (never more of them than moves: a record
+        # that says so is not one collsynth wrote)
+        recorded = meta.get("nsteps")
+        if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded > last + len(rows):
+            said = str(recorded) if recorded < 2**53 else f"about 2^{recorded.bit_length() - 1}"
+            raise CollsynthError(f"{plan.source}: its \"collsynth\" record says {said} steps, but its "
+                                 f"operations span {last} with {len(rows)} moves: fix the record or delete it")
+        nsteps = max(last, int(recorded) if isinstance(recorded, int) else 0)
     else:  # levels, numbered without gaps
         used = sorted(set(cols[:, 0].tolist()))
         renum = {v: i for i, v in enumerate(used)}
