@@ -13,11 +13,11 @@ from typing import Any, TypedDict
 from collsynth import progress
 from collsynth.apitypes import Arrivals, Bytes
 from collsynth.errors import CollsynthError
-from collsynth.synth.algorithms import radix
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar.pipeline import topology_model
 from collsynth.synth.arrivals import arrival_vector, latest_rank
 from collsynth.synth.bounds import Bound, allreduce_bound
+from collsynth.synth.composition import radix_applies
 from collsynth.synth.registry import algorithms as algorithm_table
 from collsynth.synth.registry import build_schedule, check_works
 from collsynth.synth.simulate import simulate
@@ -52,7 +52,7 @@ def default_algorithms(late_ranks: int = 0, nodes: int = 1, n: int | None = None
     nor the ring's schedule (``n`` composite and not a power of two; every n when ``n`` is None)."""
     return [a for a, info in algorithm_table().items() if "allreduce" in info.collectives and a != "solver"
             and (a != MULTI_LATE or late_ranks >= 2) and (a != CLUSTER_LATE or (late_ranks >= 1 and nodes >= 2))
-            and (a != RADIX or n is None or radix.differs(n))]
+            and (a != RADIX or n is None or radix_applies(n))]
 
 
 def compare_bound(n: int, size: Bytes, topology: Topology | str = "nvswitch", arrivals: Arrivals = None) -> Bound:

@@ -10,7 +10,8 @@ of the buffer they still share; after the k stages rank r holds chunk r reduced 
 AllGather runs the stages back. Cost: 2 sum(f_l - 1) alpha + 2 (n-1)/n s beta, so the ring's bytes
 (bandwidth-optimal) in far fewer steps when n is composite: 72 GPUs (2^3 3^2) 14 steps against the
 ring's 142; 12 GPUs 8 against 22. On n = 2^k it is recursive halving-doubling (rhd's steps), on a prime n
-the ring. Where it differs from both (n composite and not a power of two) ``compare`` runs it.
+the ring. Where it differs from both (n composite and not a power of two: ``composition.radix_applies``)
+``compare`` runs it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from collsynth.errors import CollsynthError
-from collsynth.synth.composition import radix_applies, radix_factors, radix_steps
+from collsynth.synth.composition import radix_factors, radix_steps
 from collsynth.synth.ir import Schedule, ScheduleBuilder
 
 COLLECTIVES = ("allreduce", "reducescatter", "allgather")
@@ -39,8 +40,3 @@ def build(n: int, collective: str = "allreduce") -> Schedule:
         b.add_many(ranks, to, first, count, reduce)
     return b.build()
 
-
-def differs(n: int) -> bool:
-    """Whether radix is a schedule of its own on n ranks (not rhd's or the ring's): n composite and not a
-    power of two."""
-    return radix_applies(n)

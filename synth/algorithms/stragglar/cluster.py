@@ -52,6 +52,8 @@ is the set of ranks that have taken part so far.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -602,13 +604,9 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     plan = merged_plan(topology, n, times, s_bytes, M, runs, rows, late)
     if form == "node" and N & (N - 1) and pipeline == "auto" and n <= BALANCED_MAX_GPUS:
         # three broadcasts for the late node's exchange with its partners: the fastest in the simulator
-        # (none wins always; ties keep the earlier)
-        best = simulate(plan.to_schedule("probe", {}), s_bytes, topology, times).completion_s
-        for rule in ("balanced", "cube"):
-            alt = merged_plan(topology, n, times, s_bytes, M, runs, rows, late, rule)
-            t_alt = simulate(alt.to_schedule("probe", {}), s_bytes, topology, times).completion_s
-            if t_alt < best * (1 - 1e-9):
-                plan, best = alt, t_alt
+        # (none wins always)
+        plan = fastest(plan, [partial(merged_plan, topology, n, times, s_bytes, M, runs, rows, late, rule)
+                              for rule in ("balanced", "cube")], s_bytes, topology, times)
     if form == "gpu" and pipeline == "auto" and n <= BALANCED_MAX_GPUS:
         plan = fit_delay(plan, topology, n, times, s_bytes, late, after_arrival_estimate(
             form, N, G, M, runs, s_bytes, model, rows))
@@ -663,10 +661,18 @@ def fit_delay(plan: ClusterPlan, topology: Any, n: int, times: np.ndarray, size:
     res = simulate(plan.to_schedule("probe", {}), size, topology, times)
     if res.after_last_arrival_s <= estimate * (1 + SPILL):
         return plan
-    best = res.completion_s
-    for m in sorted((u for u in UNITS if u < plan.M), reverse=True)[:SPILL_TRIES]:
-        runs = make_runs(m, 1, m)
-        alt = merged_plan(topology, n, times, size, m, runs, runs, late)
+    fewer = sorted((u for u in UNITS if u < plan.M), reverse=True)[:SPILL_TRIES]
+    return fastest(plan, [partial(merged_plan, topology, n, times, size, m, make_runs(m, 1, m), make_runs(m, 1, m),
+                                  late) for m in fewer], size, topology, times, res.completion_s)
+
+
+def fastest(plan: ClusterPlan, alternatives: list[Callable[[], ClusterPlan]], size: float, topology: Any,
+            times: np.ndarray, plan_s: float | None = None) -> ClusterPlan:
+    """The plan of ``plan`` (its completion ``plan_s`` when already simulated) and the ``alternatives``
+    (built one at a time) that completes first in the simulator; ties keep the earlier."""
+    best = simulate(plan.to_schedule("probe", {}), size, topology, times).completion_s if plan_s is None else plan_s
+    for build_alt in alternatives:
+        alt = build_alt()
         t_alt = simulate(alt.to_schedule("probe", {}), size, topology, times).completion_s
         if t_alt < best * (1 - 1e-9):
             plan, best = alt, t_alt
