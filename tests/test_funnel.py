@@ -533,3 +533,28 @@ def test_ahead_at_the_floor():
         return simulate(funnel.construct(64, arr, GiB, t, 28, 1, False, False, True, leaves=0.0, rows=1,
                                          ahead=ahead, **kw), GiB, t, arr).after_last_arrival_s
     assert after(2) <= 0.96 * after(-1)
+
+
+def test_last_alone_late_gpu_form():
+    """Several late ranks, the others all in long before the last one (rank 3 at 1 ms, the last rank 20 at
+    12 ms on 4 x 8; gap over choose.GPU_FORM_GAP_T T): clusterstraggler auto also weighs the late-GPU form for
+    the last rank with rank 3 in the AllReduce before it, and returns it (verified) as it finishes first: as
+    fast after the arrival as with rank 20 the only late rank, and no slower than any funnel candidate. With
+    rank 3 at 8 ms (gap 4 ms, the AllReduce would not end before 12 ms) it is not weighed."""
+    from collsynth.synth.algorithms.stragglar.waves import FUNNEL_CHOICES, funnel_candidate
+
+    t = make_topology("h100-cluster", 32)
+    T = funnel.rail_time(t, 32, GiB)
+    arr = {3: 0.001, 20: 0.012}
+    s = build_schedule("clusterstraggler", 32, arrivals=arr, size=GiB, topology=t)
+    assert verify(s).ok and s.meta["form"] == "gpu" and s.meta["late"] == [20]
+    assert s.meta["present_late"] == [[3, 0.001]]
+    res = simulate(s, GiB, t, arr)
+    alone = build_schedule("clusterstraggler", 32, arrivals={20: 0.012}, size=GiB, topology=t)
+    assert res.after_last_arrival_s == pytest.approx(simulate(alone, GiB, t, {20: 0.012}).after_last_arrival_s,
+                                                     rel=1e-9)
+    for choice in FUNNEL_CHOICES:
+        assert res.completion_s <= simulate(funnel_candidate(32, arr, GiB, t, choice, T), GiB, t,
+                                            arr).completion_s * (1 + 1e-12)
+    near = build_schedule("clusterstraggler", 32, arrivals={3: 0.008, 20: 0.012}, size=GiB, topology=t)
+    assert near.meta["form"] != "gpu"

@@ -8,6 +8,13 @@ everybody and running the synchronous ``hierarchical`` schedule can finish first
 the synchronous one as form "synchronous" (as waves.py does), its meta naming the late ranks. Without a
 late rank, or with an explicit ``pipeline``, the constructed form is returned as is (the run-time families,
 synth/algorithms/stragglar/family.py, need the late forms themselves).
+
+Several late ranks (waves.py's search, up to waves.SEARCH_MAX_GPUS GPUs): when the others are all in at least
+GPU_FORM_GAP_T times T = s/(G B_net) (funnel.rail_time) before the last rank L, the late-GPU form for L alone
+(cluster.merged_plan: every other rank in the AllReduce before L's arrival, at its own arrival time) is also
+simulated and returned when it completes first: its AllReduce (about 7 ms, 2.6 T, at 8 x 8 and 1 GiB) then
+ends before L arrives, and after L it is the late-GPU form (3.479 ms at 8 x 8, against 3.505 ms for the
+funnel at best; docs/stragglar.md section 11).
 """
 
 from __future__ import annotations
@@ -18,8 +25,9 @@ import numpy as np
 
 from collsynth.apitypes import Arrivals
 from collsynth.synth.algorithms import hierarchical
-from collsynth.synth.algorithms.stragglar import cluster, waves
-from collsynth.synth.arrivals import arrival_vector
+from collsynth.synth.algorithms.layout import node_grid
+from collsynth.synth.algorithms.stragglar import cluster, funnel, waves
+from collsynth.synth.arrivals import arrival_vector, latest_rank
 from collsynth.synth.ir import Schedule
 from collsynth.synth.simulate import simulate
 from collsynth.units import parse_size
@@ -30,6 +38,9 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     """The late-GPU / late-node form of cluster.build, or the synchronous hierarchical schedule when that
     completes first for these arrivals (module docstring)."""
     s = cluster.build(n, collective, arrivals, size, topology, pipeline)
+    if pipeline == "auto" and s.meta.get("form") in ("waves", "funnel", "synchronous") \
+            and n <= waves.SEARCH_MAX_GPUS:
+        return _last_alone(s, n, arrival_vector(arrivals, n), size, topology)
     if pipeline != "auto" or s.meta.get("form") in (None, "synchronous"):  # one node (multistraggler), or chosen
         return s
     if s.meta.get("form") not in ("gpu", "node") and n <= waves.SEARCH_MAX_GPUS:
@@ -46,3 +57,46 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
         return s
     return sync.replace(meta={**sync.meta, "algorithm": "clusterstraggler", "form": "synchronous",
                               "synchronous": "hierarchical", "late": [[int(r), float(times[r])] for r in late]})
+
+
+GPU_FORM_GAP_T = 2.5  # several late ranks: the late-GPU form for the last one weighed from this gap (in T) on
+
+
+def _last_alone(s: Schedule, n: int, times: np.ndarray, size: int | float | str | None,
+                topology: Any) -> Schedule:
+    """Several late ranks, ``s`` the fastest of waves.build: when every other rank is in at least
+    GPU_FORM_GAP_T T before the last rank L (module docstring), the late-GPU form for L (its block count by
+    cluster.best_pipeline, fewer where the AllReduce before L spills past its arrival: cluster.fit_delay)
+    if it completes first in the simulator; else ``s``."""
+    grid = node_grid(topology, n)
+    N, G = grid.shape
+    if N < 2 or G < 2:
+        return s
+    L = latest_rank(times, n)
+    others = np.delete(times, L)
+    s_bytes = cluster.DEFAULT_SIZE if size is None else float(parse_size(size) if isinstance(size, str) else size)
+    T = funnel.rail_time(topology, n, s_bytes)
+    if float(times[L]) - float(others.max()) < GPU_FORM_GAP_T * T:
+        return s
+    model = cluster.link_model(topology, grid)
+    M, runs, rows = cluster.best_pipeline("gpu", N, G, s_bytes, model)
+    est = cluster.after_arrival_estimate("gpu", N, G, M, runs, s_bytes, model, rows)
+    plan = cluster.merged_plan(topology, n, times, s_bytes, M, runs, rows, [L])
+    plan = cluster.fit_delay(plan, topology, n, times, s_bytes, [L], est)
+    t0 = float(times.min())
+    meta: dict[str, object] = {"algorithm": "clusterstraggler", "form": "gpu", "late": [L], "nodes": N,
+                               "gpus_per_node": G, "pipeline": plan.M, "messages_per_part": len(plan.runs),
+                               "nvlink_rows": len(plan.rows), "topology_name": topology.name,
+                               "after_arrival_estimate_s": cluster.after_arrival_estimate(
+                                   "gpu", N, G, plan.M, plan.runs, s_bytes, model, plan.rows),
+                               "present_late": [[int(r), float(times[r])] for r in
+                                                sorted(np.flatnonzero(times > t0).tolist(),
+                                                       key=lambda r: (float(times[r]), r)) if r != L]}
+    spec = getattr(topology, "spec", None)
+    if spec is not None:
+        meta["topology"] = spec
+    gpu = plan.to_schedule(f"clusterstraggler_gpu_n{n}_l{L}", meta)
+    if simulate(gpu, s_bytes, topology, times).completion_s < simulate(s, s_bytes, topology, times).completion_s \
+            * (1 - 1e-12):
+        return gpu
+    return s

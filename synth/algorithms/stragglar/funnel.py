@@ -89,8 +89,10 @@ class _Funnel:
     def __init__(self, grid: np.ndarray, times: np.ndarray, M: int, size: float, topology: Any, fan: int,
                  pxn: bool, tail: bool = True, inline: bool = False, spread: bool = False, leaves: float = 0.0,
                  rows: int = 0, mute: bool = False, early: bool = False, relay: bool = False,
-                 ahead: int = -1) -> None:
+                 ahead: int = -1, first: bool = False) -> None:
         self.grid, self.M, self.times, self.pxn = grid, M, times, pxn
+        # first (with ahead): the other nodes' funnel moves are all listed before node m's and the rounds
+        self.first = first and ahead >= 0
         # ahead >= 0: the broadcast's rounds are listed as soon as the funnel has listed the blocks they
         # send plus ``ahead`` more (interleaved, as cluster.py's merge does), not after the whole funnel
         self.ahead = ahead
@@ -126,9 +128,9 @@ class _Funnel:
         for b in range(N):
             row = [int(y) for y in grid[b]]
             for i, x in enumerate(row):
-                first = min(float(times[y]) for y in row if y != x)
-                if first < float(times[x]) or (first == float(times[x]) and x == L):
-                    self.helpers[x] = sorted((y for y in row if y != x and float(times[y]) == first),
+                earliest = min(float(times[y]) for y in row if y != x)
+                if earliest < float(times[x]) or (earliest == float(times[x]) and x == L):
+                    self.helpers[x] = sorted((y for y in row if y != x and float(times[y]) == earliest),
                                              key=lambda y: (int(self.local_of[y]) - i) % G)
         ready = [max((float(times[x]) for x in grid[b] if int(x) != L), default=0.0) for b in range(N)]
         others = sorted((b for b in range(N) if b != m), key=lambda b: (ready[b], b))
@@ -184,47 +186,50 @@ class _Funnel:
         arr = [float(x) for x in self.times]
         bc = self._rounds(trees) if trees is not None else iter(())
         need = next(bc, None)  # the last funnel block the next broadcast round needs (None: all listed)
-        for j in range(M):
-            for b in self.order:
-                ev: list[tuple[float, int, list[Move]]] = []  # (key, order, moves added together)
-                for sh in range(1, G):  # ReduceScatter rounds: local i sends part i + sh
-                    for i in range(G):
-                        x = int(grid[b, i])
-                        g = (i + sh) % G
-                        o = self.owner(b, g, j)
-                        if x == o:  # (L sends every part but its own: i + sh != i)
-                            continue
-                        ev.append((arr[x], len(ev), [(x, o, g + G * j, 1, True)]))
-                if self.pxn and b == self.m and self.owner(b, self.lL, j) != L:  # L's own block into its helper
-                    # (with ahead first: its rail's broadcast then starts one NVLink message after L arrives)
-                    own = (arr[L], -1 if self.ahead >= 0 else len(ev),
-                           [(L, self.owner(b, self.lL, j), self.lL + G * j, 1, True)])
-                    ev.append(own)
-                for g in range(G):
-                    c = g + G * j
-                    for a in self.upstream.get((b, g), ()):
-                        src = self.target(a, g)
-                        into = (b == self.m and self.pxn) or (b, g) in self.into_helpers
-                        dst = self.owner(b, g, j) if into else self.target(b, g)
-                        h = int(self.local_of[dst])
-                        via = int(grid[a, h])  # node a's GPU on dst's rail (its block c is spent by now)
-                        if self.relay and h != g and arr[via] <= arr[src]:
-                            ev.append((tl.ready(src, c), len(ev),
-                                       [(src, via, c, 1, False), (via, dst, c, 1, True)]))
-                        else:
-                            ev.append((tl.ready(src, c), len(ev), [(src, dst, c, 1, True)]))
-                if self.early:  # by the model's earliest start: a reduction whose data is ready does not
-                    # queue behind a late GPU's (whose NVLink port is still busy with earlier rows)
-                    ev = [(tl.earliest(mvs[0][0], mvs[0][1], mvs[0][2], 1), i, mvs) for _, i, mvs in ev]
-                ev.sort(key=lambda e: (e[0], e[1]))
-                for _, _, mvs in ev:
-                    for mv in mvs:
-                        tl.add(*mv)
-                for g in range(G):  # a late rail GPU takes its node's block from its helper (L: the final)
-                    r, o = int(grid[b, g]), self.owner(b, g, j)
-                    if o != r:
-                        tl.add(o, r, g + G * j, 1, r != L or not self.pxn)
-            while self.ahead >= 0 and need is not None and need + self.ahead <= j:
+        if self.first:  # every other node's blocks, then node m's interleaved with the rounds
+            pairs = [(j, b) for j in range(M) for b in self.order[:-1]] + [(j, self.m) for j in range(M)]
+        else:
+            pairs = [(j, b) for j in range(M) for b in self.order]
+        for j, b in pairs:
+            ev: list[tuple[float, int, list[Move]]] = []  # (key, order, moves added together)
+            for sh in range(1, G):  # ReduceScatter rounds: local i sends part i + sh
+                for i in range(G):
+                    x = int(grid[b, i])
+                    g = (i + sh) % G
+                    o = self.owner(b, g, j)
+                    if x == o:  # (L sends every part but its own: i + sh != i)
+                        continue
+                    ev.append((arr[x], len(ev), [(x, o, g + G * j, 1, True)]))
+            if self.pxn and b == self.m and self.owner(b, self.lL, j) != L:  # L's own block into its helper
+                # (with ahead first: its rail's broadcast then starts one NVLink message after L arrives)
+                own = (arr[L], -1 if self.ahead >= 0 else len(ev),
+                       [(L, self.owner(b, self.lL, j), self.lL + G * j, 1, True)])
+                ev.append(own)
+            for g in range(G):
+                c = g + G * j
+                for a in self.upstream.get((b, g), ()):
+                    src = self.target(a, g)
+                    into = (b == self.m and self.pxn) or (b, g) in self.into_helpers
+                    dst = self.owner(b, g, j) if into else self.target(b, g)
+                    h = int(self.local_of[dst])
+                    via = int(grid[a, h])  # node a's GPU on dst's rail (its block c is spent by now)
+                    if self.relay and h != g and arr[via] <= arr[src]:
+                        ev.append((tl.ready(src, c), len(ev),
+                                   [(src, via, c, 1, False), (via, dst, c, 1, True)]))
+                    else:
+                        ev.append((tl.ready(src, c), len(ev), [(src, dst, c, 1, True)]))
+            if self.early:  # by the model's earliest start: a reduction whose data is ready does not
+                # queue behind a late GPU's (whose NVLink port is still busy with earlier rows)
+                ev = [(tl.earliest(mvs[0][0], mvs[0][1], mvs[0][2], 1), i, mvs) for _, i, mvs in ev]
+            ev.sort(key=lambda e: (e[0], e[1]))
+            for _, _, mvs in ev:
+                for mv in mvs:
+                    tl.add(*mv)
+            for g in range(G):  # a late rail GPU takes its node's block from its helper (L: the final)
+                r, o = int(grid[b, g]), self.owner(b, g, j)
+                if o != r:
+                    tl.add(o, r, g + G * j, 1, r != L or not self.pxn)
+            while b == self.m and self.ahead >= 0 and need is not None and need + self.ahead <= j:
                 need = next(bc, None)
         while need is not None:
             need = next(bc, None)
@@ -407,7 +412,7 @@ def rail_time(topology: Any, n: int, size: float) -> float:
 def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fan: int = 1,
               trees: bool = True, pxn: bool = True, tail: bool = True, spread: bool = False,
               leaves: float = 0.0, rows: int = 0, inline: bool = False, mute: bool = False,
-              early: bool = False, relay: bool = False, ahead: int = -1) -> Schedule:
+              early: bool = False, relay: bool = False, ahead: int = -1, first: bool = False) -> Schedule:
     """The funnel schedule for M blocks per part, ``fan`` chains ending at the last rank's node, the
     broadcast by two ``trees`` (else hypercube rounds), L's part summed at its helpers (``pxn``) and the
     late-rail nodes at a rail's end joining its chain (``tail``); ``spread``: a late rail GPU spreads a
@@ -442,7 +447,7 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     if isinstance(ahead, bool) or not isinstance(ahead, (int, np.integer)) or ahead < -1:
         raise CollsynthError(f"the funnel form's ahead must be an integer >= -1 (blocks), got {ahead!r}")
     plan = _Funnel(grid, times, int(M), float(size), topology, fan, pxn, tail, bool(inline), bool(spread),
-                   float(leaves), int(rows), bool(mute), bool(early), bool(relay), int(ahead))
+                   float(leaves), int(rows), bool(mute), bool(early), bool(relay), int(ahead), bool(first))
     plan.funnel(trees)
     t0 = float(times.min())
     late = sorted((r for r in range(n) if times[r] > t0), key=lambda r: (float(times[r]), r))
@@ -457,6 +462,7 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
                                "chain": [int(b) for b in plan.order], "topology_name": topology.name}
     if ahead >= 0:
         meta["ahead"] = int(ahead)
+        meta["first"] = bool(first)
     spec = getattr(topology, "spec", None)
     if spec is not None:
         meta["topology"] = spec
