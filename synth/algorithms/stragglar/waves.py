@@ -75,9 +75,10 @@ FUNNEL_CHOICES: tuple[Choice, ...] = (
     (24, False, False, False, True, 0.0, 0, True, True, True, True, -1, False),
     (20, False, True, True, True, 1.5, 0, True, True, True, True, -1, False),
     (24, False, False, True, True, 0.0, 0, True, True, True, True, -1, False),
-    (24, False, True, True, True, 1.5, 0, True, True, True, True, -1, False),
-    (24, True, False, True, True, 0.0, 0, True, False, True, True, -1, False),
-    (24, False, True, False, True, 0.0, 0, True, False, True, True, -1, False))
+    (22, False, False, True, True, 0.0, 2, True, True, True, True, 3, True),
+    (22, False, True, True, True, 1.5, 1, True, True, True, True, 2, False),
+    (22, False, False, True, True, 0.0, 1, True, True, True, True, 3, True),
+    (20, False, False, True, True, 0.0, 1, True, True, True, True, 3, True))
 
 
 def funnel_candidate(n: int, arrivals: Arrivals, size: float, topology: Any, choice: Choice,
