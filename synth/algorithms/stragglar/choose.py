@@ -40,7 +40,12 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     s = cluster.build(n, collective, arrivals, size, topology, pipeline)
     if pipeline == "auto" and s.meta.get("form") in ("waves", "funnel", "synchronous") \
             and n <= waves.SEARCH_MAX_GPUS:
-        return _last_alone(s, n, arrival_vector(arrivals, n), size, topology)
+        times = arrival_vector(arrivals, n)
+        gpu = last_alone(n, times, size, topology)
+        if gpu is not None and simulate(gpu, _bytes(size), topology, times).completion_s < \
+                simulate(s, _bytes(size), topology, times).completion_s * (1 - 1e-12):
+            return gpu
+        return s
     if pipeline != "auto" or s.meta.get("form") in (None, "synchronous"):  # one node (multistraggler), or chosen
         return s
     if s.meta.get("form") not in ("gpu", "node") and n <= waves.SEARCH_MAX_GPUS:
@@ -50,7 +55,7 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     late = np.flatnonzero(times > times.min())
     if not late.size:
         return s
-    s_bytes = cluster.DEFAULT_SIZE if size is None else float(parse_size(size) if isinstance(size, str) else size)
+    s_bytes = _bytes(size)
     sync = hierarchical.build(n, topology=topology, size=s_bytes)
     ours = simulate(s, s_bytes, topology, times).completion_s
     if simulate(sync, s_bytes, topology, times).completion_s >= ours * (1 - 1e-12):
@@ -62,22 +67,25 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
 GPU_FORM_GAP_T = 2.5  # several late ranks: the late-GPU form for the last one weighed from this gap (in T) on
 
 
-def _last_alone(s: Schedule, n: int, times: np.ndarray, size: int | float | str | None,
-                topology: Any) -> Schedule:
-    """Several late ranks, ``s`` the fastest of waves.build: when every other rank is in at least
-    GPU_FORM_GAP_T T before the last rank L (module docstring), the late-GPU form for L (its block count by
-    cluster.best_pipeline, fewer where the AllReduce before L spills past its arrival: cluster.fit_delay)
-    if it completes first in the simulator; else ``s``."""
+def _bytes(size: int | float | str | None) -> float:
+    return cluster.DEFAULT_SIZE if size is None else float(parse_size(size) if isinstance(size, str) else size)
+
+
+def last_alone(n: int, times: np.ndarray, size: int | float | str | None, topology: Any) -> Schedule | None:
+    """Several late ranks (arrival ``times`` per rank): when every other rank is in at least GPU_FORM_GAP_T T
+    before the last rank L (module docstring), the late-GPU form for L with the others in the AllReduce
+    before it (its block count by cluster.best_pipeline, fewer where that AllReduce spills past L's arrival:
+    cluster.fit_delay); else None. ``build`` returns it where it completes first in the simulator."""
     grid = node_grid(topology, n)
     N, G = grid.shape
     if N < 2 or G < 2:
-        return s
+        return None
     L = latest_rank(times, n)
     others = np.delete(times, L)
-    s_bytes = cluster.DEFAULT_SIZE if size is None else float(parse_size(size) if isinstance(size, str) else size)
+    s_bytes = _bytes(size)
     T = funnel.rail_time(topology, n, s_bytes)
-    if float(times[L]) - float(others.max()) < GPU_FORM_GAP_T * T:
-        return s
+    if not others.size or float(times[L]) - float(others.max()) < GPU_FORM_GAP_T * T:
+        return None
     model = cluster.link_model(topology, grid)
     M, runs, rows = cluster.best_pipeline("gpu", N, G, s_bytes, model)
     est = cluster.after_arrival_estimate("gpu", N, G, M, runs, s_bytes, model, rows)
@@ -95,8 +103,4 @@ def _last_alone(s: Schedule, n: int, times: np.ndarray, size: int | float | str 
     spec = getattr(topology, "spec", None)
     if spec is not None:
         meta["topology"] = spec
-    gpu = plan.to_schedule(f"clusterstraggler_gpu_n{n}_l{L}", meta)
-    if simulate(gpu, s_bytes, topology, times).completion_s < simulate(s, s_bytes, topology, times).completion_s \
-            * (1 - 1e-12):
-        return gpu
-    return s
+    return plan.to_schedule(f"clusterstraggler_gpu_n{n}_l{L}", meta)
