@@ -281,6 +281,25 @@ def test_one_late_gpu_with_a_medium_delay_reduces_only_before_it():
             assert ours == late < min(funnels)
 
 
+def test_two_close_late_gpus_on_16_nodes_build():
+    """Two GPUs late by 1.0 and 1.2 ms on 16 x 8 (1 GiB): the funnel candidates mute 14 of the 15 receivers of
+    a rail's broadcast, which no placement completes (bcast.muted_cube_rounds now falls back to the plain
+    broadcast; before, an internal error): clusterstraggler builds a verified schedule, never slower than
+    the synchronous hierarchical one."""
+    from collsynth.synth.algorithms import hierarchical
+    from collsynth.synth.registry import build_schedule
+    from collsynth.synth.simulate import simulate
+    from collsynth.synth.topology import make_topology
+    from collsynth.synth.verify import verify
+
+    t = make_topology("h100-cluster", 128)
+    arr = {5: 0.001, 70: 0.0012}
+    s = build_schedule("clusterstraggler", 128, arrivals=arr, size=GiB, topology=t)
+    assert verify(s, topology=t).ok
+    sync = hierarchical.build(128, topology=t, size=GiB)
+    assert simulate(s, GiB, t, arr).completion_s <= simulate(sync, GiB, t, arr).completion_s * (1 + 1e-12)
+
+
 @pytest.mark.parametrize("N", [3, 5, 6, 7])
 def test_copyback_rounds_deliver_every_block_once_per_round_and_port(N):
     from collsynth.synth.algorithms.stragglar.bcast import copyback_rounds
