@@ -3,14 +3,16 @@ start (synth/solver/lns.py). Prints JSON: per case the warm start, the result, t
 after the last arrival and the gap to the lower bound (meta["solver"]), and the wall time.
 
 Run: .venv/bin/python bench/bench_solver_lns.py [--time-limit 30] [--cases 16:5,16:8-15,32:5,64:5]
-(more: --cases 64:8-15,128:5). ``wall_s`` per row is the whole ``solve`` call: it should stay near
+(more: --cases 64:8-15,128:5; ``--cases random:0-4`` takes vectors 0-4 of bench_random_arrivals.py's 64-GPU
+arrival vectors instead: several late ranks at arbitrary times, issue 15 point 3's own case).
+``wall_s`` per row is the whole ``solve`` call: it should stay near
 ``time_limit_s`` (the warm starts are chosen by an estimate of their work, the search gets the rest).
-A case is GPUS:LATE on h100-cluster (8 GPUs per node), 1 GiB, the late ranks 10 ms late (LATE: a rank or
-a range a-b, e.g. a whole node). With a time limit the result depends on how many moves and windows the
-machine tries in it; ``lns.moves`` counts the simulator-guided moves (synth/solver/critical.py: candidates
-evaluated, kept, by kind; a kept move is faster, or as fast with data landing sooner), ``lns.kept`` the
-MILP windows kept. ``--warm ALG`` runs the same search (moves, then windows) around another warm start
-built for the topology (ring, tree, hierarchical) instead of calling the solver.
+A case is GPUS:LATE on h100-cluster (8 GPUs per node), 1 GiB, the late ranks 10 ms late (LATE: a rank or a range
+a-b, e.g. a whole node), or random:I (random arrival vector I, as above). With a time limit the result depends
+on how many moves and windows the machine tries in it; ``lns.moves`` counts the simulator-guided moves
+(synth/solver/critical.py: candidates evaluated, kept, by kind; a kept move is faster, or as fast with data
+landing sooner), ``lns.kept`` the MILP windows kept. ``--warm ALG`` runs the same search (moves, then windows)
+around another warm start built for the topology (ring, tree, hierarchical) instead of calling the solver.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import time
+
+from bench_cluster_straggler import late_gpu_bound, sync_bound
+from bench_random_arrivals import arrival_vectors
 
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
@@ -59,9 +64,15 @@ def main() -> None:
     ap.add_argument("--warm", default=None, help="search around this algorithm (e.g. ring, tree) instead of solving")
     args = ap.parse_args()
     rows = []
+    cases: list[tuple[str, str, dict[int, float]]] = []
     for case in args.cases.split(","):
         n, late = case.split(":")
-        arrivals = {r: 0.01 for r in _late(late)}
+        if n == "random":
+            vectors = arrival_vectors(64, max(_late(late)) + 1)
+            cases += [("64", f"random {i}", vectors[i]) for i in _late(late)]
+        else:
+            cases.append((n, late, {r: 0.01 for r in _late(late)}))
+    for n, late, arrivals in cases:
         if args.warm:
             rows.append(_warm(args.warm, int(n), arrivals, args.time_limit))
             continue
@@ -80,6 +91,10 @@ def main() -> None:
                      "gap_to_lower_bound": round(info["gap"], 4),
                      "lower_bound_after_arrival_ms": round((info["lower_bound_s"] - last) * 1e3, 4),
                      "lns": info.get("lns"), "wall_s": round(wall, 1), "time_limit_s": args.time_limit})
+        if late.startswith("random"):  # the random-arrivals bench's ratio, before and after the search
+            denom = max(late_gpu_bound(2**30), sync_bound(int(n) // 8, 2**30) - last)
+            rows[-1]["ratio_warm_start"] = round((warm_s - last) / denom, 4)
+            rows[-1]["ratio"] = round(info["after_last_arrival_s"] / denom, 4)
     print(json.dumps({"bench": "solver_lns", "rows": rows}, indent=1))
 
 

@@ -232,3 +232,15 @@ def test_greedy_rules_reach_the_pinned_round_counts() -> None:
                          12: [8, 13, 20]}}
     for name, f in (("greedy", greedy_rounds), ("copyback", copyback_rounds)):
         assert {N: [len(f(N, nb)) for nb in (4, 9, 16)] for N in want[name]} == want[name], name
+
+
+def test_muted_rounds_fall_back_to_every_node_sending_when_too_many_are_muted() -> None:
+    """bcast.muted_cube_rounds with all but one receiver muted on 16 nodes (two late GPUs on 16 x 8 with short,
+    close delays: the funnel mutes the 14 nodes that feed the last one's rail): no muted placement completes
+    within its round limit, so the plain broadcast_rounds (every node sends) comes back instead of an
+    internal error."""
+    from collsynth.synth.algorithms.stragglar.bcast import muted_cube_rounds
+
+    mute = frozenset(range(1, 15))
+    assert muted_cube_rounds(16, 24, mute) == broadcast_rounds(16, 24)
+    assert len(muted_cube_rounds(8, 24, frozenset({7}))) == 24 - 1 + 3  # a muted placement where one exists

@@ -249,6 +249,57 @@ def test_short_delay_falls_back_to_the_synchronous_schedule_when_it_is_faster():
             assert t["late"] < t["sync"]
 
 
+def test_one_late_gpu_with_a_medium_delay_reduces_only_before_it():
+    """choose.reduce_only (issue 15 point 1, "only a ReduceScatter where that wins in total"): a GPU 3 ms late
+    on 4 x 8 cannot hide the others' AllReduce (late-GPU form) and the synchronous schedule waits for it; the
+    funnel form (only a reduction toward its node before the arrival) finishes first and is returned
+    (verified), never slower than any funnel candidate, the late-GPU form or hierarchical. 10 ms late: the
+    late-GPU form stays."""
+    from collsynth.synth.algorithms import hierarchical
+    from collsynth.synth.algorithms.stragglar import cluster, funnel, waves
+    from collsynth.synth.registry import build_schedule
+    from collsynth.synth.simulate import simulate
+    from collsynth.synth.topology import make_topology
+    from collsynth.synth.verify import verify
+
+    topo = make_topology("h100-cluster", 32)
+    size = 2**30
+    sync = hierarchical.build(32, topology=topo, size=size)
+    T = funnel.rail_time(topo, 32, size)
+    for delay, form in ((0.003, "funnel"), (0.01, "gpu")):
+        arr = {5: delay}
+        s = build_schedule("clusterstraggler", 32, arrivals=arr, size=size, topology=topo)
+        assert s.meta["form"] == form and verify(s).ok
+        ours = simulate(s, size, topo, arr).completion_s
+        late = simulate(cluster.build(32, arrivals=arr, size=size, topology=topo), size, topo, arr).completion_s
+        funnels = [simulate(waves.funnel_candidate(32, arr, size, topo, c, T), size, topo, arr).completion_s
+                   for c in waves.FUNNEL_CHOICES]
+        assert ours <= min(funnels + [late, simulate(sync, size, topo, arr).completion_s]) * (1 + 1e-12)
+        if form == "funnel":  # well ahead of both (3.50 ms after the arrival against 4.82 and 4.75+)
+            assert ours - delay < 0.8 * (min(late, simulate(sync, size, topo, arr).completion_s) - delay)
+        else:
+            assert ours == late < min(funnels)
+
+
+def test_two_close_late_gpus_on_16_nodes_build():
+    """Two GPUs late by 1.0 and 1.2 ms on 16 x 8 (1 GiB): the funnel candidates mute 14 of the 15 receivers of
+    a rail's broadcast, which no placement completes (bcast.muted_cube_rounds now falls back to the plain
+    broadcast; before, an internal error): clusterstraggler builds a verified schedule, never slower than
+    the synchronous hierarchical one."""
+    from collsynth.synth.algorithms import hierarchical
+    from collsynth.synth.registry import build_schedule
+    from collsynth.synth.simulate import simulate
+    from collsynth.synth.topology import make_topology
+    from collsynth.synth.verify import verify
+
+    t = make_topology("h100-cluster", 128)
+    arr = {5: 0.001, 70: 0.0012}
+    s = build_schedule("clusterstraggler", 128, arrivals=arr, size=GiB, topology=t)
+    assert verify(s, topology=t).ok
+    sync = hierarchical.build(128, topology=t, size=GiB)
+    assert simulate(s, GiB, t, arr).completion_s <= simulate(sync, GiB, t, arr).completion_s * (1 + 1e-12)
+
+
 @pytest.mark.parametrize("N", [3, 5, 6, 7])
 def test_copyback_rounds_deliver_every_block_once_per_round_and_port(N):
     from collsynth.synth.algorithms.stragglar.bcast import copyback_rounds

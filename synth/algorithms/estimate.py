@@ -24,7 +24,9 @@ tests/test_estimate.py checks them against built schedules):
   clusterstraggler for one late GPU or one whole late node on a topology with nodes (issue 15) builds
   one plan of C = G M chunks (M <= max(cluster.UNITS) for auto): the present ranks' AllReduce and the
   late data's rail chains move each chunk about 3 times per rank (measured 2.9-3.0 C per rank at 16
-  nodes): at most 4 n C transfers and moves, 4 C + 4 N steps.
+  nodes): at most 4 n C transfers and moves, 4 C + 4 N steps; with pipeline "auto" up to 256 GPUs it builds
+  and simulates up to 3 more block counts and the funnel forms (one late GPU) or two more broadcasts (a late
+  node on N not a power of two), each counted as a copy.
 - hierarchical: K slices of a ring-shaped ReduceScatter/AllGather inside nodes and rails across them
   (its auto K keeps the transfers under hierarchical.MAX_TRANSFERS).
 - tree: two trees, K slices each reduced and broadcast over n-1 edges: 4K(n-1) transfers.
@@ -164,7 +166,14 @@ def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
     # steps: the merge's 4 C + 4 N, and the AllReduce before it (prephase.py): in-node rounds of G - 1 shifts,
     # at most 2 LOCAL_ROUNDS pieces deep, twice, and the rail ring's 2 (N - 1) steps
     pre = 2 * (G - 1) * min(N, 2 * prephase.LOCAL_ROUNDS) + 2 * N + 8
-    return Work(n, c, 4 * c + 4 * N + pre, 4 * n * c, 4 * n * c, copies=2)  # and the synchronous one (choose.py)
+    copies = 2  # and the synchronous one (choose.py)
+    if pipe == "auto" and n <= stragglar_cluster.BALANCED_MAX_GPUS:
+        if len(late) == 1:  # fit_delay's probe and smaller block counts, choose.reduce_only's funnel forms
+            copies += 1 + stragglar_cluster.SPILL_TRIES
+            copies += len(stragglar_waves.FUNNEL_CHOICES) if n <= stragglar_waves.SEARCH_MAX_GPUS else 0
+        elif N & (N - 1):  # a late node's two other broadcast rules
+            copies += 2
+    return Work(n, c, 4 * c + 4 * N + pre, 4 * n * c, 4 * n * c, copies=copies)
 
 
 def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:

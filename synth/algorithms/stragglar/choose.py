@@ -5,7 +5,9 @@ to waves.SEARCH_MAX_GPUS GPUs, one construction above). Their AllReduce before t
 hidden only behind a delay long enough; for a shorter one, or close arrivals of several ranks, waiting for
 everybody and running the synchronous ``hierarchical`` schedule can finish first. So with a late rank and
 ``pipeline="auto"`` both are simulated (synth/simulate.py, the arrivals given) and the faster is returned;
-the synchronous one as form "synchronous" (as waves.py does), its meta naming the late ranks. Without a
+the synchronous one as form "synchronous" (as waves.py does), its meta naming the late ranks. One late GPU
+(up to waves.SEARCH_MAX_GPUS GPUs) also weighs the funnel form (``reduce_only``: before the arrival only a
+reduction toward its node, which a medium delay hides where the others' AllReduce does not). Without a
 late rank, or with an explicit ``pipeline``, the constructed form is returned as is (the run-time families,
 synth/algorithms/stragglar/family.py, need the late forms themselves).
 
@@ -56,8 +58,10 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     if not late.size:
         return s
     s_bytes = _bytes(size)
-    sync = hierarchical.build(n, topology=topology, size=s_bytes)
     ours = simulate(s, s_bytes, topology, times).completion_s
+    if s.meta.get("form") == "gpu" and n <= waves.SEARCH_MAX_GPUS:
+        s, ours = reduce_only(s, ours, n, arrivals, s_bytes, topology, times)
+    sync = hierarchical.build(n, topology=topology, size=s_bytes)
     if simulate(sync, s_bytes, topology, times).completion_s >= ours * (1 - 1e-12):
         return s
     return sync.replace(meta={**sync.meta, "algorithm": "clusterstraggler", "form": "synchronous",
@@ -104,3 +108,20 @@ def last_alone(n: int, times: np.ndarray, size: int | float | str | None, topolo
     if spec is not None:
         meta["topology"] = spec
     return plan.to_schedule(f"clusterstraggler_gpu_n{n}_l{L}", meta)
+
+
+def reduce_only(s: Schedule, ours: float, n: int, arrivals: Arrivals, size: float, topology: Any,
+                times: np.ndarray) -> tuple[Schedule, float]:
+    """One late GPU: its form (``s``, completing at ``ours``) or, where that wins in total, the funnel form
+    (funnel.py: before the arrival only a reduction toward the late GPU's node instead of an AllReduce of
+    the others, issue 15 point 1's "only a ReduceScatter"), each of waves.FUNNEL_CHOICES simulated; the
+    fastest and its completion (ties keep ``s``). h100-cluster 8 x 8, 1 GiB, one GPU 4 ms late: the
+    synchronous schedule 5.548 ms after the arrival, the funnel 3.556 ms; 10 ms late: the late-GPU form
+    stays (3.479 against 3.554)."""
+    T = funnel.rail_time(topology, n, size)
+    for choice in waves.FUNNEL_CHOICES:
+        f = waves.funnel_candidate(n, arrivals, size, topology, choice, T)
+        t = simulate(f, size, topology, times).completion_s
+        if t < ours * (1 - 1e-12):
+            s, ours = f, t
+    return s, ours

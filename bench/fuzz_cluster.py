@@ -1,0 +1,100 @@
+"""A seeded campaign of clusterstraggler builds on clusters (issue 15): random node counts, late ranks (one GPU,
+a whole node, or 2 to 8 ranks), delays and sizes on ``h100-cluster`` and on a topology JSON of 4-GPU nodes.
+Each case is built with pipeline "auto", verified with its topology's per-class ports and simulated; up to
+waves.SEARCH_MAX_GPUS GPUs (where the synchronous schedule is always weighed) it must complete no later than
+hierarchical. Prints one JSON line per case that fails (exception, unverified, slower) and a summary.
+
+    python bench/fuzz_cluster.py [--cases 100] [--seed 1] [--max-nodes 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+import traceback
+
+import numpy as np
+
+from collsynth.synth.algorithms import hierarchical
+from collsynth.synth.algorithms.stragglar import waves
+from collsynth.synth.registry import build_schedule
+from collsynth.synth.simulate import simulate
+from collsynth.synth.topology import make_topology
+from collsynth.synth.verify import verify
+
+
+def four_gpu_json(N: int, path: str) -> str:
+    """N nodes of 4 GPUs: an NVSwitch per node and one NIC per GPU into its rail switch."""
+    links = []
+    n = 4 * N
+    for r in range(n):
+        links.append({"src": r, "dst": f"nvsw{r // 4}", "class": "nvlink", "alpha": "1.7us", "bandwidth": "300GB/s"})
+        links.append({"src": r, "dst": f"rail{r % 4}", "class": "net", "alpha": "7us", "bandwidth": "25GB/s"})
+    d = {"name": f"fuzz-{N}x4", "gpus": n, "switches": [f"nvsw{a}" for a in range(N)] + [f"rail{g}" for g in range(4)],
+         "links": links, "ports": {"nvlink": 1, "net": 1}, "nodes": [list(range(a * 4, (a + 1) * 4)) for a in range(N)],
+         "fabric": "rail"}
+    with open(path, "w") as f:
+        json.dump(d, f)
+    return path
+
+
+def case(rng: np.random.Generator, max_nodes: int, tmp: str) -> dict[str, object]:
+    N = int(rng.integers(2, max_nodes + 1))
+    if rng.random() < 0.7:
+        G, topo = 8, make_topology("h100-cluster", 8 * N)
+    else:
+        G = 4
+        topo = make_topology(four_gpu_json(N, os.path.join(tmp, f"t{N}.json")), 4 * N)
+    n = G * N
+    size = float(rng.choice([2**20, 2**26, 2**30]))
+    kind = rng.choice(["gpu", "node", "several"])
+    if kind == "gpu":
+        arr = {int(rng.integers(n)): float(rng.uniform(0, 0.01))}
+    elif kind == "node":
+        b, d = int(rng.integers(N)), float(rng.uniform(0, 0.01))
+        arr = {b * G + g: d for g in range(G)}
+    else:
+        k = int(rng.integers(2, min(8, n - 1) + 1))
+        arr = {int(r): float(rng.uniform(0, 0.01)) for r in rng.choice(n, size=k, replace=False)}
+    return {"n": n, "G": G, "topology": topo, "size": size, "arrivals": arr, "kind": str(kind)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--max-nodes", type=int, default=16)
+    a = ap.parse_args()
+    rng = np.random.default_rng(a.seed)
+    bad, forms, t0 = [], {}, time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(a.cases):
+            c = case(rng, a.max_nodes, tmp)
+            n, topo, size, arr = c["n"], c["topology"], c["size"], c["arrivals"]
+            label = {"i": i, "n": n, "gpus_per_node": c["G"], "size": size, "kind": c["kind"],
+                     "arrivals": {str(k): round(v, 6) for k, v in sorted(arr.items())}}  # type: ignore[union-attr]
+            try:
+                s = build_schedule("clusterstraggler", n, arrivals=arr, size=size, topology=topo)
+                form = str(s.meta.get("form"))
+                forms[form] = forms.get(form, 0) + 1
+                if not verify(s, topology=topo).ok:
+                    bad.append({**label, "problem": "does not verify"})
+                elif n <= waves.SEARCH_MAX_GPUS:
+                    ours = simulate(s, size, topo, arr).completion_s
+                    sync = simulate(hierarchical.build(n, topology=topo, size=size), size, topo, arr).completion_s
+                    if ours > sync * (1 + 1e-9):
+                        bad.append({**label, "problem": f"slower than hierarchical: {ours} > {sync}"})
+            except Exception as e:  # noqa: BLE001 - the campaign reports every failure
+                bad.append({**label, "problem": f"{type(e).__name__}: {e}",
+                            "where": traceback.format_exc().splitlines()[-3].strip()})
+            if bad and bad[-1]["i"] == i:
+                print(json.dumps(bad[-1]), flush=True)
+    print(json.dumps({"bench": "fuzz_cluster", "cases": a.cases, "seed": a.seed, "failures": len(bad),
+                      "forms": dict(sorted(forms.items())), "wall_s": round(time.perf_counter() - t0, 1)}))
+
+
+if __name__ == "__main__":
+    main()
