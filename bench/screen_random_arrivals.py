@@ -1,6 +1,8 @@
 """Screening for bench_random_arrivals.py (issue 15, point 3): per vector, the ratio of each funnel candidate
-of waves.FUNNEL_CHOICES and of the synchronous hierarchical schedule, without the waves candidates and
-multistraggler (about 2 s per vector instead of 16). One JSON line per vector, then a summary line.
+of waves.FUNNEL_CHOICES, of the synchronous hierarchical schedule and, where choose.last_alone weighs it (the
+others all in long before the last rank), of the late-GPU form for the last rank ("gpu"), without the waves
+candidates and multistraggler (about 3 s per vector instead of 9). One JSON line per vector, then a summary
+line.
 
     python bench/screen_random_arrivals.py [--first 0] [--vectors 100]
 
@@ -18,7 +20,8 @@ from bench_cluster_straggler import GiB, late_gpu_bound, sync_bound
 from bench_random_arrivals import G, arrival_vectors
 
 from collsynth.synth.algorithms import hierarchical
-from collsynth.synth.algorithms.stragglar import funnel, waves
+from collsynth.synth.algorithms.stragglar import choose, funnel, waves
+from collsynth.synth.arrivals import arrival_vector
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import make_topology
 
@@ -44,6 +47,9 @@ def main() -> None:
             f = waves.funnel_candidate(n, arr, GiB, topo, choice, T)
             res[f"f{c}"] = round((simulate(f, GiB, topo, arr).completion_s - last) / denom, 4)
         res["sync"] = round((simulate(sync, GiB, topo, arr).completion_s - last) / denom, 4)
+        gpu = choose.last_alone(n, arrival_vector(arr, n), GiB, topo)
+        if gpu is not None:
+            res["gpu"] = round((simulate(gpu, GiB, topo, arr).completion_s - last) / denom, 4)
         best = min(res, key=lambda k: (res[k], k))
         best_ratios.append(res[best])
         print(json.dumps({"i": i, "k": len(arr), "nodes": len({r // G for r in arr}), "last_ms": round(last * 1e3, 3),

@@ -478,3 +478,83 @@ def test_mute_feeders_of_the_last_rank_rail():
     assert res.completion_s == pytest.approx(max(p.tl.end), rel=1e-3)
     plain = funnel.construct(64, arr, GiB, t, 20, 1, False, False, True, **kw)
     assert res.after_last_arrival_s <= 0.75 * simulate(plain, GiB, t, arr).after_last_arrival_s
+
+
+@pytest.mark.parametrize("N,G,seed", [(2, 4, 0), (4, 4, 1), (3, 2, 2), (8, 2, 3)])
+def test_ahead_rows_random_verify(N, G, seed):
+    """``ahead`` (the broadcast's rounds listed interleaved with the funnel) with ``rows`` 0, 1 and 2 (every
+    node but L's spreads whole rows), both broadcasts, with and without pxn, on random arrivals: every schedule
+    verified and recorded in meta."""
+    rng = np.random.default_rng(seed)
+    n = N * G
+    t = cluster(N, G)
+    for trees, pxn, rows, ahead in ((True, True, 1, 0), (False, False, 2, 2), (False, True, 1, 3),
+                                    (False, False, 0, 1), (True, False, 2, 0)):
+        ranks = rng.choice(n, size=int(rng.integers(2, n)), replace=False)
+        arr = {int(r): float(rng.uniform(0, 0.01)) for r in ranks}
+        s = funnel.construct(n, arr, GiB, t, 3, 1, trees, pxn, True, spread=True, inline=True, mute=not trees,
+                             leaves=0.002, early=True, relay=True, rows=rows, ahead=ahead)
+        assert verify(s).ok, (arr, trees, pxn, rows, ahead)
+        assert s.meta["ahead"] == ahead and s.meta["rows"] == (rows if rows > 1 else bool(rows))
+    with pytest.raises(CollsynthError, match="rows must be"):
+        funnel.construct(n, arr, GiB, t, 3, rows=3)
+    with pytest.raises(CollsynthError, match="ahead must be"):
+        funnel.construct(n, arr, GiB, t, 3, ahead=-2)
+
+
+def test_ahead_at_the_floor():
+    """The other late ranks done long before the last one (4 late ranks at 2.0-4.6 ms, L = rank 22 at 9.98
+    ms; bench/bench_random_arrivals.py, vector 5): with ``ahead`` L's reductions into its node peers and the
+    final blocks' spreads share its NVLink port block by block and L's own block goes to its helper first,
+    and the idle nodes spread whole rows (``rows``). 22 blocks per part: verified, deterministic, simulated
+    as the model predicts, within 1.31x of T = s/(G B_net) after L and at least 1% faster than the choices
+    before (24 blocks, 3.543 ms); at 28 blocks without pxn the interleaving alone takes 4% off."""
+    from collsynth.synth.algorithms.layout import node_grid
+    from collsynth.synth.arrivals import arrival_vector
+
+    t = make_topology("h100-cluster", 64)
+    arr = {22: 0.009978741, 36: 0.004574722, 59: 0.00200712, 56: 0.002582307, 52: 0.00381677}
+    T = funnel.rail_time(t, 64, GiB)
+    kw = {"spread": True, "inline": True, "early": True, "relay": True, "mute": True}
+    s = funnel.construct(64, arr, GiB, t, 22, 1, False, True, True, leaves=1.5 * T, rows=1, ahead=2, **kw)
+    assert verify(s).ok and s.meta["ahead"] == 2
+    assert s.to_json() == funnel.construct(64, arr, GiB, t, 22, 1, False, True, True, leaves=1.5 * T, rows=1,
+                                           ahead=2, **kw).to_json()
+    p = funnel._Funnel(node_grid(t, 64), arrival_vector(arr, 64), 22, GiB, t, 1, True, True, True, True,
+                       1.5 * T, 1, True, True, True, 2)
+    p.funnel(False)
+    res = simulate(s, GiB, t, arr)
+    assert res.completion_s == pytest.approx(max(p.tl.end), rel=1e-3)
+    assert res.after_last_arrival_s <= 1.31 * T
+    before = funnel.construct(64, arr, GiB, t, 24, 1, False, True, True, leaves=1.5 * T, **kw)
+    assert res.after_last_arrival_s <= 0.99 * simulate(before, GiB, t, arr).after_last_arrival_s
+
+    def after(ahead):
+        return simulate(funnel.construct(64, arr, GiB, t, 28, 1, False, False, True, leaves=0.0, rows=1,
+                                         ahead=ahead, **kw), GiB, t, arr).after_last_arrival_s
+    assert after(2) <= 0.96 * after(-1)
+
+
+def test_last_alone_late_gpu_form():
+    """Several late ranks, the others all in long before the last one (rank 3 at 1 ms, the last rank 20 at
+    12 ms on 4 x 8; gap over choose.GPU_FORM_GAP_T T): clusterstraggler auto also weighs the late-GPU form for
+    the last rank with rank 3 in the AllReduce before it, and returns it (verified) as it finishes first: as
+    fast after the arrival as with rank 20 the only late rank, and no slower than any funnel candidate. With
+    rank 3 at 8 ms (gap 4 ms, the AllReduce would not end before 12 ms) it is not weighed."""
+    from collsynth.synth.algorithms.stragglar.waves import FUNNEL_CHOICES, funnel_candidate
+
+    t = make_topology("h100-cluster", 32)
+    T = funnel.rail_time(t, 32, GiB)
+    arr = {3: 0.001, 20: 0.012}
+    s = build_schedule("clusterstraggler", 32, arrivals=arr, size=GiB, topology=t)
+    assert verify(s).ok and s.meta["form"] == "gpu" and s.meta["late"] == [20]
+    assert s.meta["present_late"] == [[3, 0.001]]
+    res = simulate(s, GiB, t, arr)
+    alone = build_schedule("clusterstraggler", 32, arrivals={20: 0.012}, size=GiB, topology=t)
+    assert res.after_last_arrival_s == pytest.approx(simulate(alone, GiB, t, {20: 0.012}).after_last_arrival_s,
+                                                     rel=1e-9)
+    for choice in FUNNEL_CHOICES:
+        assert res.completion_s <= simulate(funnel_candidate(32, arr, GiB, t, choice, T), GiB, t,
+                                            arr).completion_s * (1 + 1e-12)
+    near = build_schedule("clusterstraggler", 32, arrivals={3: 0.008, 20: 0.012}, size=GiB, topology=t)
+    assert near.meta["form"] != "gpu"

@@ -10,6 +10,13 @@ the synchronous one as form "synchronous" (as waves.py does), its meta naming th
 reduction toward its node, which a medium delay hides where the others' AllReduce does not). Without a
 late rank, or with an explicit ``pipeline``, the constructed form is returned as is (the run-time families,
 synth/algorithms/stragglar/family.py, need the late forms themselves).
+
+Several late ranks (waves.py's search, up to waves.SEARCH_MAX_GPUS GPUs): when the others are all in at least
+GPU_FORM_GAP_T times T = s/(G B_net) (funnel.rail_time) before the last rank L, the late-GPU form for L alone
+(cluster.merged_plan: every other rank in the AllReduce before L's arrival, at its own arrival time) is also
+simulated and returned when it completes first: its AllReduce (about 7 ms, 2.6 T, at 8 x 8 and 1 GiB) then
+ends before L arrives, and after L it is the late-GPU form (3.479 ms at 8 x 8, against 3.505 ms for the
+funnel at best; docs/stragglar.md section 11).
 """
 
 from __future__ import annotations
@@ -20,8 +27,9 @@ import numpy as np
 
 from collsynth.apitypes import Arrivals
 from collsynth.synth.algorithms import hierarchical
+from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar import cluster, funnel, waves
-from collsynth.synth.arrivals import arrival_vector
+from collsynth.synth.arrivals import arrival_vector, latest_rank
 from collsynth.synth.ir import Schedule
 from collsynth.synth.simulate import simulate
 from collsynth.units import parse_size
@@ -32,6 +40,14 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     """The late-GPU / late-node form of cluster.build, or the synchronous hierarchical schedule when that
     completes first for these arrivals (module docstring)."""
     s = cluster.build(n, collective, arrivals, size, topology, pipeline)
+    if pipeline == "auto" and s.meta.get("form") in ("waves", "funnel", "synchronous") \
+            and n <= waves.SEARCH_MAX_GPUS:
+        times = arrival_vector(arrivals, n)
+        gpu = last_alone(n, times, size, topology)
+        if gpu is not None and simulate(gpu, _bytes(size), topology, times).completion_s < \
+                simulate(s, _bytes(size), topology, times).completion_s * (1 - 1e-12):
+            return gpu
+        return s
     if pipeline != "auto" or s.meta.get("form") in (None, "synchronous"):  # one node (multistraggler), or chosen
         return s
     if s.meta.get("form") not in ("gpu", "node") and n <= waves.SEARCH_MAX_GPUS:
@@ -41,7 +57,7 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     late = np.flatnonzero(times > times.min())
     if not late.size:
         return s
-    s_bytes = cluster.DEFAULT_SIZE if size is None else float(parse_size(size) if isinstance(size, str) else size)
+    s_bytes = _bytes(size)
     ours = simulate(s, s_bytes, topology, times).completion_s
     if s.meta.get("form") == "gpu" and n <= waves.SEARCH_MAX_GPUS:
         s, ours = reduce_only(s, ours, n, arrivals, s_bytes, topology, times)
@@ -50,6 +66,48 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
         return s
     return sync.replace(meta={**sync.meta, "algorithm": "clusterstraggler", "form": "synchronous",
                               "synchronous": "hierarchical", "late": [[int(r), float(times[r])] for r in late]})
+
+
+GPU_FORM_GAP_T = 2.5  # several late ranks: the late-GPU form for the last one weighed from this gap (in T) on
+
+
+def _bytes(size: int | float | str | None) -> float:
+    return cluster.DEFAULT_SIZE if size is None else float(parse_size(size) if isinstance(size, str) else size)
+
+
+def last_alone(n: int, times: np.ndarray, size: int | float | str | None, topology: Any) -> Schedule | None:
+    """Several late ranks (arrival ``times`` per rank): when every other rank is in at least GPU_FORM_GAP_T T
+    before the last rank L (module docstring), the late-GPU form for L with the others in the AllReduce
+    before it (its block count by cluster.best_pipeline, fewer where that AllReduce spills past L's arrival:
+    cluster.fit_delay); else None. ``build`` returns it where it completes first in the simulator."""
+    grid = node_grid(topology, n)
+    N, G = grid.shape
+    if N < 2 or G < 2:
+        return None
+    L = latest_rank(times, n)
+    others = np.delete(times, L)
+    s_bytes = _bytes(size)
+    T = funnel.rail_time(topology, n, s_bytes)
+    if not others.size or float(times[L]) - float(others.max()) < GPU_FORM_GAP_T * T:
+        return None
+    model = cluster.link_model(topology, grid)
+    M, runs, rows = cluster.best_pipeline("gpu", N, G, s_bytes, model)
+    est = cluster.after_arrival_estimate("gpu", N, G, M, runs, s_bytes, model, rows)
+    plan = cluster.merged_plan(topology, n, times, s_bytes, M, runs, rows, [L])
+    plan = cluster.fit_delay(plan, topology, n, times, s_bytes, [L], est)
+    t0 = float(times.min())
+    meta: dict[str, object] = {"algorithm": "clusterstraggler", "form": "gpu", "late": [L], "nodes": N,
+                               "gpus_per_node": G, "pipeline": plan.M, "messages_per_part": len(plan.runs),
+                               "nvlink_rows": len(plan.rows), "topology_name": topology.name,
+                               "after_arrival_estimate_s": cluster.after_arrival_estimate(
+                                   "gpu", N, G, plan.M, plan.runs, s_bytes, model, plan.rows),
+                               "present_late": [[int(r), float(times[r])] for r in
+                                                sorted(np.flatnonzero(times > t0).tolist(),
+                                                       key=lambda r: (float(times[r]), r)) if r != L]}
+    spec = getattr(topology, "spec", None)
+    if spec is not None:
+        meta["topology"] = spec
+    return plan.to_schedule(f"clusterstraggler_gpu_n{n}_l{L}", meta)
 
 
 def reduce_only(s: Schedule, ours: float, n: int, arrivals: Arrivals, size: float, topology: Any,

@@ -44,7 +44,13 @@ and m its node. Nobody but node m needs a partial sum, so:
    L's arrival, so their NIC is busy during the whole broadcast on that rail) are muted too, whatever the
    window (a window of 0 mutes only them). With ``spread`` a late rail GPU spreads a final block over NVLink
    itself when its NVLink port frees up before its helper's (a late GPU that arrived long before L is
-   idle by then, and its helper has its own part to spread).
+   idle by then, and its helper has its own part to spread). With ``rows`` the nodes idle when L arrives
+   spread whole rows by recursive doubling (log2 G messages per GPU and row instead of G - 1).
+   With ``ahead`` = a the broadcast's rounds are listed interleaved with the funnel (as cluster.py's
+   merge does: each round once the blocks it sends and a more are listed) instead of after it, so that in
+   the list-scheduling model L's reductions into its node peers do not take its NVLink port for every
+   block before the final blocks' spreads get it (at 28 blocks they then fell 600 us behind); L then
+   leaves its final blocks' spreads to its helpers.
 
 After the last arrival the work is about the late-GPU form's: L's s bytes over NVLink, one part per rail
 out of node m, the broadcast's extra hops and the last spread, when the chains have kept ahead of the
@@ -59,6 +65,7 @@ waves.py does; each step's phase is the set of ranks that have taken part so far
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -81,8 +88,14 @@ class _Funnel:
 
     def __init__(self, grid: np.ndarray, times: np.ndarray, M: int, size: float, topology: Any, fan: int,
                  pxn: bool, tail: bool = True, inline: bool = False, spread: bool = False, leaves: float = 0.0,
-                 rows: bool = False, mute: bool = False, early: bool = False, relay: bool = False) -> None:
+                 rows: int = 0, mute: bool = False, early: bool = False, relay: bool = False,
+                 ahead: int = -1, first: bool = False) -> None:
         self.grid, self.M, self.times, self.pxn = grid, M, times, pxn
+        # first (with ahead): the other nodes' funnel moves are all listed before node m's and the rounds
+        self.first = first and ahead >= 0
+        # ahead >= 0: the broadcast's rounds are listed as soon as the funnel has listed the blocks they
+        # send plus ``ahead`` more (interleaved, as cluster.py's merge does), not after the whole funnel
+        self.ahead = ahead
         self.relay = relay  # an upstream block for a GPU off its rail: NVLink copy to the sender node's GPU on
         # the receiver's rail, then over that GPU's NIC (instead of a PXN message holding the sender's port)
         self.early = early  # a node's reductions added in order of their modelled earliest start
@@ -90,7 +103,7 @@ class _Funnel:
         self.inline = inline
         self.selfspread = spread
         self.leaf_window = leaves
-        self.rows = rows  # rows: nodes idle at L's arrival spread whole rows by recursive doubling
+        self.rows = rows  # nodes idle at L's arrival (2: every node but m) spread whole rows by doubling
         self.row_nodes: set[int] = set()
         self.row_count: dict[tuple[int, int], int] = {}
         self.N, self.G = N, G = grid.shape
@@ -115,9 +128,9 @@ class _Funnel:
         for b in range(N):
             row = [int(y) for y in grid[b]]
             for i, x in enumerate(row):
-                first = min(float(times[y]) for y in row if y != x)
-                if first < float(times[x]) or (first == float(times[x]) and x == L):
-                    self.helpers[x] = sorted((y for y in row if y != x and float(times[y]) == first),
+                earliest = min(float(times[y]) for y in row if y != x)
+                if earliest < float(times[x]) or (earliest == float(times[x]) and x == L):
+                    self.helpers[x] = sorted((y for y in row if y != x and float(times[y]) == earliest),
                                              key=lambda y: (int(self.local_of[y]) - i) % G)
         ready = [max((float(times[x]) for x in grid[b] if int(x) != L), default=0.0) for b in range(N)]
         others = sorted((b for b in range(N) if b != m), key=lambda b: (ready[b], b))
@@ -134,6 +147,7 @@ class _Funnel:
         # the nodes whose own stream (s/G per NIC, T = rail_time from their ready time) ends before L arrives
         T = rail_time(topology, n, size)
         done = {b for b in others if ready[b] + T <= float(times[L])}
+        self.done = done
         for g in range(G):
             chain = [b for b in others if (self.inline and (b != others[-1] or b in done))
                      or float(times[int(grid[b, g])]) <= t0]
@@ -164,46 +178,61 @@ class _Funnel:
         return int(self.grid[b, g])
 
     # ------------------------------------------------------------------ 1 and 2: toward node m
-    def funnel(self) -> None:
+    def funnel(self, trees: bool | None = None) -> None:
+        """Steps 1 and 2 (module docstring); with ``trees`` given also the broadcast (step 3, ``broadcast``):
+        after the funnel, or with ``ahead`` interleaved with it, each round listed once the blocks it sends
+        and ``ahead`` more are."""
         tl, grid, G, M, L = self.tl, self.grid, self.G, self.M, self.L
         arr = [float(x) for x in self.times]
-        for j in range(M):
-            for b in self.order:
-                ev: list[tuple[float, int, list[Move]]] = []  # (key, order, moves added together)
-                for sh in range(1, G):  # ReduceScatter rounds: local i sends part i + sh
-                    for i in range(G):
-                        x = int(grid[b, i])
-                        g = (i + sh) % G
-                        o = self.owner(b, g, j)
-                        if x == o:  # (L sends every part but its own: i + sh != i)
-                            continue
-                        ev.append((arr[x], len(ev), [(x, o, g + G * j, 1, True)]))
-                if self.pxn and b == self.m and self.owner(b, self.lL, j) != L:  # L's own block into its helper
-                    ev.append((arr[L], len(ev), [(L, self.owner(b, self.lL, j), self.lL + G * j, 1, True)]))
-                for g in range(G):
-                    c = g + G * j
-                    for a in self.upstream.get((b, g), ()):
-                        src = self.target(a, g)
-                        into = (b == self.m and self.pxn) or (b, g) in self.into_helpers
-                        dst = self.owner(b, g, j) if into else self.target(b, g)
-                        h = int(self.local_of[dst])
-                        via = int(grid[a, h])  # node a's GPU on dst's rail (its block c is spent by now)
-                        if self.relay and h != g and arr[via] <= arr[src]:
-                            ev.append((tl.ready(src, c), len(ev),
-                                       [(src, via, c, 1, False), (via, dst, c, 1, True)]))
-                        else:
-                            ev.append((tl.ready(src, c), len(ev), [(src, dst, c, 1, True)]))
-                if self.early:  # by the model's earliest start: a reduction whose data is ready does not
-                    # queue behind a late GPU's (whose NVLink port is still busy with earlier rows)
-                    ev = [(tl.earliest(mvs[0][0], mvs[0][1], mvs[0][2], 1), i, mvs) for _, i, mvs in ev]
-                ev.sort(key=lambda e: (e[0], e[1]))
-                for _, _, mvs in ev:
-                    for mv in mvs:
-                        tl.add(*mv)
-                for g in range(G):  # a late rail GPU takes its node's block from its helper (L: the final)
-                    r, o = int(grid[b, g]), self.owner(b, g, j)
-                    if o != r:
-                        tl.add(o, r, g + G * j, 1, r != L or not self.pxn)
+        bc = self._rounds(trees) if trees is not None else iter(())
+        need = next(bc, None)  # the last funnel block the next broadcast round needs (None: all listed)
+        if self.first:  # every other node's blocks, then node m's interleaved with the rounds
+            pairs = [(j, b) for j in range(M) for b in self.order[:-1]] + [(j, self.m) for j in range(M)]
+        else:
+            pairs = [(j, b) for j in range(M) for b in self.order]
+        for j, b in pairs:
+            ev: list[tuple[float, int, list[Move]]] = []  # (key, order, moves added together)
+            for sh in range(1, G):  # ReduceScatter rounds: local i sends part i + sh
+                for i in range(G):
+                    x = int(grid[b, i])
+                    g = (i + sh) % G
+                    o = self.owner(b, g, j)
+                    if x == o:  # (L sends every part but its own: i + sh != i)
+                        continue
+                    ev.append((arr[x], len(ev), [(x, o, g + G * j, 1, True)]))
+            if self.pxn and b == self.m and self.owner(b, self.lL, j) != L:  # L's own block into its helper
+                # (with ahead first: its rail's broadcast then starts one NVLink message after L arrives)
+                own = (arr[L], -1 if self.ahead >= 0 else len(ev),
+                       [(L, self.owner(b, self.lL, j), self.lL + G * j, 1, True)])
+                ev.append(own)
+            for g in range(G):
+                c = g + G * j
+                for a in self.upstream.get((b, g), ()):
+                    src = self.target(a, g)
+                    into = (b == self.m and self.pxn) or (b, g) in self.into_helpers
+                    dst = self.owner(b, g, j) if into else self.target(b, g)
+                    h = int(self.local_of[dst])
+                    via = int(grid[a, h])  # node a's GPU on dst's rail (its block c is spent by now)
+                    if self.relay and h != g and arr[via] <= arr[src]:
+                        ev.append((tl.ready(src, c), len(ev),
+                                   [(src, via, c, 1, False), (via, dst, c, 1, True)]))
+                    else:
+                        ev.append((tl.ready(src, c), len(ev), [(src, dst, c, 1, True)]))
+            if self.early:  # by the model's earliest start: a reduction whose data is ready does not
+                # queue behind a late GPU's (whose NVLink port is still busy with earlier rows)
+                ev = [(tl.earliest(mvs[0][0], mvs[0][1], mvs[0][2], 1), i, mvs) for _, i, mvs in ev]
+            ev.sort(key=lambda e: (e[0], e[1]))
+            for _, _, mvs in ev:
+                for mv in mvs:
+                    tl.add(*mv)
+            for g in range(G):  # a late rail GPU takes its node's block from its helper (L: the final)
+                r, o = int(grid[b, g]), self.owner(b, g, j)
+                if o != r:
+                    tl.add(o, r, g + G * j, 1, r != L or not self.pxn)
+            while b == self.m and self.ahead >= 0 and need is not None and need + self.ahead <= j:
+                need = next(bc, None)
+        while need is not None:
+            need = next(bc, None)
 
     # ------------------------------------------------------------------ 3: the final blocks out
     def _spread(self, b: int, g: int, j: int) -> None:
@@ -219,7 +248,7 @@ class _Funnel:
         r = self.target(b, g)
         h = self.owner(b, g, j)
         both = r == self.L and self.pxn  # (with pxn L's helper summed L's final block: both hold it)
-        if h != r and self.selfspread:
+        if h != r and self.selfspread and not (self.ahead >= 0 and r == self.L):
             nv = tl.classes(r, h)[0]
             if tl.port_free(r, nv) <= tl.port_free(h, nv):  # the rail GPU's port is free first: it spreads
                 for x in self.grid[b]:
@@ -247,7 +276,9 @@ class _Funnel:
 
     def _pick_row_nodes(self) -> None:
         """Nodes that spread whole rows (``rows``): G a power of two, not L's node (its GPUs spread star-wise
-        while L still sends its own data), every GPU's NVLink port idle by L's arrival in the model."""
+        while L still sends its own data), every GPU's NVLink port idle by L's arrival in the model (with
+        ``ahead``, when the funnel is not all listed yet: the node's own stream ends before L arrives); with
+        rows = 2 every node but L's."""
         self.row_count = {}
         self.row_nodes = set()
         if not self.rows or self.G & (self.G - 1):
@@ -256,21 +287,38 @@ class _Funnel:
         row0 = [int(x) for x in self.grid[0]]
         nv = self.tl.classes(row0[0], row0[1])[0]
         for b in range(self.N):
-            if b != self.m and all(self.tl.port_free(int(x), nv) <= tL for x in self.grid[b]):
+            if b == self.m:
+                continue
+            if self.rows == 2:
+                self.row_nodes.add(b)
+            elif self.ahead >= 0:  # the funnel is not all listed yet: the nodes whose own stream ends before L
+                if b in self.done:
+                    self.row_nodes.add(b)
+            elif all(self.tl.port_free(int(x), nv) <= tL for x in self.grid[b]):
                 self.row_nodes.add(b)
 
     def broadcast(self, trees: bool) -> None:
+        """Step 3 after the whole funnel (``_rounds``)."""
+        for _ in self._rounds(trees):
+            pass
+
+    def _rounds(self, trees: bool) -> Iterator[int]:
         """Each final block from node m along its rail to every other node, then spread in each node.
         ``trees``: two binary trees (``trees.heap_two_trees``) over the other nodes, even blocks down one and odd
         blocks down the other; every node is interior in at most one of them, and the node that was ready
         last (still sending its own stream when L arrives) is a leaf in both where the count allows;
-        otherwise the hypercube rounds (bcast.broadcast_rounds; receivers in reverse chain order)."""
+        otherwise the hypercube rounds (bcast.broadcast_rounds; receivers in reverse chain order). A generator:
+        before listing each round it yields the last block the root sends in it (``funnel`` lists the
+        funnel's blocks up to there first)."""
         tl, G, M, m = self.tl, self.G, self.M, self.m
         tgt = self.target
+        if self.ahead < 0:
+            yield M - 1  # after the whole funnel
         self._pick_row_nodes()
         if trees:
             pair = heap_two_trees(self.order[:-1])
             for j in range(M):
+                yield j
                 for g in range(G):
                     c = g + G * j
                     self._spread(m, g, j)
@@ -289,6 +337,7 @@ class _Funnel:
             muted = frozenset(nodes.index(b) for b in leaves)
             spread: set[tuple[int, int, int]] = set()
             for mr in muted_cube_rounds(len(nodes), M, muted):
+                yield max((j for x, _, j in mr if x == 0), default=-1)
                 for g in range(G):
                     for x, y, j in mr:
                         tl.add(tgt(nodes[x], g), tgt(nodes[y], g), g + G * j, 1, False)
@@ -326,6 +375,7 @@ class _Funnel:
 
         rounds_done = False
         for rnd in broadcast_rounds(len(nodes), M):
+            yield max((j for x, _, j in rnd if x == 0), default=-1)
             for g in range(G):
                 for x, y, j in rnd:
                     tl.add(tgt(nodes[x], g), tgt(nodes[y], g), g + G * j, 1, False)
@@ -361,15 +411,20 @@ def rail_time(topology: Any, n: int, size: float) -> float:
 
 def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fan: int = 1,
               trees: bool = True, pxn: bool = True, tail: bool = True, spread: bool = False,
-              leaves: float = 0.0, rows: bool = False, inline: bool = False, mute: bool = False,
-              early: bool = False, relay: bool = False) -> Schedule:
+              leaves: float = 0.0, rows: int = 0, inline: bool = False, mute: bool = False,
+              early: bool = False, relay: bool = False, ahead: int = -1, first: bool = False) -> Schedule:
     """The funnel schedule for M blocks per part, ``fan`` chains ending at the last rank's node, the
     broadcast by two ``trees`` (else hypercube rounds), L's part summed at its helpers (``pxn``) and the
     late-rail nodes at a rail's end joining its chain (``tail``); ``spread``: a late rail GPU spreads a
     final block itself when its NVLink port is free before its helper's; ``leaves`` (seconds, hypercube
     only): the nodes ready less than this before L are leaves of the broadcast, fed by the others, or with
     ``mute`` receivers only inside its rounds (``bcast.muted_cube_rounds``);
-    ``rows``: the nodes whose NVLink ports are idle when L arrives spread whole rows by recursive doubling;
+    ``rows``: the nodes whose NVLink ports are idle when L arrives (with ``ahead``: whose own stream ends
+    before L arrives) spread whole rows by recursive doubling, 2: every node but L's;
+    ``ahead`` >= 0: each broadcast round is listed as soon as the funnel's blocks it sends and ``ahead``
+    more are listed, and L spreads none of its final blocks itself (``spread``), so L's reductions into
+    its node peers and the spreads of the final blocks share its NVLink port block by block (-1: the
+    broadcast after the whole funnel);
     ``inline``: a node whose rail GPU is late takes its place in that rail's chain (receiving once the GPU
     is there), unless it is the last node ready before L and still streaming then (module docstring);
     ``early``: the reductions into
@@ -387,20 +442,27 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     times = arrival_vector(arrivals, n)
     if not (isinstance(leaves, (int, float)) and math.isfinite(leaves) and leaves >= 0):
         raise CollsynthError(f"the funnel form needs a finite leaf window >= 0 seconds, got {leaves!r}")
+    if int(rows) not in (0, 1, 2) or rows != int(rows):
+        raise CollsynthError(f"the funnel form's rows must be 0, 1 or 2, got {rows!r}")
+    if isinstance(ahead, bool) or not isinstance(ahead, (int, np.integer)) or ahead < -1:
+        raise CollsynthError(f"the funnel form's ahead must be an integer >= -1 (blocks), got {ahead!r}")
     plan = _Funnel(grid, times, int(M), float(size), topology, fan, pxn, tail, bool(inline), bool(spread),
-                   float(leaves), bool(rows), bool(mute), bool(early), bool(relay))
-    plan.funnel()
-    plan.broadcast(trees)
+                   float(leaves), int(rows), bool(mute), bool(early), bool(relay), int(ahead), bool(first))
+    plan.funnel(trees)
     t0 = float(times.min())
     late = sorted((r for r in range(n) if times[r] > t0), key=lambda r: (float(times[r]), r))
     meta: dict[str, object] = {"algorithm": "clusterstraggler", "form": "funnel",
                                "late": [[r, float(times[r])] for r in late], "last": plan.L,
                                "nodes": N, "gpus_per_node": G, "pipeline": int(M), "fan": plan.fan,
                                "pxn": pxn, "tail": tail, "spread": bool(spread), "leaves_s": float(leaves),
-                               "rows": bool(rows), "inline": bool(inline), "mute": bool(mute),
+                               "rows": bool(rows) if int(rows) <= 1 else int(rows), "inline": bool(inline),
+                               "mute": bool(mute),
                                "early": bool(early), "relay": bool(relay),
                                "broadcast": "two-tree" if trees else "hypercube",
                                "chain": [int(b) for b in plan.order], "topology_name": topology.name}
+    if ahead >= 0:
+        meta["ahead"] = int(ahead)
+        meta["first"] = bool(first)
     spec = getattr(topology, "spec", None)
     if spec is not None:
         meta["topology"] = spec
