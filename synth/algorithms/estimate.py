@@ -180,7 +180,8 @@ def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
     """The schedules clusterstraggler's waves form (several late ranks on a topology with nodes) builds and
     simulates (waves.build): up to waves.SEARCH_MAX_GPUS with pipeline "auto", two (as built, retimed) per
     cutoff (none, and each late arrival time), two more pairs at the best cutoff, one funnel form per
-    waves.FUNNEL_CHOICES and the synchronous hierarchical; otherwise one. None when the arrivals or topology
+    waves.FUNNEL_CHOICES, the synchronous hierarchical and choose.last_alone's late-GPU form (with fit_delay's
+    probe and smaller block counts); otherwise one. None when the arrivals or topology
     do not make that form."""
     topo = params.get("topology")
     if topo is None or isinstance(topo, str) or getattr(topo, "nranks", None) != n:
@@ -197,7 +198,9 @@ def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
         return None
     if n > stragglar_waves.SEARCH_MAX_GPUS or params.get("pipeline", "auto") != "auto":
         return 1
-    return 2 * (len(late) + 1) + 4 + len(stragglar_waves.FUNNEL_CHOICES) + 1
+    # choose.last_alone where the last rank arrives alone: the late-GPU form, fit_delay's probe and block counts
+    alone = 2 + stragglar_cluster.SPILL_TRIES
+    return 2 * (len(late) + 1) + 4 + len(stragglar_waves.FUNNEL_CHOICES) + 1 + alone
 
 
 def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, Any] | None = None,
