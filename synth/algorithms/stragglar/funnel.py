@@ -81,6 +81,7 @@ from collsynth.synth.ir import Schedule
 from collsynth.synth.trees import heap_two_trees
 
 MAX_CHUNKS = 4096
+TAIL_ROWS = 6  # rows = 3: the last rows every node but L's spreads by recursive doubling
 
 
 class _Funnel:
@@ -238,7 +239,8 @@ class _Funnel:
     def _spread(self, b: int, g: int, j: int) -> None:
         """Block j of part g over NVLink in node b from the GPU that holds it to the others; a late GPU hands
         it to its helper, which spreads it (so its own NVLink port sends about s after its arrival)."""
-        if b in self.row_nodes:  # the whole row by recursive doubling once its G parts are here
+        if b in self.row_nodes or (self.rows == 3 and b != self.m and j >= self.M - TAIL_ROWS
+                                   and not self.G & (self.G - 1)):  # the row by recursive doubling once all here
             key = (b, j)
             self.row_count[key] = self.row_count.get(key, 0) + 1
             if self.row_count[key] == self.G:
@@ -442,7 +444,7 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     times = arrival_vector(arrivals, n)
     if not (isinstance(leaves, (int, float)) and math.isfinite(leaves) and leaves >= 0):
         raise CollsynthError(f"the funnel form needs a finite leaf window >= 0 seconds, got {leaves!r}")
-    if int(rows) not in (0, 1, 2) or rows != int(rows):
+    if int(rows) not in (0, 1, 2, 3) or rows != int(rows):
         raise CollsynthError(f"the funnel form's rows must be 0, 1 or 2, got {rows!r}")
     if isinstance(ahead, bool) or not isinstance(ahead, (int, np.integer)) or ahead < -1:
         raise CollsynthError(f"the funnel form's ahead must be an integer >= -1 (blocks), got {ahead!r}")
