@@ -45,7 +45,9 @@ and m its node. Nobody but node m needs a partial sum, so:
    window (a window of 0 mutes only them). With ``spread`` a late rail GPU spreads a final block over NVLink
    itself when its NVLink port frees up before its helper's (a late GPU that arrived long before L is
    idle by then, and its helper has its own part to spread). With ``rows`` the nodes idle when L arrives
-   spread whole rows by recursive doubling (log2 G messages per GPU and row instead of G - 1).
+   spread whole rows by recursive doubling (log2 G messages per GPU and row instead of G - 1); rows = 2:
+   every node but L's; rows = 3: the idle ones, and every node but L's its last TAIL_ROWS rows (a node
+   still streaming when L arrives is idle by then, and its star spread of the last block was the tail).
    With ``ahead`` = a the broadcast's rounds are listed interleaved with the funnel (as cluster.py's
    merge does: each round once the blocks it sends and a more are listed) instead of after it, so that in
    the list-scheduling model L's reductions into its node peers do not take its NVLink port for every
@@ -422,7 +424,8 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     only): the nodes ready less than this before L are leaves of the broadcast, fed by the others, or with
     ``mute`` receivers only inside its rounds (``bcast.muted_cube_rounds``);
     ``rows``: the nodes whose NVLink ports are idle when L arrives (with ``ahead``: whose own stream ends
-    before L arrives) spread whole rows by recursive doubling, 2: every node but L's;
+    before L arrives) spread whole rows by recursive doubling, 2: every node but L's, 3: also every node but
+    L's its last TAIL_ROWS rows;
     ``ahead`` >= 0: each broadcast round is listed as soon as the funnel's blocks it sends and ``ahead``
     more are listed, and L spreads none of its final blocks itself (``spread``), so L's reductions into
     its node peers and the spreads of the final blocks share its NVLink port block by block (-1: the
