@@ -45,7 +45,9 @@ and m its node. Nobody but node m needs a partial sum, so:
    window (a window of 0 mutes only them). With ``spread`` a late rail GPU spreads a final block over NVLink
    itself when its NVLink port frees up before its helper's (a late GPU that arrived long before L is
    idle by then, and its helper has its own part to spread). With ``rows`` the nodes idle when L arrives
-   spread whole rows by recursive doubling (log2 G messages per GPU and row instead of G - 1).
+   spread whole rows by recursive doubling (log2 G messages per GPU and row instead of G - 1); rows = 2:
+   every node but L's; rows = 3: the idle ones, and every node but L's its last TAIL_ROWS rows (a node
+   still streaming when L arrives is idle by then, and its star spread of the last block was the tail).
    With ``ahead`` = a the broadcast's rounds are listed interleaved with the funnel (as cluster.py's
    merge does: each round once the blocks it sends and a more are listed) instead of after it, so that in
    the list-scheduling model L's reductions into its node peers do not take its NVLink port for every
@@ -81,6 +83,7 @@ from collsynth.synth.ir import Schedule
 from collsynth.synth.trees import heap_two_trees
 
 MAX_CHUNKS = 4096
+TAIL_ROWS = 6  # rows = 3: the last rows every node but L's spreads by recursive doubling
 
 
 class _Funnel:
@@ -238,7 +241,8 @@ class _Funnel:
     def _spread(self, b: int, g: int, j: int) -> None:
         """Block j of part g over NVLink in node b from the GPU that holds it to the others; a late GPU hands
         it to its helper, which spreads it (so its own NVLink port sends about s after its arrival)."""
-        if b in self.row_nodes:  # the whole row by recursive doubling once its G parts are here
+        if b in self.row_nodes or (self.rows == 3 and b != self.m and j >= self.M - TAIL_ROWS
+                                   and not self.G & (self.G - 1)):  # the row by recursive doubling once all here
             key = (b, j)
             self.row_count[key] = self.row_count.get(key, 0) + 1
             if self.row_count[key] == self.G:
@@ -420,7 +424,8 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     only): the nodes ready less than this before L are leaves of the broadcast, fed by the others, or with
     ``mute`` receivers only inside its rounds (``bcast.muted_cube_rounds``);
     ``rows``: the nodes whose NVLink ports are idle when L arrives (with ``ahead``: whose own stream ends
-    before L arrives) spread whole rows by recursive doubling, 2: every node but L's;
+    before L arrives) spread whole rows by recursive doubling, 2: every node but L's, 3: also every node but
+    L's its last TAIL_ROWS rows;
     ``ahead`` >= 0: each broadcast round is listed as soon as the funnel's blocks it sends and ``ahead``
     more are listed, and L spreads none of its final blocks itself (``spread``), so L's reductions into
     its node peers and the spreads of the final blocks share its NVLink port block by block (-1: the
@@ -442,7 +447,7 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     times = arrival_vector(arrivals, n)
     if not (isinstance(leaves, (int, float)) and math.isfinite(leaves) and leaves >= 0):
         raise CollsynthError(f"the funnel form needs a finite leaf window >= 0 seconds, got {leaves!r}")
-    if int(rows) not in (0, 1, 2) or rows != int(rows):
+    if int(rows) not in (0, 1, 2, 3) or rows != int(rows):
         raise CollsynthError(f"the funnel form's rows must be 0, 1 or 2, got {rows!r}")
     if isinstance(ahead, bool) or not isinstance(ahead, (int, np.integer)) or ahead < -1:
         raise CollsynthError(f"the funnel form's ahead must be an integer >= -1 (blocks), got {ahead!r}")
