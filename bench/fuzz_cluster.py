@@ -2,9 +2,11 @@
 a whole node, or 2 to 8 ranks), delays and sizes on ``h100-cluster`` and on a topology JSON of 4-GPU nodes.
 Each case is built with pipeline "auto", verified with its topology's per-class ports and simulated; up to
 waves.SEARCH_MAX_GPUS GPUs (where the synchronous schedule is always weighed) it must complete no later than
-hierarchical. Prints one JSON line per case that fails (exception, unverified, slower) and a summary.
+hierarchical. With ``--emit`` the schedules of up to EMIT_MAX_GPUS GPUs are also emitted as an MSCCL XML file
+and an MSCCL++ plan (each checked by its emitter; a CollsynthError naming a limit is a clean answer, any other
+exception a failure). Prints one JSON line per case that fails (exception, unverified, slower) and a summary.
 
-    python bench/fuzz_cluster.py [--cases 100] [--seed 1] [--max-nodes 16]
+    python bench/fuzz_cluster.py [--cases 100] [--seed 1] [--max-nodes 16] [--emit]
 """
 
 from __future__ import annotations
@@ -18,12 +20,16 @@ import traceback
 
 import numpy as np
 
+from collsynth.backends import emit
+from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import hierarchical
 from collsynth.synth.algorithms.stragglar import waves
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import make_topology
 from collsynth.synth.verify import verify
+
+EMIT_MAX_GPUS = 32
 
 
 def four_gpu_json(N: int, path: str) -> str:
@@ -67,9 +73,10 @@ def main() -> None:
     ap.add_argument("--cases", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--max-nodes", type=int, default=16)
+    ap.add_argument("--emit", action="store_true", help="also emit MSCCL XML and MSCCL++ plans (up to 32 GPUs)")
     a = ap.parse_args()
     rng = np.random.default_rng(a.seed)
-    bad, forms, t0 = [], {}, time.perf_counter()
+    bad, forms, emitted, t0 = [], {}, {"ok": 0, "refused": 0}, time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(a.cases):
             c = case(rng, a.max_nodes, tmp)
@@ -87,13 +94,23 @@ def main() -> None:
                     sync = simulate(hierarchical.build(n, topology=topo, size=size), size, topo, arr).completion_s
                     if ours > sync * (1 + 1e-9):
                         bad.append({**label, "problem": f"slower than hierarchical: {ours} > {sync}"})
+                if a.emit and n <= EMIT_MAX_GPUS:
+                    for fmt in ("msccl-xml", "mscclpp-plan"):
+                        try:
+                            emit(s, fmt)
+                            emitted["ok"] += 1
+                        except CollsynthError:  # a limit of the format, named in one line
+                            emitted["refused"] += 1
             except Exception as e:  # noqa: BLE001 - the campaign reports every failure
                 bad.append({**label, "problem": f"{type(e).__name__}: {e}",
                             "where": traceback.format_exc().splitlines()[-3].strip()})
             if bad and bad[-1]["i"] == i:
                 print(json.dumps(bad[-1]), flush=True)
-    print(json.dumps({"bench": "fuzz_cluster", "cases": a.cases, "seed": a.seed, "failures": len(bad),
-                      "forms": dict(sorted(forms.items())), "wall_s": round(time.perf_counter() - t0, 1)}))
+    summary = {"bench": "fuzz_cluster", "cases": a.cases, "seed": a.seed, "failures": len(bad),
+               "forms": dict(sorted(forms.items()))}
+    if a.emit:
+        summary["emitted"] = emitted
+    print(json.dumps({**summary, "wall_s": round(time.perf_counter() - t0, 1)}))
 
 
 if __name__ == "__main__":

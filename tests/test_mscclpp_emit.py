@@ -227,3 +227,18 @@ def test_synth_on_a_cluster_topology_emits_port_channels(tmp_path):
     plan = tmp_path / "again.plan.json"
     assert main(["emit", str(sched), "--format", "mscclpp-plan", "-o", str(plan)]) == 0
     assert plan.read_bytes() == out.read_bytes()
+
+
+def test_a_cluster_schedule_with_too_many_thread_blocks_points_to_fewer_blocks_per_part():
+    """clusterstraggler's shape follows its arrivals and topology, so the hint is not a GPU count (rebuilding
+    it without them measures another schedule) but fewer blocks per part, which does fit here."""
+    from collsynth.synth.topology import make_topology
+
+    t = make_topology("h100-cluster", 16)
+    s = build_schedule("clusterstraggler", 16, arrivals={5: 0.05}, size=2**30, topology=t, pipeline=200)
+    with pytest.raises(CollsynthError) as e:
+        emit_plan(s)
+    msg = str(e.value)
+    assert "\n" not in msg and "with fewer blocks per part (--pipeline below 200)" in msg
+    assert "GPU count" not in msg
+    assert fits(build_schedule("clusterstraggler", 16, arrivals={5: 0.05}, size=2**30, topology=t, pipeline=100))[0]

@@ -68,6 +68,10 @@ def fit_hint(schedule: Any, need: int = 0, limit: int = 0, **opts: Any) -> str:
         guess = k * limit // need if need else None
         best = largest_passing(1, k - 1, lambda x: _ok("stragglar", n, {**params, "pipeline": x}, **opts), guess)
         return f"the largest --pipeline that fits is {best}" if best >= 1 else "no --pipeline fits on this many GPUs"
+    if alg == "clusterstraggler":  # its shape follows the arrivals and the topology, not only the GPU count
+        m = meta.get("pipeline")
+        fewer = f" with fewer blocks per part (--pipeline below {m})" if isinstance(m, int) and m > 1 else ""
+        return f"build it{fewer}, or emit msccl-xml or nccl-cuda"
     if isinstance(alg, str) and alg in algorithms() and schedule.collective == "allreduce":
         params = {"straggler": None} if alg == "stragglar" else {}
         best = largest_passing(2, n - 1, lambda x: _ok(alg, x, params, **opts))
