@@ -96,18 +96,9 @@ def last_alone(n: int, times: np.ndarray, size: int | float | str | None, topolo
     plan = cluster.merged_plan(topology, n, times, s_bytes, M, runs, rows, [L])
     plan = cluster.fit_delay(plan, topology, n, times, s_bytes, [L], est)
     t0 = float(times.min())
-    meta: dict[str, object] = {"algorithm": "clusterstraggler", "form": "gpu", "late": [L], "nodes": N,
-                               "gpus_per_node": G, "pipeline": plan.M, "messages_per_part": len(plan.runs),
-                               "nvlink_rows": len(plan.rows), "topology_name": topology.name,
-                               "after_arrival_estimate_s": cluster.after_arrival_estimate(
-                                   "gpu", N, G, plan.M, plan.runs, s_bytes, model, plan.rows),
-                               "present_late": [[int(r), float(times[r])] for r in
-                                                sorted(np.flatnonzero(times > t0).tolist(),
-                                                       key=lambda r: (float(times[r]), r)) if r != L]}
-    spec = getattr(topology, "spec", None)
-    if spec is not None:
-        meta["topology"] = spec
-    return plan.to_schedule(f"clusterstraggler_gpu_n{n}_l{L}", meta)
+    present = sorted(np.flatnonzero(times > t0).tolist(), key=lambda r: (float(times[r]), r))
+    return cluster.plan_schedule(plan, "gpu", [L], topology, s_bytes,
+                                 {"present_late": [[int(r), float(times[r])] for r in present if r != L]})
 
 
 def reduce_only(s: Schedule, ours: float, n: int, arrivals: Arrivals, size: float, topology: Any,
@@ -116,8 +107,8 @@ def reduce_only(s: Schedule, ours: float, n: int, arrivals: Arrivals, size: floa
     (funnel.py: before the arrival only a reduction toward the late GPU's node instead of an AllReduce of
     the others, issue 15 point 1's "only a ReduceScatter"), each of waves.FUNNEL_CHOICES simulated; the
     fastest and its completion (ties keep ``s``). h100-cluster 8 x 8, 1 GiB, one GPU 4 ms late: the
-    synchronous schedule 5.548 ms after the arrival, the funnel 3.556 ms; 10 ms late: the late-GPU form
-    stays (3.479 against 3.554)."""
+    synchronous schedule 5.548 ms after the arrival, the funnel 3.523 ms; 10 ms late: the late-GPU form
+    stays (3.479 ms; bench/bench_late_gpu_delay.py)."""
     T = funnel.rail_time(topology, n, size)
     for choice in waves.FUNNEL_CHOICES:
         f = waves.funnel_candidate(n, arrivals, size, topology, choice, T)

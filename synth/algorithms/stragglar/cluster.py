@@ -610,18 +610,25 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     if form == "gpu" and pipeline == "auto" and n <= BALANCED_MAX_GPUS:
         plan = fit_delay(plan, topology, n, times, s_bytes, late, after_arrival_estimate(
             form, N, G, M, runs, s_bytes, model, rows))
-        M, runs, rows = plan.M, plan.runs, plan.rows
-    est = after_arrival_estimate(form, N, G, M, runs, s_bytes, model, rows)
+    return plan_schedule(plan, form, late, topology, s_bytes)
+
+
+def plan_schedule(plan: ClusterPlan, form: str, late: list[int], topology: Any, size: float,
+                  extra: dict[str, object] | None = None) -> Schedule:
+    """The schedule of a merged ``plan`` of the late-GPU or late-node ``form`` for the ``late`` ranks, its meta
+    (the form, late ranks, shape, block counts, the after-arrival estimate, the topology's spec so that
+    `collsynth verify FILE` enforces its per-class ports again) and ``extra`` meta."""
+    N, G = plan.N, plan.G
+    est = after_arrival_estimate(form, N, G, plan.M, plan.runs, size, plan.model, plan.rows)
     meta: dict[str, object] = {"algorithm": "clusterstraggler", "form": form, "late": late, "nodes": N,
-                               "gpus_per_node": G, "pipeline": M, "messages_per_part": len(runs),
-                               "nvlink_rows": len(rows),
-                               "topology_name": topology.name,
-                               "after_arrival_estimate_s": est}
+                               "gpus_per_node": G, "pipeline": plan.M, "messages_per_part": len(plan.runs),
+                               "nvlink_rows": len(plan.rows), "topology_name": topology.name,
+                               "after_arrival_estimate_s": est, **(extra or {})}
     spec = getattr(topology, "spec", None)
-    if spec is not None:  # `collsynth verify FILE` enforces the per-class ports again
+    if spec is not None:
         meta["topology"] = spec
-    name = f"clusterstraggler_{form}_n{n}_l{late[0]}" if form == "gpu" else f"clusterstraggler_node_n{n}_" \
-        f"node{int(plan.node[late[0]])}"
+    name = f"clusterstraggler_gpu_n{plan.grid.size}_l{late[0]}" if form == "gpu" else \
+        f"clusterstraggler_node_n{plan.grid.size}_node{int(plan.node[late[0]])}"
     return plan.to_schedule(name, meta)
 
 
