@@ -242,3 +242,24 @@ def test_a_cluster_schedule_with_too_many_thread_blocks_points_to_fewer_blocks_p
     assert "\n" not in msg and "with fewer blocks per part (--pipeline below 200)" in msg
     assert "GPU count" not in msg
     assert fits(build_schedule("clusterstraggler", 16, arrivals={5: 0.05}, size=2**30, topology=t, pipeline=100))[0]
+
+
+def test_a_schedule_built_for_h100s_may_use_their_132_sms():
+    """emit.resident_limit: a schedule whose meta records an H100 topology preset (h100-cluster, dgx-h100) may
+    need up to 132 resident thread blocks (an H100 SXM5's SMs); the same schedule without its topology keeps
+    the A100's 108."""
+    from collsynth.backends.mscclpp.emit import resident_limit
+    from collsynth.synth.topology import make_topology
+
+    t = make_topology("h100-cluster", 16)
+    s = build_schedule("clusterstraggler", 16, arrivals={5: 0.05}, size=2**30, topology=t, pipeline=120)
+    assert resident_limit(s) == (132, "an H100")
+    ok, why = fits(s)
+    assert ok, why
+    bare = s.replace(meta={k: v for k, v in s.meta.items() if k != "topology"})
+    ok, why = fits(bare)
+    assert not ok and "at most 108 can be resident" in why and "of an A100" in why
+    big = build_schedule("clusterstraggler", 16, arrivals={5: 0.05}, size=2**30, topology=t, pipeline=200)
+    with pytest.raises(CollsynthError) as e:
+        emit_plan(big)
+    assert "at most 132 can be resident at once (one 1024-thread block per SM of an H100" in str(e.value)

@@ -35,6 +35,9 @@ from collsynth.synth.verify import schedule_topology
 
 PROTOCOLS = ("Simple", "LL")
 MAX_RESIDENT_TBS = 108  # an A100's SMs: the kernel runs one 1024-thread block per SM, and all must be resident
+# a schedule built for a topology preset of these GPUs may use their SMs (H100 SXM5: 132 SMs, NVIDIA's H100
+# architecture whitepaper); any other (no topology, a topology file, other GPUs) keeps the A100's 108
+RESIDENT_TBS_BY_PRESET = {"dgx-h100": (132, "an H100"), "h100-cluster": (132, "an H100")}
 ALIGNMENT = 16
 UINT32 = 1 << 32
 
@@ -372,10 +375,23 @@ def fits(schedule: Any, *, proto: str = "Simple", pipeline: int | None = None, g
     except CollsynthError as e:
         return False, str(e)
     worst = max(range(schedule.nranks), key=lambda r: (progs[r].seg, -r))
-    if progs[worst].seg + 1 > MAX_RESIDENT_TBS:
-        return False, (f"rank {worst} needs {progs[worst].seg + 1} thread blocks; at most {MAX_RESIDENT_TBS} can be "
-                       f"resident at once (one 1024-thread block per SM of an A100, and they wait on each other)")
+    limit, gpu = resident_limit(schedule)
+    if progs[worst].seg + 1 > limit:
+        return False, (f"rank {worst} needs {progs[worst].seg + 1} thread blocks; at most {limit} can be "
+                       f"resident at once (one 1024-thread block per SM of {gpu}, and they wait on each other)")
     return True, ""
+
+
+def resident_limit(schedule: Any) -> tuple[int, str]:
+    """(thread blocks that can be resident at once, the GPU that is for): RESIDENT_TBS_BY_PRESET for a schedule
+    whose meta records a topology built from one of those presets, else the A100's MAX_RESIDENT_TBS."""
+    spec = schedule.meta.get("topology")
+    preset = spec.get("preset") if isinstance(spec, dict) else None
+    if isinstance(preset, str):
+        got = RESIDENT_TBS_BY_PRESET.get(preset.split(":", 1)[0])
+        if got is not None:
+            return got
+    return MAX_RESIDENT_TBS, "an A100"
 
 
 def emit_plan(schedule: Any, *, proto: str = "Simple", inplace: bool = True, min_bytes: int = 0, max_bytes: int = 0,
@@ -402,10 +418,11 @@ def emit_plan(schedule: Any, *, proto: str = "Simple", inplace: bool = True, min
                                  f"or --pipeline-unit, or build the schedule with transfers of one chunk")
         b.pipeline_chunks = widths[0] if widths else 1
     worst = max(range(schedule.nranks), key=lambda r: (b.segments(r), -r))
-    if b.segments(worst) > MAX_RESIDENT_TBS:
+    limit, gpu = resident_limit(schedule)
+    if b.segments(worst) > limit:
         raise TooManyThreadBlocks(f"rank {worst} needs {b.segments(worst)} thread blocks of at most "
-                                  f"{MAX_OPS_PER_TB} ops; at most {MAX_RESIDENT_TBS} can be resident at once (one "
-                                  f"1024-thread block per SM of an A100, and they wait on each other)",
+                                  f"{MAX_OPS_PER_TB} ops; at most {limit} can be resident at once (one "
+                                  f"1024-thread block per SM of {gpu}, and they wait on each other)",
                                   b.segments(worst))
     per = io_chunks(b)[1] if schedule.collective == "allgather" else io_chunks(b)[0]
     largest = max_chunk_bytes(b) * per

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from collsynth.backends.mscclpp.emit import MAX_RESIDENT_TBS, TooManyThreadBlocks, fits
+from collsynth.backends.mscclpp.emit import TooManyThreadBlocks, fits, resident_limit
 from collsynth.backends.mscclpp.emit import emit_plan as emit_plan_unfitted
 from collsynth.errors import CollsynthError
 from collsynth.synth.registry import algorithms, build_schedule
@@ -87,4 +87,4 @@ def emit_plan(schedule: Any, **options: Any) -> str:
         return emit_plan_unfitted(schedule, **options)
     except TooManyThreadBlocks as e:
         opts = {k: options[k] for k in ("proto", "pipeline", "gpus_per_node", "chunks") if k in options}
-        raise CollsynthError(f"{e}: {fit_hint(schedule, e.need, MAX_RESIDENT_TBS, **opts)}") from None
+        raise CollsynthError(f"{e}: {fit_hint(schedule, e.need, resident_limit(schedule)[0], **opts)}") from None
