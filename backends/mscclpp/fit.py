@@ -4,8 +4,9 @@ A plan's thread blocks wait on each other (each rank's segments are chained, and
 its peers), so all of them must be resident: one 1024-thread block per SM. When a schedule needs more,
 ``emit_plan`` (the emitter the format registry uses) turns that failure into one line naming the limit
 and the largest size of the same family that fits: the largest ``--pipeline`` for a pipelined StragglAR
-schedule, else the largest GPU count for the schedule's algorithm. Found by a proportional guess and
-bisection (the thread-block count grows with both).
+schedule, fewer blocks per part for clusterstraggler (its shape follows its arrivals and topology), else the
+largest GPU count for the schedule's algorithm. Found by a proportional guess and bisection (the
+thread-block count grows with both). How many can be resident: emit.resident_limit.
 """
 
 from __future__ import annotations
