@@ -38,14 +38,16 @@ SYNC = ("ring", "multiring", "hierarchical", "tree")
 B_NV, B_NET, G = 450e9, 50e9, 8
 
 
-def json_topology(n: int, path: str) -> str:
-    """The h100-cluster machine as a topology JSON (per link: half the route alpha of the preset)."""
+def json_topology(n: int, path: str, G: int = G, nvlink: str = "450GB/s", net: str = "50GB/s",
+                  name: str = "h100-json") -> str:
+    """The h100-cluster machine as a topology JSON (per link: half the route alpha of the preset); other G
+    and bandwidths give the same shape (an NVSwitch per node, one NIC per GPU into its rail switch)."""
     N = n // G
     links = []
     for r in range(n):
-        links.append({"src": r, "dst": f"nvsw{r // G}", "class": "nvlink", "alpha": "1.7us", "bandwidth": "450GB/s"})
-        links.append({"src": r, "dst": f"rail{r % G}", "class": "net", "alpha": "7us", "bandwidth": "50GB/s"})
-    d = {"name": f"h100-json-{N}x{G}", "gpus": n,
+        links.append({"src": r, "dst": f"nvsw{r // G}", "class": "nvlink", "alpha": "1.7us", "bandwidth": nvlink})
+        links.append({"src": r, "dst": f"rail{r % G}", "class": "net", "alpha": "7us", "bandwidth": net})
+    d = {"name": f"{name}-{N}x{G}", "gpus": n,
          "switches": [f"nvsw{a}" for a in range(N)] + [f"rail{g}" for g in range(G)], "links": links,
          "ports": {"nvlink": 1, "net": 1}, "nodes": [list(range(a * G, (a + 1) * G)) for a in range(N)],
          "fabric": "rail"}

@@ -19,6 +19,7 @@ import time
 import traceback
 
 import numpy as np
+from bench_cluster_straggler import json_topology
 
 from collsynth.backends import emit
 from collsynth.errors import CollsynthError
@@ -32,28 +33,14 @@ from collsynth.synth.verify import verify
 EMIT_MAX_GPUS = 32
 
 
-def four_gpu_json(N: int, path: str) -> str:
-    """N nodes of 4 GPUs: an NVSwitch per node and one NIC per GPU into its rail switch."""
-    links = []
-    n = 4 * N
-    for r in range(n):
-        links.append({"src": r, "dst": f"nvsw{r // 4}", "class": "nvlink", "alpha": "1.7us", "bandwidth": "300GB/s"})
-        links.append({"src": r, "dst": f"rail{r % 4}", "class": "net", "alpha": "7us", "bandwidth": "25GB/s"})
-    d = {"name": f"fuzz-{N}x4", "gpus": n, "switches": [f"nvsw{a}" for a in range(N)] + [f"rail{g}" for g in range(4)],
-         "links": links, "ports": {"nvlink": 1, "net": 1}, "nodes": [list(range(a * 4, (a + 1) * 4)) for a in range(N)],
-         "fabric": "rail"}
-    with open(path, "w") as f:
-        json.dump(d, f)
-    return path
-
-
 def case(rng: np.random.Generator, max_nodes: int, tmp: str) -> dict[str, object]:
     N = int(rng.integers(2, max_nodes + 1))
     if rng.random() < 0.7:
         G, topo = 8, make_topology("h100-cluster", 8 * N)
     else:
         G = 4
-        topo = make_topology(four_gpu_json(N, os.path.join(tmp, f"t{N}.json")), 4 * N)
+        path = json_topology(4 * N, os.path.join(tmp, f"t{N}.json"), 4, "300GB/s", "25GB/s", "fuzz")
+        topo = make_topology(path, 4 * N)
     n = G * N
     size = float(rng.choice([2**20, 2**26, 2**30]))
     kind = rng.choice(["gpu", "node", "several"])

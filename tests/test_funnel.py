@@ -366,8 +366,7 @@ def _model_end(n, arr, t, M, trees, pxn, tail, **kw):
 
     p = funnel._Funnel(node_grid(t, n), arrival_vector(arr, n), M, GiB, t, 1, pxn, tail, kw.get("inline", False),
                        kw.get("spread", False), 0.0, False, False, kw.get("early", False), kw.get("relay", False))
-    p.funnel()
-    p.broadcast(trees)
+    p.funnel(trees)
     return max(p.tl.end)
 
 
@@ -472,8 +471,7 @@ def test_mute_feeders_of_the_last_rank_rail():
     for f in feeders:
         out = {int(b) // 8 for a, b in zip(s.src, s.dst) if int(a) // 8 == f and int(b) // 8 != f}
         assert out == {3}
-    p.funnel()
-    p.broadcast(False)
+    p.funnel(False)
     res = simulate(s, GiB, t, arr)
     assert res.completion_s == pytest.approx(max(p.tl.end), rel=1e-3)
     plain = funnel.construct(64, arr, GiB, t, 20, 1, False, False, True, **kw)

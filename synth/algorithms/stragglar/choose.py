@@ -42,10 +42,10 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     s = cluster.build(n, collective, arrivals, size, topology, pipeline)
     if pipeline == "auto" and s.meta.get("form") in ("waves", "funnel", "synchronous") \
             and n <= waves.SEARCH_MAX_GPUS:
-        times = arrival_vector(arrivals, n)
-        gpu = last_alone(n, times, size, topology)
-        if gpu is not None and simulate(gpu, _bytes(size), topology, times).completion_s < \
-                simulate(s, _bytes(size), topology, times).completion_s * (1 - 1e-12):
+        times, s_bytes = arrival_vector(arrivals, n), _bytes(size)
+        gpu = last_alone(n, times, s_bytes, topology)
+        if gpu is not None and simulate(gpu, s_bytes, topology, times).completion_s < \
+                simulate(s, s_bytes, topology, times).completion_s * (1 - 1e-12):
             return gpu
         return s
     if pipeline != "auto" or s.meta.get("form") in (None, "synchronous"):  # one node (multistraggler), or chosen
@@ -109,10 +109,4 @@ def reduce_only(s: Schedule, ours: float, n: int, arrivals: Arrivals, size: floa
     fastest and its completion (ties keep ``s``). h100-cluster 8 x 8, 1 GiB, one GPU 4 ms late: the
     synchronous schedule 5.548 ms after the arrival, the funnel 3.523 ms; 10 ms late: the late-GPU form
     stays (3.479 ms; bench/bench_late_gpu_delay.py)."""
-    T = funnel.rail_time(topology, n, size)
-    for choice in waves.FUNNEL_CHOICES:
-        f = waves.funnel_candidate(n, arrivals, size, topology, choice, T)
-        t = simulate(f, size, topology, times).completion_s
-        if t < ours * (1 - 1e-12):
-            s, ours = f, t
-    return s, ours
+    return waves.fastest_funnel(n, arrivals, size, topology, times, s, ours)

@@ -182,7 +182,7 @@ class _Funnel:
 
     # ------------------------------------------------------------------ 1 and 2: toward node m
     def funnel(self, trees: bool | None = None) -> None:
-        """Steps 1 and 2 (module docstring); with ``trees`` given also the broadcast (step 3, ``broadcast``):
+        """Steps 1 and 2 (module docstring); with ``trees`` given also the broadcast (step 3, ``_rounds``):
         after the funnel, or with ``ahead`` interleaved with it, each round listed once the blocks it sends
         and ``ahead`` more are."""
         tl, grid, G, M, L = self.tl, self.grid, self.G, self.M, self.L
@@ -300,11 +300,6 @@ class _Funnel:
                     self.row_nodes.add(b)
             elif all(self.tl.port_free(int(x), nv) <= tL for x in self.grid[b]):
                 self.row_nodes.add(b)
-
-    def broadcast(self, trees: bool) -> None:
-        """Step 3 after the whole funnel (``_rounds``)."""
-        for _ in self._rounds(trees):
-            pass
 
     def _rounds(self, trees: bool) -> Iterator[int]:
         """Each final block from node m along its rail to every other node, then spread in each node.
@@ -448,7 +443,7 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     if not (isinstance(leaves, (int, float)) and math.isfinite(leaves) and leaves >= 0):
         raise CollsynthError(f"the funnel form needs a finite leaf window >= 0 seconds, got {leaves!r}")
     if int(rows) not in (0, 1, 2, 3) or rows != int(rows):
-        raise CollsynthError(f"the funnel form's rows must be 0, 1 or 2, got {rows!r}")
+        raise CollsynthError(f"the funnel form's rows must be 0, 1, 2 or 3, got {rows!r}")
     if isinstance(ahead, bool) or not isinstance(ahead, (int, np.integer)) or ahead < -1:
         raise CollsynthError(f"the funnel form's ahead must be an integer >= -1 (blocks), got {ahead!r}")
     plan = _Funnel(grid, times, int(M), float(size), topology, fan, pxn, tail, bool(inline), bool(spread),

@@ -91,6 +91,19 @@ def funnel_candidate(n: int, arrivals: Arrivals, size: float, topology: Any, cho
                             ahead=ahead, first=first)
 
 
+def fastest_funnel(n: int, arrivals: Arrivals, size: float, topology: Any, times: np.ndarray, s: Schedule,
+                   t: float) -> tuple[Schedule, float]:
+    """``s`` (completing at ``t``) or the funnel candidate of FUNNEL_CHOICES that completes first in the
+    simulator, whichever is faster (ties keep the earlier), with its completion."""
+    T = funnel.rail_time(topology, n, size)
+    for choice in FUNNEL_CHOICES:
+        f = funnel_candidate(n, arrivals, size, topology, choice, T)
+        t_f = simulate(f, size, topology, times).completion_s
+        if t_f < t * (1 - 1e-12):
+            s, t = f, t_f
+    return s, t
+
+
 SEARCH_MAX_GPUS = 256  # up to this many GPUs "auto" simulates several (M, broadcast) choices and keeps the best
 
 
@@ -334,13 +347,8 @@ def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = No
     consider(16, False, cut)
     consider(16, True, cut)
     if G >= 2:  # reduce toward the last rank's node, then broadcast (funnel.py)
-        T = funnel.rail_time(topology, n, s_bytes)
-        for choice in FUNNEL_CHOICES:
-            f = funnel_candidate(n, arrivals, s_bytes, topology, choice, T)
-            t = simulate(f, s_bytes, topology, times).completion_s
-            tried += 1
-            if t < best[0] * (1 - 1e-12):
-                best = (t, tried, f)
+        s_best, t_best = fastest_funnel(n, arrivals, s_bytes, topology, times, best[2], best[0])
+        best = (t_best, tried + 1, s_best)
     sync = hierarchical.build(n, topology=topology, size=s_bytes)  # when waiting for everyone is faster
     t = simulate(sync, s_bytes, topology, times).completion_s
     if t < best[0] * (1 - 1e-12):
