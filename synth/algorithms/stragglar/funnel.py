@@ -449,7 +449,8 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     by when their data is ready (a reduction is commutative: the upstream block need not wait behind a
     late GPU's); ``rotate`` = k >= 2: the last
     k nodes of the chains still streaming when L arrives take turns at the chain's end (block j: the chain
-    order rotated by j mod k among them). Needs a topology of at least
+    order rotated by j mod k among them; ``inline``'s last node ready before L is then the last of the
+    rotated order). Needs a topology of at least
     2 nodes of at least 2 GPUs."""
     grid = node_grid(topology, n)
     N, G = grid.shape
