@@ -161,8 +161,8 @@ class _Funnel:
         # rotate = k: the last k nodes still streaming when L arrives take turns at the chain's end, block by
         # block, so that none takes in every block of the others and then the whole broadcast too
         k = max(1, min(rotate, sum(1 for b in others if b not in done)))
-        self.orders = [[*others[:len(others) - k], *(others[len(others) - k:][p:] + others[len(others) - k:][:p]),
-                        m] for p in range(k)]
+        fixed, turns = others[:len(others) - k], others[len(others) - k:]
+        self.orders = [[*fixed, *turns[p:], *turns[:p], m] for p in range(k)]
         for p, order in enumerate(self.orders):
             ring = order[:-1]
             for g in range(G):
@@ -181,7 +181,7 @@ class _Funnel:
                         nxt[a] = next((b for b in ring[i + 1:] if b in chain), m)
                 for a in ring:
                     self.upstream.setdefault((nxt[a], g, p), []).append(a)
-        self.order = [*others, m]  # in ready order (the broadcast's and the meta's)
+        self.order = self.orders[0]  # in ready order, not rotated (the broadcast's and the meta's)
 
     def owner(self, b: int, g: int, j: int) -> int:
         """Who holds node b's sum of block j of part g after its ReduceScatter (a helper of the rail GPU if
