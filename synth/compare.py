@@ -7,7 +7,7 @@ picks for what that rank sees on the topology; the solver runs only when given a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
 from collsynth import progress
@@ -24,7 +24,7 @@ from collsynth.synth.simulate import simulate
 from collsynth.synth.solver.solve import status_line
 from collsynth.synth.topology import Topology, make_topology
 from collsynth.synth.verify import check, class_port_violation
-from collsynth.units import parse_size
+from collsynth.units import format_time, parse_size
 
 
 class CompareRow(TypedDict):
@@ -124,7 +124,7 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
         if a == CLUSTER_LATE and s.meta.get("form") == "synchronous":  # waiting for everyone was faster
             note += f"synchronous ({s.meta.get('synchronous')}: waiting is faster)"
         elif a == CLUSTER_LATE and "form" in s.meta:
-            note += f"late {s.meta['form']} {s.meta['late']} M={s.meta['pipeline']}"
+            note += f"{s.meta['form']} form, late {late_ranks_text(s.meta.get('late'), arr)}"
         if a == "solver" and isinstance(s.meta.get("solver"), dict):  # honest status: optimal or not, and the gap
             note += " " + status_line(s.meta["solver"], short=True)  # type: ignore[arg-type]
         if s.meta.get("pipeline", 1) != 1:
@@ -144,3 +144,22 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
     rows.sort(key=lambda r: (r["after_last_arrival_s"], r["algorithm"]))
     return rows
 
+
+def late_ranks_text(late: object, arrivals: Mapping[int, float], most: int = 6) -> str:
+    """A schedule's late ranks for a note, from meta's ``late`` (ranks, or [rank, time] pairs; the time from
+    ``arrivals`` where the meta has none): consecutive ranks arriving together as one range, at most ``most``
+    groups, e.g. ``5 (4.000 ms), 8-15 (10.000 ms)``."""
+    pairs: list[tuple[int, float | None]] = []
+    for item in late if isinstance(late, (list, tuple)) else [late]:
+        rank = int(item[0] if isinstance(item, (list, tuple)) else item)  # type: ignore[call-overload]
+        t = item[1] if isinstance(item, (list, tuple)) else arrivals.get(rank)
+        pairs.append((rank, None if t is None else float(t)))
+    groups: list[list[Any]] = []
+    for rank, t in sorted(pairs):
+        if groups and groups[-1][1] == rank - 1 and groups[-1][2] == t:
+            groups[-1][1] = rank
+        else:
+            groups.append([rank, rank, t])
+    text = [(f"{a}" if a == b else f"{a}-{b}") + ("" if t is None else f" ({format_time(t)})") for a, b, t in groups]
+    more = f", ... ({len(pairs)} late)" if len(text) > most else ""
+    return ", ".join(text[:most]) + more

@@ -11,7 +11,7 @@ from test_cluster_algorithms import cluster
 
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.stragglar import waves
-from collsynth.synth.compare import compare
+from collsynth.synth.compare import compare, late_ranks_text
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.trees import inorder_edges
@@ -89,6 +89,19 @@ def test_deterministic_and_compare_row():
     assert a.to_json() == b.to_json()
     rows = {r["algorithm"]: r for r in compare(8, GiB, t, arr)}
     assert "clusterstraggler" in rows and rows["clusterstraggler"]["x_bound"] >= 1 - 1e-9
+    assert rows["clusterstraggler"]["note"].startswith("synchronous (hierarchical: waiting is faster)")
+    arr = {5: 0.004, 12: 0.009}
+    row = compare(16, GiB, "h100-cluster", arr, algorithms=["clusterstraggler", "ring"])[0]
+    assert row["note"].startswith("funnel form, late 5 (4.000 ms), 12 (9.000 ms) K="), row  # form, who, when
+
+
+def test_late_ranks_text_groups_ranks_that_arrive_together():
+    whole = [[r, 0.01] for r in range(8, 16)]
+    assert late_ranks_text(whole, {}) == "8-15 (10.000 ms)"
+    assert late_ranks_text([5, 9], {5: 0.004}) == "5 (4.000 ms), 9"  # ranks only: times from the arrivals
+    assert late_ranks_text(3, {3: 2e-6}) == "3 (2.000 us)"
+    many = late_ranks_text([[r, r * 1e-3] for r in range(1, 20, 2)], {})
+    assert many.count(" ms)") == 6 and many.endswith(", ... (10 late)")
 
 
 def test_tree_edges_cover_every_receiver_once():
