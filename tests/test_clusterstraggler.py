@@ -225,7 +225,8 @@ def test_late_node_chooses_nvlink_rows_of_several_blocks_on_16_nodes():
 def test_short_delay_falls_back_to_the_synchronous_schedule_when_it_is_faster():
     """choose.py: the late-GPU form's AllReduce before the arrival is hidden only behind a long delay; for a
     short one the synchronous hierarchical schedule finishes first and clusterstraggler returns it (verified,
-    form "synchronous"); for a long delay the late-GPU form, faster than hierarchical."""
+    form "synchronous"); for a long delay the late-GPU form or the funnel (within 0.1% of each other on 4 x 8),
+    faster than hierarchical."""
     from collsynth.synth.algorithms import hierarchical
     from collsynth.synth.algorithms.stragglar import cluster
     from collsynth.synth.registry import build_schedule
@@ -236,10 +237,10 @@ def test_short_delay_falls_back_to_the_synchronous_schedule_when_it_is_faster():
     topo = make_topology("h100-cluster", 32)
     size = 2**30
     sync = hierarchical.build(32, topology=topo, size=size)
-    for delay, form in ((1e-4, "synchronous"), (0.05, "gpu")):
+    for delay, form in ((1e-4, "synchronous"), (0.05, "gpu|funnel")):
         arr = {5: delay}
         s = build_schedule("clusterstraggler", 32, arrivals=arr, size=size, topology=topo)
-        assert s.meta["form"] == form and verify(s).ok
+        assert s.meta["form"] in form.split("|") and verify(s).ok
         late = cluster.build(32, arrivals=arr, size=size, topology=topo)
         t = {k: simulate(x, size, topo, arr).completion_s for k, x in (("ours", s), ("late", late), ("sync", sync))}
         assert t["ours"] == min(t.values()), t
@@ -254,7 +255,9 @@ def test_one_late_gpu_with_a_medium_delay_reduces_only_before_it():
     on 4 x 8 cannot hide the others' AllReduce (late-GPU form) and the synchronous schedule waits for it; the
     funnel form (only a reduction toward its node before the arrival) finishes first and is returned
     (verified), never slower than any funnel candidate, the late-GPU form or hierarchical. 10 ms late: the
-    late-GPU form stays."""
+    late-GPU form and the best funnel candidate are within 0.1% (3.354 and 3.352 ms after the arrival; with
+    L taking its part in from its helpers the funnel's broadcast starts as early), both well ahead of
+    hierarchical, and the faster is returned."""
     from collsynth.synth.algorithms import hierarchical
     from collsynth.synth.algorithms.stragglar import cluster, funnel, waves
     from collsynth.synth.registry import build_schedule
@@ -266,10 +269,10 @@ def test_one_late_gpu_with_a_medium_delay_reduces_only_before_it():
     size = 2**30
     sync = hierarchical.build(32, topology=topo, size=size)
     T = funnel.rail_time(topo, 32, size)
-    for delay, form in ((0.003, "funnel"), (0.01, "gpu")):
+    for delay, form in ((0.003, "funnel"), (0.01, "gpu|funnel")):
         arr = {5: delay}
         s = build_schedule("clusterstraggler", 32, arrivals=arr, size=size, topology=topo)
-        assert s.meta["form"] == form and verify(s).ok
+        assert s.meta["form"] in form.split("|") and verify(s).ok
         ours = simulate(s, size, topo, arr).completion_s
         late = simulate(cluster.build(32, arrivals=arr, size=size, topology=topo), size, topo, arr).completion_s
         funnels = [simulate(waves.funnel_candidate(32, arr, size, topo, c, T), size, topo, arr).completion_s
@@ -278,7 +281,8 @@ def test_one_late_gpu_with_a_medium_delay_reduces_only_before_it():
         if form == "funnel":  # well ahead of both (3.50 ms after the arrival against 4.82 and 4.75+)
             assert ours - delay < 0.8 * (min(late, simulate(sync, size, topo, arr).completion_s) - delay)
         else:
-            assert ours == late < min(funnels)
+            assert ours == min(funnels + [late]) and abs(late - min(funnels)) < 1e-3 * (late - delay)
+            assert ours - delay < 0.75 * (simulate(sync, size, topo, arr).completion_s - delay)
 
 
 def test_two_close_late_gpus_on_16_nodes_build():

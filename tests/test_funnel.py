@@ -535,27 +535,28 @@ def test_ahead_at_the_floor():
 
 
 def test_last_alone_late_gpu_form():
-    """Several late ranks, the others all in long before the last one (rank 3 at 1 ms, the last rank 20 at
-    12 ms on 4 x 8; gap over choose.GPU_FORM_GAP_T T): clusterstraggler auto also weighs the late-GPU form for
+    """Several late ranks, the others all in long before the last one (rank 3 at 1 ms, the last rank 12 at
+    12 ms on 2 x 8; gap over choose.GPU_FORM_GAP_T T): clusterstraggler auto also weighs the late-GPU form for
     the last rank with rank 3 in the AllReduce before it, and returns it (verified) as it finishes first: as
-    fast after the arrival as with rank 20 the only late rank, and no slower than any funnel candidate. With
-    rank 3 at 8 ms (gap 4 ms, the AllReduce would not end before 12 ms) it is not weighed."""
+    fast after the arrival as with rank 12 the only late rank, and no slower than any funnel candidate. With
+    rank 3 at 8 ms (gap 4 ms, the AllReduce would not end before 12 ms) it is not weighed. (On 4 x 8 a
+    funnel candidate is 2 us faster than the late-GPU form since L takes its part in from its helpers.)"""
     from collsynth.synth.algorithms.stragglar.waves import FUNNEL_CHOICES, funnel_candidate
 
-    t = make_topology("h100-cluster", 32)
-    T = funnel.rail_time(t, 32, GiB)
-    arr = {3: 0.001, 20: 0.012}
-    s = build_schedule("clusterstraggler", 32, arrivals=arr, size=GiB, topology=t)
-    assert verify(s).ok and s.meta["form"] == "gpu" and s.meta["late"] == [20]
+    t = make_topology("h100-cluster", 16)
+    T = funnel.rail_time(t, 16, GiB)
+    arr = {3: 0.001, 12: 0.012}
+    s = build_schedule("clusterstraggler", 16, arrivals=arr, size=GiB, topology=t)
+    assert verify(s).ok and s.meta["form"] == "gpu" and s.meta["late"] == [12]
     assert s.meta["present_late"] == [[3, 0.001]]
     res = simulate(s, GiB, t, arr)
-    alone = build_schedule("clusterstraggler", 32, arrivals={20: 0.012}, size=GiB, topology=t)
-    assert res.after_last_arrival_s == pytest.approx(simulate(alone, GiB, t, {20: 0.012}).after_last_arrival_s,
+    alone = build_schedule("clusterstraggler", 16, arrivals={12: 0.012}, size=GiB, topology=t)
+    assert res.after_last_arrival_s == pytest.approx(simulate(alone, GiB, t, {12: 0.012}).after_last_arrival_s,
                                                      rel=1e-9)
     for choice in FUNNEL_CHOICES:
-        assert res.completion_s <= simulate(funnel_candidate(32, arr, GiB, t, choice, T), GiB, t,
+        assert res.completion_s <= simulate(funnel_candidate(16, arr, GiB, t, choice, T), GiB, t,
                                             arr).completion_s * (1 + 1e-12)
-    near = build_schedule("clusterstraggler", 32, arrivals={3: 0.008, 20: 0.012}, size=GiB, topology=t)
+    near = build_schedule("clusterstraggler", 16, arrivals={3: 0.008, 12: 0.012}, size=GiB, topology=t)
     assert near.meta["form"] != "gpu"
 
 
@@ -625,3 +626,94 @@ def test_rotate_random_verify(N, G, seed):
     for bad in (0, -1, True, 1.5):
         with pytest.raises(CollsynthError, match="rotate must be"):
             funnel.construct(n, arr, GiB, t, 3, rotate=bad)
+
+
+# bench vector 5 (bench/bench_random_arrivals.py): L = rank 22 (node 2, local 6) 5.4 ms after the others
+_V5 = {22: 0.009979, 36: 0.004575, 52: 0.003817, 56: 0.002582, 59: 0.002007}
+_C5 = {"spread": True, "rows": 3, "inline": True, "mute": True, "early": True, "relay": True, "ahead": 2}
+_C6 = {"spread": True, "rows": 3, "inline": True, "mute": True, "early": True, "relay": True, "ahead": 3,
+       "first": True}
+
+
+def _first_net_send(s, t, arr, x):
+    """When rank x's first network send starts, after the last arrival (simulated)."""
+    r = simulate(s, GiB, t, arr)
+    net = (s.src // 8) != (s.dst // 8)
+    k = np.nonzero((s.src == x) & net)[0]
+    return float(r.start_s[k].min()) - max(arr.values()), r.after_last_arrival_s
+
+
+def test_pxn_last_rank_takes_its_part_in():
+    """With ``pxn`` the sums of L's part wait at its helpers and L takes each in over NVLink and adds its own
+    block: it never sends its raw part (no reduce from L in its own part), its NVLink port sends only the
+    7 other parts, so its own rail's broadcast starts one NVLink message after it arrives and the whole
+    schedule ends within 1.3x the late-GPU bound (3.488 ms after L at 8 x 8, 1 GiB; L sending its part to
+    its helper first gave 3.505)."""
+    t = make_topology("h100-cluster", 64)
+    T = funnel.rail_time(t, 64, GiB)
+    s = funnel.construct(64, _V5, GiB, t, 22, 1, False, True, True, leaves=1.5 * T, **_C5)
+    assert verify(s).ok
+    mine = (s.src == 22) & (s.chunk % 8 == 6)
+    assert not np.any(s.reduce[mine]) and np.any((s.dst == 22) & (s.chunk % 8 == 6) & s.reduce)
+    start, after = _first_net_send(s, t, _V5, 22)
+    assert 0 < start < 20e-6  # one NVLink message of 6.1 MB (a network message takes 136 us)
+    assert after <= 1.3 * GiB / 8 / 50e9
+
+
+def test_pxn_first_blocks_start_the_last_ranks_rail():
+    """Without ``pxn`` L takes the sums of its part in on its NIC, so its rail's broadcast waits one network
+    message; ``pxn_first`` = 2 sends the first two through its helpers (bench vector 1: node 7 still
+    streaming when L = rank 14 arrives): the rail starts one NVLink message after L, 3.522 -> 3.488 ms.
+    Verified for 0 to M blocks; recorded in meta; bad values exit with one line."""
+    t = make_topology("h100-cluster", 64)
+    arr = {14: 0.009673, 23: 0.00331, 26: 0.004673, 63: 0.009086}
+    base = funnel.construct(64, arr, GiB, t, 22, 1, False, False, True, **_C6)
+    s = funnel.construct(64, arr, GiB, t, 22, 1, False, False, True, pxn_first=2, **_C6)
+    assert verify(s).ok and s.meta["pxn_first"] == 2 and "pxn_first" not in base.meta
+    start0, after0 = _first_net_send(base, t, arr, 14)
+    start2, after2 = _first_net_send(s, t, arr, 14)
+    assert start0 > 130e-6 and start2 < 20e-6 and after2 < after0 - 30e-6
+    assert verify(funnel.construct(64, arr, GiB, t, 22, 1, False, False, True, pxn_first=22, **_C6)).ok
+    for bad in (-1, 23, True, 1.5):
+        with pytest.raises(CollsynthError, match="pxn_first must be"):
+            funnel.construct(64, arr, GiB, t, 22, pxn_first=bad)
+
+
+def test_settled_late_gpu_holds_its_own_part():
+    """Node m's rank 29 arrived 6.7 ms before L = rank 30 (bench vector 80): with ``settled`` = T it has no
+    helpers, so L's blocks of part 5 go straight to it (one NVLink message each, not to a helper and back
+    to 29): 3.505 -> 3.488 ms after L; meta lists it; a GPU that arrived later than the window keeps its
+    helpers. Bad values exit with one line."""
+    t = make_topology("h100-cluster", 64)
+    T = funnel.rail_time(t, 64, GiB)
+    arr = {29: 0.00048, 30: 0.007171}
+    kw = {"leaves": 1.5 * T, **_C5}
+    base = funnel.construct(64, arr, GiB, t, 22, 1, False, True, True, **kw)
+    s = funnel.construct(64, arr, GiB, t, 22, 1, False, True, True, settled=T, **kw)
+    assert verify(s).ok and s.meta["settled"] == [29] and "settled" not in base.meta
+    part5 = (s.src == 30) & (s.chunk % 8 == 5)
+    assert set(s.dst[part5].tolist()) == {29}
+    assert 29 not in set(base.dst[(base.src == 30) & (base.chunk % 8 == 5)].tolist())
+    after = simulate(s, GiB, t, arr).after_last_arrival_s
+    assert after < simulate(base, GiB, t, arr).after_last_arrival_s - 10e-6 and after <= 1.3 * GiB / 8 / 50e9
+    late = funnel.construct(64, arr, GiB, t, 22, 1, False, True, True, settled=0.007, **kw)
+    assert "settled" not in late.meta and late.to_json() == base.to_json()
+    for bad in (-1.0, True, float("nan"), "1ms"):
+        with pytest.raises(CollsynthError, match="settled must be"):
+            funnel.construct(64, arr, GiB, t, 22, settled=bad)
+
+
+@pytest.mark.parametrize("N,G,seed", [(3, 2, 0), (4, 4, 1), (5, 2, 2), (8, 2, 3)])
+def test_pxn_first_and_settled_random_verify(N, G, seed):
+    """``pxn_first`` and ``settled`` with both broadcasts, with and without pxn, tail and ahead, on random
+    arrivals (several late ranks in the last rank's node among them): every schedule verified."""
+    rng = np.random.default_rng(200 + seed)
+    n = N * G
+    t = cluster(N, G)
+    for trees, pxn, tail, ahead, q, settled in ((False, False, True, -1, 1, 0.0), (True, True, False, 2, 0, 0.001),
+                                                 (False, False, True, 3, 4, 0.002), (True, False, False, 0, 2, 0.0)):
+        ranks = rng.choice(n, size=int(rng.integers(2, n)), replace=False)
+        arr = {int(r): float(rng.uniform(0, 0.01)) for r in ranks}
+        s = funnel.construct(n, arr, GiB, t, 4, 1, trees, pxn, tail, spread=True, inline=True, mute=not trees,
+                             early=True, relay=True, rows=3, ahead=ahead, pxn_first=q, settled=settled)
+        assert verify(s).ok, (arr, trees, pxn, tail, ahead, q, settled)

@@ -22,8 +22,14 @@ and m its node. Nobody but node m needs a partial sum, so:
    ready time, ``rail_time``) ends before L arrives.
    A chain node's rail GPU receives the upstream blocks whenever they come (before its node's late GPUs
    arrive: ingress early), adds its node's part, and sends each block on once it is complete. Into node m
-   (variant ``pxn``) a late rail GPU's blocks go to its helpers (over PXN), L's own blocks of its part
-   too, so the helpers sum L's final blocks and L's NIC only sends; otherwise L receives them.
+   (variant ``pxn``) a late rail GPU's blocks go to its helpers (over PXN), the blocks of L's part too:
+   after its arrival L takes each of these sums in from its helper over NVLink and adds its own block, so
+   its NVLink port sends only the G - 1 other parts (its last rail's first block leaves G - 1 NVLink
+   messages after L arrives, not G) and its NIC only sends; otherwise L takes them in on its NIC, but
+   the first ``pxn_first`` blocks, which take the PXN way (L's rail then starts one NVLink message after
+   L arrives, not one network message). A late GPU of node m that arrived ``settled`` or more before L
+   has no helpers: it holds its own part, and L's block of it goes straight to it, not through a helper
+   and back (one NVLink message per block).
    With ``early`` each node's reductions (its ReduceScatter and the upstream blocks) are listed by their
    modelled earliest start rather than by when their data is ready, so an upstream block is not reduced
    behind a late GPU's block of the same row (whose NVLink port may still be busy with earlier rows).
@@ -97,8 +103,12 @@ class _Funnel:
     def __init__(self, grid: np.ndarray, times: np.ndarray, M: int, size: float, topology: Any, fan: int,
                  pxn: bool, tail: bool = True, inline: bool = False, spread: bool = False, leaves: float = 0.0,
                  rows: int = 0, mute: bool = False, early: bool = False, relay: bool = False,
-                 ahead: int = -1, first: bool = False, rotate: int = 1) -> None:
+                 ahead: int = -1, first: bool = False, rotate: int = 1,
+                 pxn_first: int = 0, settled: float = math.inf) -> None:
         self.grid, self.M, self.times, self.pxn = grid, M, times, pxn
+        # without pxn: the first pxn_first blocks of L's part still go to its helpers (L pulls them)
+        self.pxn_first = M if pxn else pxn_first
+        self.settled: list[int] = []  # node m's late GPUs that hold their own part (``settled``)
         # first (with ahead): the other nodes' funnel moves are all listed before node m's and the rounds
         self.first = first and ahead >= 0
         # ahead >= 0: the broadcast's rounds are listed as soon as the funnel has listed the blocks they
@@ -138,6 +148,9 @@ class _Funnel:
             for i, x in enumerate(row):
                 earliest = min(float(times[y]) for y in row if y != x)
                 if earliest < float(times[x]) or (earliest == float(times[x]) and x == L):
+                    if b == m and x != L and float(times[x]) + settled <= float(times[L]):
+                        self.settled.append(x)  # arrived long before L: it holds its own part
+                        continue
                     self.helpers[x] = sorted((y for y in row if y != x and float(times[y]) == earliest),
                                              key=lambda y: (int(self.local_of[y]) - i) % G)
         ready = [max((float(times[x]) for x in grid[b] if int(x) != L), default=0.0) for b in range(N)]
@@ -199,7 +212,7 @@ class _Funnel:
         """Steps 1 and 2 (module docstring); with ``trees`` given also the broadcast (step 3, ``_rounds``):
         after the funnel, or with ``ahead`` interleaved with it, each round listed once the blocks it sends
         and ``ahead`` more are."""
-        tl, grid, G, M, L = self.tl, self.grid, self.G, self.M, self.L
+        tl, grid, G, M = self.tl, self.grid, self.G, self.M
         arr = [float(x) for x in self.times]
         bc = self._rounds(trees) if trees is not None else iter(())
         need = next(bc, None)  # the last funnel block the next broadcast round needs (None: all listed)
@@ -218,16 +231,12 @@ class _Funnel:
                     if x == o:  # (L sends every part but its own: i + sh != i)
                         continue
                     ev.append((arr[x], len(ev), [(x, o, g + G * j, 1, True)]))
-            if self.pxn and b == self.m and self.owner(b, self.lL, j) != L:  # L's own block into its helper
-                # (with ahead first: its rail's broadcast then starts one NVLink message after L arrives)
-                own = (arr[L], -1 if self.ahead >= 0 else len(ev),
-                       [(L, self.owner(b, self.lL, j), self.lL + G * j, 1, True)])
-                ev.append(own)
             for g in range(G):
                 c = g + G * j
                 for a in self.upstream.get((b, g, j % k), ()):
                     src = self.target(a, g)
-                    into = (b == self.m and self.pxn) or (b, g, j % k) in self.into_helpers
+                    into = (b == self.m and (self.pxn or (g == self.lL and j < self.pxn_first))) \
+                        or (b, g, j % k) in self.into_helpers
                     dst = self.owner(b, g, j) if into else self.target(b, g)
                     h = int(self.local_of[dst])
                     via = int(grid[a, h])  # node a's GPU on dst's rail (its block c is spent by now)
@@ -243,10 +252,10 @@ class _Funnel:
             for _, _, mvs in ev:
                 for mv in mvs:
                     tl.add(*mv)
-            for g in range(G):  # a late rail GPU takes its node's block from its helper (L: the final)
-                r, o = int(grid[b, g]), self.owner(b, g, j)
-                if o != r:
-                    tl.add(o, r, g + G * j, 1, r != L or not self.pxn)
+            for g in range(G):  # a late rail GPU takes its node's block in from its helper (L: the sum of
+                r, o = int(grid[b, g]), self.owner(b, g, j)  # all but its own, where the helper summed the
+                if o != r:  # upstream blocks, pxn; else its node's part and L takes the rest on its NIC)
+                    tl.add(o, r, g + G * j, 1, True)
             while b == self.m and self.ahead >= 0 and need is not None and need + self.ahead <= j:
                 need = next(bc, None)
         while need is not None:
@@ -266,16 +275,15 @@ class _Funnel:
         tl, c = self.tl, g + self.G * j
         r = self.target(b, g)
         h = self.owner(b, g, j)
-        both = r == self.L and self.pxn  # (with pxn L's helper summed L's final block: both hold it)
         if h != r and self.selfspread and not (self.ahead >= 0 and r == self.L):
             nv = tl.classes(r, h)[0]
             if tl.port_free(r, nv) <= tl.port_free(h, nv):  # the rail GPU's port is free first: it spreads
                 for x in self.grid[b]:
                     x = int(x)
-                    if x != r and not (both and x == h):
+                    if x != r:
                         tl.add(r, x, c, 1, False)
                 return
-        if h != r and not both:
+        if h != r:
             tl.add(r, h, c, 1, False)
         for x in self.grid[b]:
             x = int(x)
@@ -428,9 +436,10 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
               trees: bool = True, pxn: bool = True, tail: bool = True, spread: bool = False,
               leaves: float = 0.0, rows: int = 0, inline: bool = False, mute: bool = False,
               early: bool = False, relay: bool = False, ahead: int = -1, first: bool = False,
-              rotate: int = 1) -> Schedule:
+              rotate: int = 1, pxn_first: int = 0, settled: float = math.inf) -> Schedule:
     """The funnel schedule for M blocks per part, ``fan`` chains ending at the last rank's node, the
-    broadcast by two ``trees`` (else hypercube rounds), L's part summed at its helpers (``pxn``) and the
+    broadcast by two ``trees`` (else hypercube rounds), L's part collected at its helpers, which L takes in
+    (``pxn``), and the
     late-rail nodes at a rail's end joining its chain (``tail``); ``spread``: a late rail GPU spreads a
     final block itself when its NVLink port is free before its helper's; ``leaves`` (seconds, hypercube
     only): the nodes ready less than this before L are leaves of the broadcast, fed by the others, or with
@@ -450,7 +459,9 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     late GPU's); ``rotate`` = k >= 2: the last
     k nodes of the chains still streaming when L arrives take turns at the chain's end (block j: the chain
     order rotated by j mod k among them; ``inline``'s last node ready before L is then the last of the
-    rotated order). Needs a topology of at least
+    rotated order); ``pxn_first`` (without ``pxn``): the first blocks of L's part summed at its helpers,
+    ``settled`` (seconds): node m's late GPUs that arrived this long before L hold their own part (module
+    docstring). Needs a topology of at least
     2 nodes of at least 2 GPUs."""
     grid = node_grid(topology, n)
     N, G = grid.shape
@@ -468,9 +479,14 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
         raise CollsynthError(f"the funnel form's ahead must be an integer >= -1 (blocks), got {ahead!r}")
     if isinstance(rotate, bool) or not isinstance(rotate, (int, np.integer)) or rotate < 1:
         raise CollsynthError(f"the funnel form's rotate must be an integer >= 1 (nodes), got {rotate!r}")
+    if isinstance(pxn_first, bool) or not isinstance(pxn_first, (int, np.integer)) or not 0 <= pxn_first <= M:
+        raise CollsynthError(f"the funnel form's pxn_first must be an integer from 0 to {M} (blocks), "
+                             f"got {pxn_first!r}")
+    if isinstance(settled, bool) or not isinstance(settled, (int, float)) or not settled >= 0:
+        raise CollsynthError(f"the funnel form's settled must be a time >= 0 seconds (inf: never), got {settled!r}")
     plan = _Funnel(grid, times, int(M), float(size), topology, fan, pxn, tail, bool(inline), bool(spread),
                    float(leaves), int(rows), bool(mute), bool(early), bool(relay), int(ahead), bool(first),
-                   int(rotate))
+                   int(rotate), int(pxn_first), float(settled))
     plan.funnel(trees)
     t0 = float(times.min())
     late = sorted((r for r in range(n) if times[r] > t0), key=lambda r: (float(times[r]), r))
@@ -485,6 +501,10 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
                                "chain": [int(b) for b in plan.order], "topology_name": topology.name}
     if len(plan.orders) > 1:
         meta["rotate"] = len(plan.orders)
+    if plan.pxn_first and not pxn:
+        meta["pxn_first"] = plan.pxn_first
+    if plan.settled:
+        meta["settled"] = plan.settled
     if ahead >= 0:
         meta["ahead"] = int(ahead)
         meta["first"] = bool(first)

@@ -66,31 +66,34 @@ from collsynth.units import parse_size
 DEFAULT_SIZE = float(2**30)
 MAX_CHUNKS = 4096
 # the funnel form's (M, two trees, pxn, tail, spread, leaf window in T = s/(G B_net) (funnel.rail_time), rows
-# (0 to 3), inline, mute, early, relay, ahead (-1: the broadcast listed after the whole funnel), first, rotate)
-# that auto simulates (funnel.construct; chosen on random vectors: bench/bench_random_arrivals.py,
-# bench/screen_random_arrivals.py, docs/stragglar.md section 11)
-Choice = tuple[int, bool, bool, bool, bool, float, int, bool, bool, bool, bool, int, bool, int]
+# (0 to 3), inline, mute, early, relay, ahead (-1: the broadcast listed after the whole funnel), first, rotate,
+# pxn_first, settled window in T) that auto simulates (funnel.construct; chosen on random vectors:
+# bench/bench_random_arrivals.py, bench/screen_random_arrivals.py, docs/stragglar.md section 11)
+Choice = tuple[int, bool, bool, bool, bool, float, int, bool, bool, bool, bool, int, bool, int, int, float]
 FUNNEL_CHOICES: tuple[Choice, ...] = (
-    (20, False, False, True, True, 0.0, 3, True, True, True, True, -1, False, 1),
-    (24, False, False, False, True, 0.0, 3, True, True, True, True, -1, False, 1),
-    (20, False, True, True, True, 1.5, 3, True, True, True, True, -1, False, 1),
-    (24, False, False, True, True, 0.0, 3, True, True, True, True, -1, False, 1),
-    (22, False, False, True, True, 0.0, 2, True, True, True, True, 3, True, 1),
-    (22, False, True, True, True, 1.5, 3, True, True, True, True, 2, False, 1),
-    (22, False, False, True, True, 0.0, 3, True, True, True, True, 3, True, 1),
-    (20, False, False, True, True, 0.0, 3, True, True, True, True, 3, True, 1),
-    (24, False, False, False, True, 0.0, 3, True, True, True, True, -1, False, 2),
-    (24, False, False, True, True, 0.0, 3, True, True, True, True, -1, False, 2))
+    (20, False, False, True, True, 0.0, 3, True, True, True, True, -1, False, 1, 2, 1.0),
+    (24, False, False, False, True, 0.0, 3, True, True, True, True, -1, False, 1, 2, 1.0),
+    (22, False, True, True, True, 1.5, 3, True, True, True, True, -1, False, 1, 0, 1.0),
+    (24, False, False, True, True, 0.0, 3, True, True, True, True, -1, False, 1, 2, 1.0),
+    (22, False, False, True, True, 0.0, 2, True, True, True, True, 3, True, 1, 2, 1.0),
+    (22, False, True, True, True, 1.5, 3, True, True, True, True, 2, False, 1, 0, 1.0),
+    (22, False, False, True, True, 0.0, 3, True, True, True, True, 3, True, 1, 2, 1.0),
+    (20, False, False, True, True, 0.0, 3, True, True, True, True, 3, True, 1, 2, 1.0),
+    (24, False, False, False, True, 0.0, 3, True, True, True, True, -1, False, 2, 2, 1.0),
+    (24, False, False, True, True, 0.0, 3, True, True, True, True, -1, False, 2, 2, 1.0),
+    (22, False, False, True, True, 0.0, 3, True, True, True, True, 3, True, 1, 1, 1.0),
+    (22, False, False, True, True, 0.0, 3, True, True, True, True, 3, True, 1, 3, 1.0))
 
 
 def funnel_candidate(n: int, arrivals: Arrivals, size: float, topology: Any, choice: Choice,
                      T: float) -> Schedule:
     """The funnel schedule (funnel.construct) of one of FUNNEL_CHOICES; T: funnel.rail_time, the unit of its
     leaf window."""
-    M, trees, pxn, tail, spread, leaves, rows, inline, mute, early, relay, ahead, first, rotate = choice
+    M, trees, pxn, tail, spread, leaves, rows, inline, mute, early, relay, ahead, first, rotate, q, settled = choice
     return funnel.construct(n, arrivals, size, topology, M, trees=trees, pxn=pxn, tail=tail, spread=spread,
                             leaves=leaves * T, rows=rows, inline=inline, mute=mute, early=early, relay=relay,
-                            ahead=ahead, first=first, rotate=rotate)
+                            ahead=ahead, first=first, rotate=rotate, pxn_first=0 if pxn else min(q, M),
+                            settled=settled * T)
 
 
 def fastest_funnel(n: int, arrivals: Arrivals, size: float, topology: Any, times: np.ndarray, s: Schedule,
