@@ -150,8 +150,9 @@ def late_ranks_text(late: object, arrivals: Mapping[int, float], most: int = 6) 
     ``arrivals`` where the meta has none): consecutive ranks arriving together as one range, at most ``most``
     groups, e.g. ``5 (4.000 ms), 8-15 (10.000 ms)``."""
     pairs: list[tuple[int, float | None]] = []
-    for item in late if isinstance(late, (list, tuple)) else [late]:
-        rank = int(item[0] if isinstance(item, (list, tuple)) else item)  # type: ignore[call-overload]
+    items: list[Any] = list(late) if isinstance(late, (list, tuple)) else [late]
+    for item in items:
+        rank = int(item[0] if isinstance(item, (list, tuple)) else item)
         t = item[1] if isinstance(item, (list, tuple)) else arrivals.get(rank)
         pairs.append((rank, None if t is None else float(t)))
     groups: list[list[Any]] = []
