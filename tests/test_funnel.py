@@ -717,3 +717,30 @@ def test_pxn_first_and_settled_random_verify(N, G, seed):
         s = funnel.construct(n, arr, GiB, t, 4, 1, trees, pxn, tail, spread=True, inline=True, mute=not trees,
                              early=True, relay=True, rows=3, ahead=ahead, pxn_first=q, settled=settled)
         assert verify(s).ok, (arr, trees, pxn, tail, ahead, q, settled)
+
+
+def test_backnow_sends_the_final_block_back_between_rows():
+    """``backnow`` (with ``pxn``): L sends each final block of its own part back to the helper it took the
+    sum from right after summing it, not when the broadcast spreads it; without it several copies waited
+    for the rounds and then took L's NVLink port together, delaying the next rows' parts (bench vector 38,
+    22 blocks, the last of waves.FUNNEL_CHOICES: 3.629 -> 3.488 ms after L, 1.2995x the bound). Verified,
+    in meta; every copy of L's own part leaves L before L's parts of the row after next."""
+    from collsynth.synth.algorithms.stragglar.waves import FUNNEL_CHOICES, funnel_candidate
+
+    t = make_topology("h100-cluster", 64)
+    T = funnel.rail_time(t, 64, GiB)
+    arr = {52: 0.00255, 60: 0.003471, 46: 0.003638, 37: 0.005967, 39: 0.007515, 38: 0.009125}
+    on = FUNNEL_CHOICES[-1]
+    assert on.backnow and on.pxn
+    s = funnel_candidate(64, arr, GiB, t, on, T)
+    off = funnel_candidate(64, arr, GiB, t, on._replace(backnow=False), T)
+    assert verify(s).ok and s.meta["backnow"] is True and "backnow" not in off.meta
+    r = simulate(s, GiB, t, arr)
+    after = r.after_last_arrival_s
+    assert after <= 1.3 * T and after < simulate(off, GiB, t, arr).after_last_arrival_s - 10e-6
+    nv = (s.src // 8) == (s.dst // 8)
+    own = np.nonzero((s.src == 38) & nv & (s.chunk % 8 == 6))[0]  # L's copies of its own part
+    for k in own:
+        row = int(s.chunk[k]) // 8
+        later = np.nonzero((s.src == 38) & nv & (s.chunk // 8 == row + 2) & (s.chunk % 8 != 6))[0]
+        assert all(r.start_s[k] < r.start_s[q] for q in later)

@@ -104,7 +104,8 @@ class _Funnel:
                  pxn: bool, tail: bool = True, inline: bool = False, spread: bool = False, leaves: float = 0.0,
                  rows: int = 0, mute: bool = False, early: bool = False, relay: bool = False,
                  ahead: int = -1, first: bool = False, rotate: int = 1,
-                 pxn_first: int = 0, settled: float = math.inf) -> None:
+                 pxn_first: int = 0, settled: float = math.inf, backnow: bool = False) -> None:
+        self.backnow = backnow  # L's final block of its own part back to the helper right after L took it in
         self.grid, self.M, self.times, self.pxn = grid, M, times, pxn
         # without pxn: the first pxn_first blocks of L's part still go to its helpers (L pulls them)
         self.pxn_first = M if pxn else pxn_first
@@ -256,6 +257,8 @@ class _Funnel:
                 r, o = int(grid[b, g]), self.owner(b, g, j)  # all but its own, where the helper summed the
                 if o != r:  # upstream blocks, pxn; else its node's part and L takes the rest on its NIC)
                     tl.add(o, r, g + G * j, 1, True)
+                    if self.backnow and r == self.L and j < self.pxn_first:
+                        tl.add(r, o, g + G * j, 1, False)  # the final block back at once (it spreads it)
             while b == self.m and self.ahead >= 0 and need is not None and need + self.ahead <= j:
                 need = next(bc, None)
         while need is not None:
@@ -275,7 +278,8 @@ class _Funnel:
         tl, c = self.tl, g + self.G * j
         r = self.target(b, g)
         h = self.owner(b, g, j)
-        if h != r and self.selfspread and not (self.ahead >= 0 and r == self.L):
+        back = self.backnow and r == self.L and j < self.pxn_first  # (the helper has it already)
+        if h != r and self.selfspread and not (self.ahead >= 0 and r == self.L) and not back:
             nv = tl.classes(r, h)[0]
             if tl.port_free(r, nv) <= tl.port_free(h, nv):  # the rail GPU's port is free first: it spreads
                 for x in self.grid[b]:
@@ -283,7 +287,7 @@ class _Funnel:
                     if x != r:
                         tl.add(r, x, c, 1, False)
                 return
-        if h != r:
+        if h != r and not back:
             tl.add(r, h, c, 1, False)
         for x in self.grid[b]:
             x = int(x)
@@ -436,7 +440,7 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
               trees: bool = True, pxn: bool = True, tail: bool = True, spread: bool = False,
               leaves: float = 0.0, rows: int = 0, inline: bool = False, mute: bool = False,
               early: bool = False, relay: bool = False, ahead: int = -1, first: bool = False,
-              rotate: int = 1, pxn_first: int = 0, settled: float = math.inf) -> Schedule:
+              rotate: int = 1, pxn_first: int = 0, settled: float = math.inf, backnow: bool = False) -> Schedule:
     """The funnel schedule for M blocks per part, ``fan`` chains ending at the last rank's node, the
     broadcast by two ``trees`` (else hypercube rounds), L's part collected at its helpers, which L takes in
     (``pxn``), and the
@@ -461,7 +465,9 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     order rotated by j mod k among them; ``inline``'s last node ready before L is then the last of the
     rotated order); ``pxn_first`` (without ``pxn``): the first blocks of L's part summed at its helpers,
     ``settled`` (seconds): node m's late GPUs that arrived this long before L hold their own part (module
-    docstring). Needs a topology of at least
+    docstring); ``backnow``: L sends each final block of its own part that it summed from a helper's sum
+    (``pxn``, ``pxn_first``) back to that helper right after, not when the broadcast's rounds spread it
+    (L's NVLink port then carries it between its rows instead of several at once). Needs a topology of at least
     2 nodes of at least 2 GPUs."""
     grid = node_grid(topology, n)
     N, G = grid.shape
@@ -486,7 +492,7 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
         raise CollsynthError(f"the funnel form's settled must be a time >= 0 seconds (inf: never), got {settled!r}")
     plan = _Funnel(grid, times, int(M), float(size), topology, fan, pxn, tail, bool(inline), bool(spread),
                    float(leaves), int(rows), bool(mute), bool(early), bool(relay), int(ahead), bool(first),
-                   int(rotate), int(pxn_first), float(settled))
+                   int(rotate), int(pxn_first), float(settled), bool(backnow))
     plan.funnel(trees)
     t0 = float(times.min())
     late = sorted((r for r in range(n) if times[r] > t0), key=lambda r: (float(times[r]), r))
@@ -505,6 +511,8 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
         meta["pxn_first"] = plan.pxn_first
     if plan.settled:
         meta["settled"] = plan.settled
+    if backnow and plan.pxn_first:
+        meta["backnow"] = True
     if ahead >= 0:
         meta["ahead"] = int(ahead)
         meta["first"] = bool(first)

@@ -45,7 +45,7 @@ set of ranks that have taken part so far (ir.derived_phases), so nothing waits f
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -65,35 +65,56 @@ from collsynth.units import parse_size
 
 DEFAULT_SIZE = float(2**30)
 MAX_CHUNKS = 4096
-# the funnel form's (M, two trees, pxn, tail, spread, leaf window in T = s/(G B_net) (funnel.rail_time), rows
-# (0 to 3), inline, mute, early, relay, ahead (-1: the broadcast listed after the whole funnel), first, rotate,
-# pxn_first, settled window in T) that auto simulates (funnel.construct; chosen on random vectors:
-# bench/bench_random_arrivals.py, bench/screen_random_arrivals.py, docs/stragglar.md section 11)
-Choice = tuple[int, bool, bool, bool, bool, float, int, bool, bool, bool, bool, int, bool, int, int, float]
+class Choice(NamedTuple):
+    """One funnel candidate that auto simulates (funnel.construct's options; ``leaves`` and ``settled`` in
+    units of T = s/(G B_net), funnel.rail_time; ``pxn_first`` applies without ``pxn``). The defaults are
+    the common values; chosen on random vectors: bench/bench_random_arrivals.py,
+    bench/screen_random_arrivals.py, docs/stragglar.md section 11."""
+    M: int
+    trees: bool = False
+    pxn: bool = False
+    tail: bool = True
+    spread: bool = True
+    leaves: float = 0.0
+    rows: int = 3
+    inline: bool = True
+    mute: bool = True
+    early: bool = True
+    relay: bool = True
+    ahead: int = -1  # -1: the broadcast listed after the whole funnel
+    first: bool = False
+    rotate: int = 1
+    pxn_first: int = 2
+    settled: float = 1.0
+    backnow: bool = False
+
+
 FUNNEL_CHOICES: tuple[Choice, ...] = (
-    (20, False, False, True, True, 0.0, 3, True, True, True, True, -1, False, 1, 2, 1.0),
-    (24, False, False, False, True, 0.0, 3, True, True, True, True, -1, False, 1, 2, 1.0),
-    (22, False, True, True, True, 1.5, 3, True, True, True, True, -1, False, 1, 0, 1.0),
-    (24, False, False, True, True, 0.0, 3, True, True, True, True, -1, False, 1, 2, 1.0),
-    (22, False, False, True, True, 0.0, 2, True, True, True, True, 3, True, 1, 2, 1.0),
-    (22, False, True, True, True, 1.5, 3, True, True, True, True, 2, False, 1, 0, 1.0),
-    (22, False, False, True, True, 0.0, 3, True, True, True, True, 3, True, 1, 2, 1.0),
-    (20, False, False, True, True, 0.0, 3, True, True, True, True, 3, True, 1, 2, 1.0),
-    (24, False, False, False, True, 0.0, 3, True, True, True, True, -1, False, 2, 2, 1.0),
-    (24, False, False, True, True, 0.0, 3, True, True, True, True, -1, False, 2, 2, 1.0),
-    (22, False, False, True, True, 0.0, 3, True, True, True, True, 3, True, 1, 1, 1.0),
-    (22, False, False, True, True, 0.0, 3, True, True, True, True, 3, True, 1, 3, 1.0))
+    Choice(20),
+    Choice(24, tail=False),
+    Choice(22, pxn=True, leaves=1.5),
+    Choice(24),
+    Choice(22, rows=2, ahead=3, first=True),
+    Choice(22, pxn=True, leaves=1.5, ahead=2),
+    Choice(22, ahead=3, first=True),
+    Choice(20, ahead=3, first=True),
+    Choice(24, tail=False, rotate=2),
+    Choice(24, rotate=2),
+    Choice(22, ahead=3, first=True, pxn_first=1),
+    Choice(22, ahead=3, first=True, pxn_first=3),
+    Choice(22, pxn=True, leaves=1.5, backnow=True))
 
 
 def funnel_candidate(n: int, arrivals: Arrivals, size: float, topology: Any, choice: Choice,
                      T: float) -> Schedule:
     """The funnel schedule (funnel.construct) of one of FUNNEL_CHOICES; T: funnel.rail_time, the unit of its
-    leaf window."""
-    M, trees, pxn, tail, spread, leaves, rows, inline, mute, early, relay, ahead, first, rotate, q, settled = choice
-    return funnel.construct(n, arrivals, size, topology, M, trees=trees, pxn=pxn, tail=tail, spread=spread,
-                            leaves=leaves * T, rows=rows, inline=inline, mute=mute, early=early, relay=relay,
-                            ahead=ahead, first=first, rotate=rotate, pxn_first=0 if pxn else min(q, M),
-                            settled=settled * T)
+    leaf and settled windows."""
+    c = choice
+    return funnel.construct(n, arrivals, size, topology, c.M, trees=c.trees, pxn=c.pxn, tail=c.tail,
+                            spread=c.spread, leaves=c.leaves * T, rows=c.rows, inline=c.inline, mute=c.mute,
+                            early=c.early, relay=c.relay, ahead=c.ahead, first=c.first, rotate=c.rotate,
+                            pxn_first=0 if c.pxn else min(c.pxn_first, c.M), settled=c.settled * T,
+                            backnow=c.backnow)
 
 
 def fastest_funnel(n: int, arrivals: Arrivals, size: float, topology: Any, times: np.ndarray, s: Schedule,
