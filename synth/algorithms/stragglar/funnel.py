@@ -257,7 +257,7 @@ class _Funnel:
                 r, o = int(grid[b, g]), self.owner(b, g, j)  # all but its own, where the helper summed the
                 if o != r:  # upstream blocks, pxn; else its node's part and L takes the rest on its NIC)
                     tl.add(o, r, g + G * j, 1, True)
-                    if self.backnow and r == self.L and j < self.pxn_first:
+                    if self._back(r, j):
                         tl.add(r, o, g + G * j, 1, False)  # the final block back at once (it spreads it)
             while b == self.m and self.ahead >= 0 and need is not None and need + self.ahead <= j:
                 need = next(bc, None)
@@ -278,7 +278,7 @@ class _Funnel:
         tl, c = self.tl, g + self.G * j
         r = self.target(b, g)
         h = self.owner(b, g, j)
-        back = self.backnow and r == self.L and j < self.pxn_first  # (the helper has it already)
+        back = self._back(r, j)  # (the helper has it already)
         if h != r and self.selfspread and not (self.ahead >= 0 and r == self.L) and not back:
             nv = tl.classes(r, h)[0]
             if tl.port_free(r, nv) <= tl.port_free(h, nv):  # the rail GPU's port is free first: it spreads
@@ -293,6 +293,11 @@ class _Funnel:
             x = int(x)
             if x != h and x != r:
                 tl.add(h, x, c, 1, False)
+
+    def _back(self, r: int, j: int) -> bool:
+        """Whether ``r`` is L and sends its final block j of its own part back to the helper as soon as it
+        has summed it (``backnow``; the blocks L took in from a helper's sum)."""
+        return self.backnow and r == self.L and j < self.pxn_first
 
     def _row(self, b: int, j: int) -> None:
         """Row j (block j of every part, chunks j G .. j G + G - 1) in node b, where GPU g holds part g's

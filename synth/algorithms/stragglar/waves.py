@@ -113,7 +113,7 @@ def funnel_candidate(n: int, arrivals: Arrivals, size: float, topology: Any, cho
     return funnel.construct(n, arrivals, size, topology, c.M, trees=c.trees, pxn=c.pxn, tail=c.tail,
                             spread=c.spread, leaves=c.leaves * T, rows=c.rows, inline=c.inline, mute=c.mute,
                             early=c.early, relay=c.relay, ahead=c.ahead, first=c.first, rotate=c.rotate,
-                            pxn_first=0 if c.pxn else min(c.pxn_first, c.M), settled=c.settled * T,
+                            pxn_first=min(c.pxn_first, c.M), settled=c.settled * T,
                             backnow=c.backnow)
 
 
