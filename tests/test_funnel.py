@@ -703,6 +703,30 @@ def test_settled_late_gpu_holds_its_own_part():
             funnel.construct(64, arr, GiB, t, 22, settled=bad)
 
 
+def test_settled_in_another_node_takes_its_rail_in():
+    """``settled`` in any node: node 2's rank 16 arrived 3.55 ms (more than T) before its node's last
+    arrival, rank 22 (bench vector 19, L = rank 48 in node 6), so it holds its own part: node 5's blocks of
+    part 0 come in on its own NIC, not to its helpers on the other rails, whose ingress then carried them
+    on top of their own chains (rail 1's ran 427 us past L's arrival): 3.525 -> 3.488 ms after L, within
+    1.3x the bound. Rank 22, the node's last, keeps its helpers."""
+    t = make_topology("h100-cluster", 64)
+    T = funnel.rail_time(t, 64, GiB)
+    arr = {39: 0.004291, 48: 0.009738, 41: 0.005904, 22: 0.00814, 16: 0.004589}
+    kw = {"pxn_first": 1, **_C6}
+    base = funnel.construct(64, arr, GiB, t, 22, 1, False, False, True, **kw)
+    s = funnel.construct(64, arr, GiB, t, 22, 1, False, False, True, settled=T, **kw)
+    assert verify(s).ok and s.meta["settled"] == [16] and "settled" not in base.meta
+
+    def part0_into_node2(x):
+        src, dst = np.asarray(x.src), np.asarray(x.dst)
+        net = (src // 8 != dst // 8) & (dst // 8 == 2) & (np.asarray(x.chunk) % 8 == 0)
+        return set(dst[net].tolist())
+
+    assert part0_into_node2(s) == {16} and len(part0_into_node2(base) - {16}) >= 2
+    after = simulate(s, GiB, t, arr).after_last_arrival_s
+    assert after < simulate(base, GiB, t, arr).after_last_arrival_s - 30e-6 and after <= 1.3 * GiB / 8 / 50e9
+
+
 @pytest.mark.parametrize("N,G,seed", [(3, 2, 0), (4, 4, 1), (5, 2, 2), (8, 2, 3)])
 def test_pxn_first_and_settled_random_verify(N, G, seed):
     """``pxn_first`` and ``settled`` with both broadcasts, with and without pxn, tail and ahead, on random

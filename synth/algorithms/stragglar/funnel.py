@@ -27,9 +27,11 @@ and m its node. Nobody but node m needs a partial sum, so:
    its NVLink port sends only the G - 1 other parts (its last rail's first block leaves G - 1 NVLink
    messages after L arrives, not G) and its NIC only sends; otherwise L takes them in on its NIC, but
    the first ``pxn_first`` blocks, which take the PXN way (L's rail then starts one NVLink message after
-   L arrives, not one network message). A late GPU of node m that arrived ``settled`` or more before L
-   has no helpers: it holds its own part, and L's block of it goes straight to it, not through a helper
-   and back (one NVLink message per block).
+   L arrives, not one network message). A late GPU (not L) that arrived ``settled`` or more before the
+   last arrival in its node (in node m: L) has no helpers: it holds its own part; in node m L's block of
+   it goes straight to it, not through a helper and back (one NVLink message per block); elsewhere the
+   upstream blocks of its part come in on its own NIC, not over PXN into its helpers, whose NICs carry
+   their own rails' chains.
    With ``early`` each node's reductions (its ReduceScatter and the upstream blocks) are listed by their
    modelled earliest start rather than by when their data is ready, so an upstream block is not reduced
    behind a late GPU's block of the same row (whose NVLink port may still be busy with earlier rows).
@@ -109,7 +111,7 @@ class _Funnel:
         self.grid, self.M, self.times, self.pxn = grid, M, times, pxn
         # without pxn: the first pxn_first blocks of L's part still go to its helpers (L pulls them)
         self.pxn_first = M if pxn else pxn_first
-        self.settled: list[int] = []  # node m's late GPUs that hold their own part (``settled``)
+        self.settled: list[int] = []  # late GPUs that hold their own part (``settled``)
         # first (with ahead): the other nodes' funnel moves are all listed before node m's and the rounds
         self.first = first and ahead >= 0
         # ahead >= 0: the broadcast's rounds are listed as soon as the funnel has listed the blocks they
@@ -144,13 +146,14 @@ class _Funnel:
         # a late GPU x -> its helpers: the node peers that arrived first (if before x); helper j mod k
         # collects the node's block j of x's part before x arrives and spreads x's final block j
         self.helpers: dict[int, list[int]] = {}
+        last_in = [max(float(times[y]) for y in grid[b]) for b in range(N)]  # each node's last arrival
         for b in range(N):
             row = [int(y) for y in grid[b]]
             for i, x in enumerate(row):
                 earliest = min(float(times[y]) for y in row if y != x)
                 if earliest < float(times[x]) or (earliest == float(times[x]) and x == L):
-                    if b == m and x != L and float(times[x]) + settled <= float(times[L]):
-                        self.settled.append(x)  # arrived long before L: it holds its own part
+                    if x != L and float(times[x]) + settled <= last_in[b]:
+                        self.settled.append(x)  # arrived long before its node's last: it holds its own part
                         continue
                     self.helpers[x] = sorted((y for y in row if y != x and float(times[y]) == earliest),
                                              key=lambda y: (int(self.local_of[y]) - i) % G)
@@ -469,8 +472,8 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     k nodes of the chains still streaming when L arrives take turns at the chain's end (block j: the chain
     order rotated by j mod k among them; ``inline``'s last node ready before L is then the last of the
     rotated order); ``pxn_first`` (without ``pxn``): the first blocks of L's part summed at its helpers,
-    ``settled`` (seconds): node m's late GPUs that arrived this long before L hold their own part (module
-    docstring); ``backnow``: L sends each final block of its own part that it summed from a helper's sum
+    ``settled`` (seconds): the late GPUs (not L) that arrived this long before their node's last arrival
+    hold their own part (module docstring); ``backnow``: L sends each final block of its own part that it summed from a helper's sum
     (``pxn``, ``pxn_first``) back to that helper right after, not when the broadcast's rounds spread it
     (L's NVLink port then carries it between its rows instead of several at once). Needs a topology of at least
     2 nodes of at least 2 GPUs."""
