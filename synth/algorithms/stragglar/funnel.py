@@ -473,10 +473,10 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     order rotated by j mod k among them; ``inline``'s last node ready before L is then the last of the
     rotated order); ``pxn_first`` (without ``pxn``): the first blocks of L's part summed at its helpers,
     ``settled`` (seconds): the late GPUs (not L) that arrived this long before their node's last arrival
-    hold their own part (module docstring); ``backnow``: L sends each final block of its own part that it summed from a helper's sum
-    (``pxn``, ``pxn_first``) back to that helper right after, not when the broadcast's rounds spread it
-    (L's NVLink port then carries it between its rows instead of several at once). Needs a topology of at least
-    2 nodes of at least 2 GPUs."""
+    hold their own part (module docstring); ``backnow``: L sends each final block of its own part that it
+    summed from a helper's sum (``pxn``, ``pxn_first``) back to that helper right after, not when the
+    broadcast's rounds spread it (L's NVLink port then carries it between its rows instead of several at
+    once). Needs a topology of at least 2 nodes of at least 2 GPUs."""
     grid = node_grid(topology, n)
     N, G = grid.shape
     if N < 2 or G < 2:
