@@ -146,7 +146,8 @@ class _Funnel:
         # a late GPU x -> its helpers: the node peers that arrived first (if before x); helper j mod k
         # collects the node's block j of x's part before x arrives and spreads x's final block j
         self.helpers: dict[int, list[int]] = {}
-        last_in = [max(float(times[y]) for y in grid[b]) for b in range(N)]  # each node's last arrival
+        ready = [max((float(times[x]) for x in grid[b] if int(x) != L), default=0.0) for b in range(N)]
+        last_in = [float(times[L]) if b == m else ready[b] for b in range(N)]  # each node's last arrival
         for b in range(N):
             row = [int(y) for y in grid[b]]
             for i, x in enumerate(row):
@@ -157,7 +158,6 @@ class _Funnel:
                         continue
                     self.helpers[x] = sorted((y for y in row if y != x and float(times[y]) == earliest),
                                              key=lambda y: (int(self.local_of[y]) - i) % G)
-        ready = [max((float(times[x]) for x in grid[b] if int(x) != L), default=0.0) for b in range(N)]
         others = sorted((b for b in range(N) if b != m), key=lambda b: (ready[b], b))
         self.ready = ready
         self.fan = max(1, min(fan, len(others)))
