@@ -3,7 +3,9 @@ any order), checked on hand-made interval sets (docs/stragglar.md's list-schedul
 
 from __future__ import annotations
 
-from collsynth.synth.algorithms.stragglar.listsched import Busy, Timeline
+import itertools
+
+from collsynth.synth.algorithms.stragglar.listsched import Busy, Timeline, common_fit
 
 
 def test_empty_port_is_free_at_once() -> None:
@@ -42,6 +44,34 @@ def test_take_in_any_order_keeps_the_intervals_sorted() -> None:
     assert b.lo == [0.0, 3.0, 4.0, 5.0, 8.0] and b.fit(3.0, 0.5) == 6.0
 
 
+
+
+def _busy(*intervals: tuple[float, float]) -> Busy:
+    b = Busy()
+    for lo, hi in intervals:
+        b.take(lo, hi)
+    return b
+
+
+def test_common_fit_is_the_least_start_every_port_allows_in_any_order() -> None:
+    a = _busy((1.0, 2.0), (4.0, 5.0))  # free [0, 1), [2, 4), [5, inf)
+    b = _busy((0.0, 2.5), (6.0, 7.0))  # free [2.5, 6), [7, inf)
+    c = _busy((3.0, 3.2))  # free [0, 3), [3.2, inf)
+    # starts allowed for dur 0.5: a [0, 0.5], [2, 3.5], 5+; b [2.5, 5.5], 7+; c [0, 2.5], 3.2+ -> 2.5;
+    # dur 1: a [2, 3], 5+; b [2.5, 5], 7+; c [0, 2], 3.2+ -> 5; dur 1.5: a 5+, b [2.5, 4.5], 7+ -> 7
+    for ports in itertools.permutations([a, b, c]):
+        assert common_fit(ports, 0.0, 0.5) == 2.5
+        assert common_fit(ports, 0.0, 1.0) == 5.0
+        assert common_fit(ports, 0.0, 1.5) == 7.0 and common_fit(ports, 0.0, 2.0) == 7.0
+        assert common_fit(ports, 2.6, 0.5) == 3.2  # c's busy [3, 3.2) pushes a and b on
+        assert common_fit(ports, 8.0, 5.0) == 8.0  # after everything
+    assert common_fit([], 1.5, 1.0) == 1.5 and common_fit([a], 0.0, 1.0) == 0.0
+    # every port accepts the answer, and no earlier candidate (a port's interval end) is accepted by all
+    for dur in (0.1, 0.5, 1.0, 1.5, 2.0, 3.0):
+        t = common_fit([a, b, c], 0.0, dur)
+        assert all(q.fit(t, dur) == t for q in (a, b, c))
+        cands = {0.0} | {h for q in (a, b, c) for h in q.hi}
+        assert not [x for x in cands if x < t and all(q.fit(x, dur) == x for q in (a, b, c))]
 
 # ---------------------------------------------------------------- Timeline on a cluster (h100-cluster, 2 x 8)
 def _timeline(arrival: list[float] | None = None) -> Timeline:

@@ -63,7 +63,7 @@ from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import node_grid, pair_model
 from collsynth.synth.algorithms.stragglar import multi, waves
 from collsynth.synth.algorithms.stragglar.bcast import broadcast_rounds, copyback_cube_rounds, copyback_rounds
-from collsynth.synth.algorithms.stragglar.listsched import Busy
+from collsynth.synth.algorithms.stragglar.listsched import Busy, common_fit
 from collsynth.synth.algorithms.stragglar.multi import Move, pack
 from collsynth.synth.algorithms.stragglar.prephase import present_allreduce
 from collsynth.synth.arrivals import arrival_vector, latest_rank
@@ -160,13 +160,7 @@ class ClusterPlan:
             else:
                 start = max(start, max(w[ls:ls + count]), max(w[ld:ld + count]), max(rd[ld:ld + count]))
             ports += [self.busy.setdefault((src, 0, cs), Busy()), self.busy.setdefault((dst, 1, cr), Busy())]
-        t = start
-        while True:  # the earliest time every port has a gap of dur: fit each in turn until none moves it
-            t0 = t
-            for q in ports:
-                t = q.fit(t, dur)
-            if t == t0:
-                break
+        t = common_fit(ports, start, dur)
         end = t + dur
         for q in ports:
             q.take(t, end)

@@ -71,6 +71,24 @@ class Busy:
         return self.hi[-1] if self.hi else 0.0
 
 
+def common_fit(ports: Sequence[Busy], t: float, dur: float) -> float:
+    """The earliest start >= t at which every one of ``ports`` has a free gap of length dur.
+
+    Each ``fit`` returns the earliest start >= t that its port allows, so no common start is ever
+    skipped; cycling through the ports until all of them accept t in a row gives the least one (the
+    same whatever the order), and a port is asked again only after another one moved t."""
+    n = len(ports)
+    i = ok = 0
+    while ok < n:
+        t2 = ports[i].fit(t, dur)
+        if t2 > t:
+            t, ok = t2, 1
+        else:
+            ok += 1
+        i = i + 1 if i + 1 < n else 0
+    return t
+
+
 class Timeline:
     """The model's state: per-port busy intervals, per-(rank, chunk) ends of the last write and read."""
 
@@ -154,14 +172,7 @@ class Timeline:
             t = max(t, max(w[ls:ls + count]), max(w[ld:ld + count]), max(r[ld:ld + count]))
         busy = self.busy
         ports = [busy.get(x) or busy.setdefault(x, Busy()) for x in res]
-        moved = True
-        while moved:  # the earliest time every resource has a gap of dur
-            moved = False
-            for q in ports:
-                t2 = q.fit(t, dur)
-                if t2 > t:
-                    t, moved = t2, True
-        return t, dur, res
+        return common_fit(ports, t, dur), dur, res
 
     def add(self, src: int, dst: int, chunk: int, count: int, reduce: bool, after: float = 0.0) -> float:
         """Append one move (not before ``after``); returns its modelled start."""
