@@ -76,15 +76,19 @@ def random_vectors(topo: object, n: int, size: float, count: int, seed: int = 15
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--vectors", type=int, default=100)
+    ap.add_argument("--vectors", type=int, default=100, help="random arrival vectors at 64 GPUs (0: only the "
+                    "1,024-GPU synthesis)")
     ap.add_argument("--topology", choices=("h100-cluster", "json"), default="h100-cluster")
     ap.add_argument("--skip-1024", action="store_true")
     a = ap.parse_args()
+    if a.vectors < 0 or (a.vectors == 0 and a.skip_1024):
+        ap.error("--vectors must be at least 1, or 0 without --skip-1024 (then only the 1,024-GPU synthesis runs)")
     out: dict[str, object] = {"bench": "random_arrivals", "size_bytes": GiB, "topology": a.topology}
-    with tempfile.TemporaryDirectory() as tmp:
-        topo = (make_topology("h100-cluster", 64) if a.topology == "h100-cluster"
-                else make_topology(json_topology(64, os.path.join(tmp, "h100-64.json")), 64))
-        out["random_64_gpus"] = random_vectors(topo, 64, GiB, a.vectors)
+    if a.vectors:
+        with tempfile.TemporaryDirectory() as tmp:
+            topo = (make_topology("h100-cluster", 64) if a.topology == "h100-cluster"
+                    else make_topology(json_topology(64, os.path.join(tmp, "h100-64.json")), 64))
+            out["random_64_gpus"] = random_vectors(topo, 64, GiB, a.vectors)
     if not a.skip_1024:
         topo = make_topology("h100-cluster", 1024)
         rng = np.random.default_rng(1024)
