@@ -44,8 +44,6 @@ def test_take_in_any_order_keeps_the_intervals_sorted() -> None:
     assert b.lo == [0.0, 3.0, 4.0, 5.0, 8.0] and b.fit(3.0, 0.5) == 6.0
 
 
-
-
 def _busy(*intervals: tuple[float, float]) -> Busy:
     b = Busy()
     for lo, hi in intervals:
@@ -72,6 +70,7 @@ def test_common_fit_is_the_least_start_every_port_allows_in_any_order() -> None:
         assert all(q.fit(t, dur) == t for q in (a, b, c))
         cands = {0.0} | {h for q in (a, b, c) for h in q.hi}
         assert not [x for x in cands if x < t and all(q.fit(x, dur) == x for q in (a, b, c))]
+
 
 # ---------------------------------------------------------------- Timeline on a cluster (h100-cluster, 2 x 8)
 def _timeline(arrival: list[float] | None = None) -> Timeline:
