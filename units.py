@@ -196,7 +196,7 @@ def parse_rank_map(items: Sequence[str] | None, nranks: int, *, flag: str = ...,
 def parse_rank_map(items: Sequence[str] | None, nranks: int, *, flag: str = "--arrival",
                    value: Callable[[str], object] | None = None, what: str = "TIME",
                    example: str = "7=5ms") -> dict[int, Any]:
-    """RANK=VALUE pairs (repeated, or comma-separated) into {rank: value}; every rank must exist.
+    """RANK=VALUE pairs (repeated, or comma-separated) into {rank: value}; every rank must exist, once.
     ``value`` parses the right-hand side (default: a time in seconds)."""
     parse: Callable[[str], object] = value or parse_time
     out: dict[int, Any] = {}
@@ -214,6 +214,8 @@ def parse_rank_map(items: Sequence[str] | None, nranks: int, *, flag: str = "--a
                 raise CollsynthError(f"{flag} {part!r}: rank {rank_text!r} is not an integer") from None
             if not 0 <= rank < nranks:
                 raise CollsynthError(f"{flag} {part!r}: rank {rank} does not exist; ranks are 0..{nranks - 1}")
+            if rank in out:
+                raise CollsynthError(f"{flag} names rank {rank} twice; keep one {what} for it")
             try:
                 out[rank] = parse(value_text)
             except CollsynthError as e:

@@ -41,3 +41,6 @@ def test_arrivals():
         parse_arrivals(["9=5ms"], 8)
     with pytest.raises(CollsynthError, match="RANK=TIME"):
         parse_arrivals(["9"], 8)
+    for twice in (["5=10ms,5=3ms"], ["5=10ms", "5=10ms"]):  # the same rank twice, one flag or two
+        with pytest.raises(CollsynthError, match="names rank 5 twice"):
+            parse_arrivals(twice, 8)
