@@ -17,8 +17,8 @@ from collsynth.synth.algorithms.stragglar.cluster_study import (
     case_arrivals,
     cluster_row,
     ours_names,
-    ring_family_bound,
 )
+from collsynth.synth.algorithms.synchronous import ring_family_bound
 from collsynth.synth.bounds import allreduce_bound
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate

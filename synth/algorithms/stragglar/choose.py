@@ -3,7 +3,8 @@
 cluster.py builds the late-GPU or the late-node form (waves.py several late ranks, with its own choices up
 to waves.SEARCH_MAX_GPUS GPUs, one construction above). Their AllReduce before the arrival (prephase.py) is
 hidden only behind a delay long enough; for a shorter one, or close arrivals of several ranks, waiting for
-everybody and running the synchronous ``hierarchical`` schedule can finish first. So with a late rank and
+everybody and running the fastest synchronous schedule (synth/algorithms/synchronous.py: ``hierarchical`` on
+h100-cluster) can finish first. So with a late rank and
 ``pipeline="auto"`` both are simulated (synth/simulate.py, the arrivals given) and the faster is returned;
 the synchronous one as form "synchronous" (as waves.py does), its meta naming the late ranks. One late GPU
 (up to waves.SEARCH_MAX_GPUS GPUs) also weighs the funnel form (``reduce_only``: before the arrival only a
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from collsynth.apitypes import Arrivals
-from collsynth.synth.algorithms import hierarchical
+from collsynth.synth.algorithms import synchronous
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar import cluster, funnel, waves
 from collsynth.synth.arrivals import arrival_vector, latest_rank
@@ -37,7 +38,7 @@ from collsynth.units import parse_size
 
 def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size: int | float | str | None = None,
           topology: Any = None, pipeline: int | str = "auto") -> Schedule:
-    """The late-GPU / late-node form of cluster.build, or the synchronous hierarchical schedule when that
+    """The late-GPU / late-node form of cluster.build, or the fastest synchronous schedule when that
     completes first for these arrivals (module docstring)."""
     s = cluster.build(n, collective, arrivals, size, topology, pipeline)
     if pipeline == "auto" and s.meta.get("form") in ("waves", "funnel", "synchronous") \
@@ -61,11 +62,10 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     ours = simulate(s, s_bytes, topology, times).completion_s
     if s.meta.get("form") == "gpu" and n <= waves.SEARCH_MAX_GPUS:
         s, ours = reduce_only(s, ours, n, arrivals, s_bytes, topology, times)
-    sync = hierarchical.build(n, topology=topology, size=s_bytes)
-    if simulate(sync, s_bytes, topology, times).completion_s >= ours * (1 - 1e-12):
+    sync = synchronous.fastest(n, topology, s_bytes, times)
+    if sync.completion_s >= ours * (1 - 1e-12):
         return s
-    return sync.replace(meta={**sync.meta, "algorithm": "clusterstraggler", "form": "synchronous",
-                              "synchronous": "hierarchical", "late": [[int(r), float(times[r])] for r in late]})
+    return sync.as_form("clusterstraggler", times)
 
 
 GPU_FORM_GAP_T = 2.5  # several late ranks: the late-GPU form for the last one weighed from this gap (in T) on

@@ -51,10 +51,9 @@ import numpy as np
 from collsynth import budget, progress
 from collsynth.errors import CollsynthError
 from collsynth.fileio import save_figure
-from collsynth.synth.algorithms import multiring
-from collsynth.synth.algorithms.layout import node_grid, ring_order, route_stats
+from collsynth.synth.algorithms import synchronous
+from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.bounds import allreduce_bound
-from collsynth.synth.ir import Schedule
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import Topology, load_topology, make_topology
@@ -63,8 +62,6 @@ from collsynth.synth.verify import check
 ALL_NODES = (2, 4, 8, 16, 32, 64, 128)
 DEFAULT_NODES = ALL_NODES
 CASES = ("gpu", "node", "random")
-SYNC = ("ring", "multiring", "hierarchical", "tree")
-RING_FAMILY = ("ring", "multiring")  # built only when their lower bound is below the others' best
 FLAT_MAX_NODES = 16  # multistraggler (flat) is one of ours for random arrivals up to this many nodes
 OURS = {"gpu": ("clusterstraggler",), "node": ("clusterstraggler",), "random": ("clusterstraggler", "multistraggler")}
 RANDOM_LATE = (2, 8)  # late ranks per random vector (inclusive)
@@ -130,60 +127,14 @@ def _best(names: Sequence[str], n: int, topo: Topology, size: float, arr: dict[i
     return a, got[a][1]
 
 
-def ring_family_bound(name: str, n: int, topo: Topology, size: float) -> float:
-    """A proven lower bound of the simulated time of ``ring`` or ``multiring`` on ``topo`` (s bytes per rank),
-    from their construction without building them: in every ring (``layout.ring_order``;
-    ``multiring.rings``, ring c carrying w_c / sum(w) of the buffer in n blocks) each member sends 2(n-1)
-    messages of its ring's block to its successor. On synth/simulate.py's model such a message lasts at
-    least alpha + bytes / bandwidth of its route (the sum of the route's link alphas; bandwidth: its
-    slowest link, shared only ever lower) and holds one of the sender's send slots of the class of the
-    route's first hop until it ends (topology.class_ports of that class; without link classes the
-    schedule's ports: 1 for ring, the ring count or 2 for multiring), so the slowest (rank, class) needs
-    at least the sum of its messages' durations divided by its slots."""
-    if name == "ring":
-        ring_list, weights, ports = [ring_order(topo, n)], [1], 1
-    elif name == "multiring":
-        ring_list, weights, together = multiring.rings(n, topo)
-        ports = len(ring_list) if together else 2
-    else:
-        raise ValueError(f"ring_family_bound: {name!r} is not ring or multiring")
-    src = np.concatenate([np.asarray(r, np.int64) for r in ring_list])
-    dst = np.concatenate([np.roll(np.asarray(r, np.int64), -1) for r in ring_list])
-    block = np.concatenate([np.full(len(r), size * w / (sum(weights) * n)) for r, w in zip(ring_list, weights)])
-    alpha, bw, _ = route_stats(topo, np.stack([src, dst], 1))
-    dur = 2 * (n - 1) * (alpha + block / bw)
-    K = len(topo.classes)
-    if K > 1:
-        first, _ = topo.route_classes(src, dst)
-        slots = np.array([topo.class_ports[c] for c in topo.classes], np.float64)[first]
-        key = src * K + first
-    else:
-        slots = np.full(len(src), float(ports))
-        key = src
-    load = np.zeros(int(key.max()) + 1)
-    np.add.at(load, key, dur / slots)
-    return float(load.max())
-
-
 def best_sync(n: int, topo: Topology, size: float) -> dict[str, Any]:
-    """The best synchronous schedule of SYNC (module docstring): ``best_sync`` (its name), ``sync_after_s``
-    (its time after the last arrival, whatever the arrivals) and ``sync_pruned`` ({ring or multiring: its
-    lower bound} for those not built because the bound exceeds the best of the others)."""
-    times: dict[str, float] = {}
-    pruned: dict[str, float] = {}
-    for a in [x for x in SYNC if x not in RING_FAMILY] + [x for x in SYNC if x in RING_FAMILY]:
-        if a in RING_FAMILY and times:
-            lb = ring_family_bound(a, n, topo, size)
-            if lb > min(times.values()):
-                pruned[a] = lb
-                continue
-        sched: Schedule = check(build_schedule(a, n, **_params(a, topo, size, None)))
-        if sched.phases:
-            raise AssertionError(f"cluster study: synchronous {a} has phases; its time depends on the arrivals")
-        times[a] = simulate(sched, size, topo).completion_s
-        del sched
-    a = min(times, key=lambda x: (times[x], x))
-    return {"best_sync": a, "sync_after_s": times[a], "sync_pruned": pruned}
+    """The best synchronous schedule of synchronous.SYNC (module docstring; synth/algorithms/synchronous.py, each built
+    through the registry and verified): ``best_sync`` (its name), ``sync_after_s`` (its time after the last
+    arrival, whatever the arrivals) and ``sync_pruned`` ({ring or multiring: its lower bound} for those not
+    built because the bound exceeds the best of the others)."""
+    got = synchronous.fastest(n, topo, size, keep=False,
+                              build=lambda a: check(build_schedule(a, n, **_params(a, topo, size, None))))
+    return {"best_sync": got.name, "sync_after_s": got.completion_s, "sync_pruned": got.pruned}
 
 
 def ours_names(case: str, nodes: int) -> tuple[str, ...]:

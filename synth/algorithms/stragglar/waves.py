@@ -35,7 +35,8 @@ units [g M, (g+1) M)). The ranks that arrive first are *punctual*, the others *l
 
 ``build`` ("auto") simulates a few choices (cutoff, M, chain or trees, each also retimed) and the funnel
 form (funnel.py: reduce toward the last rank's node, then broadcast; FUNNEL_CHOICES) and returns the
-fastest, or the synchronous ``hierarchical`` schedule (form "synchronous") when that is faster still.
+fastest, or the fastest synchronous schedule (synth/algorithms/synchronous.py; form "synchronous") when that is
+faster still.
 
 Moves are placed by a list-scheduling model (listsched.Timeline: one message per port and link class at
 a time, data dependencies per (rank, unit)), ordered by modelled start and packed into steps (multi.pack:
@@ -51,7 +52,7 @@ import numpy as np
 
 from collsynth.apitypes import Arrivals
 from collsynth.errors import CollsynthError
-from collsynth.synth.algorithms import hierarchical
+from collsynth.synth.algorithms import synchronous
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar import funnel
 from collsynth.synth.algorithms.stragglar.listsched import Timeline
@@ -334,7 +335,7 @@ def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = No
     "auto". Up to SEARCH_MAX_GPUS GPUs the fastest simulated of: every cutoff (no late rank absorbed into the
     first AllReduce, or all up to one arrival time) with M = 32 and chains, then at the best cutoff M = 16
     with chains and with two trees, each also retimed (multi.retime: its moves reordered by their simulated
-    start), the funnel form (funnel.py) for each of FUNNEL_CHOICES, and the synchronous ``hierarchical``
+    start), the funnel form (funnel.py) for each of FUNNEL_CHOICES, and the fastest synchronous
     schedule (form "synchronous") when it is faster still; above it M = 16, chains, nothing absorbed."""
     grid = node_grid(topology, n)
     N, G = grid.shape
@@ -375,10 +376,7 @@ def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = No
     if G >= 2:  # reduce toward the last rank's node, then broadcast (funnel.py)
         s_best, t_best = fastest_funnel(n, arrivals, s_bytes, topology, times, best[2], best[0])
         best = (t_best, tried + 1, s_best)
-    sync = hierarchical.build(n, topology=topology, size=s_bytes)  # when waiting for everyone is faster
-    t = simulate(sync, s_bytes, topology, times).completion_s
-    if t < best[0] * (1 - 1e-12):
-        return sync.replace(meta={**sync.meta, "algorithm": "clusterstraggler", "form": "synchronous",
-                                  "synchronous": "hierarchical", "late": [[r, float(times[r])] for r in
-                                                                          range(n) if times[r] > times.min()]})
+    sync = synchronous.fastest(n, topology, s_bytes, times)  # when waiting for everyone is faster
+    if sync.completion_s < best[0] * (1 - 1e-12):
+        return sync.as_form("clusterstraggler", times)
     return best[2]
