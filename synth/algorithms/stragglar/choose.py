@@ -4,9 +4,9 @@ cluster.py builds the late-GPU or the late-node form (waves.py several late rank
 to waves.SEARCH_MAX_GPUS GPUs, one construction above). Their AllReduce before the arrival (prephase.py) is
 hidden only behind a delay long enough; for a shorter one, or close arrivals of several ranks, waiting for
 everybody and running the fastest synchronous schedule (synth/algorithms/synchronous.py: ``hierarchical`` on
-h100-cluster) can finish first. So with a late rank and
-``pipeline="auto"`` both are simulated (synth/simulate.py, the arrivals given) and the faster is returned;
-the synchronous one as form "synchronous" (as waves.py does), its meta naming the late ranks. One late GPU
+h100-cluster) can finish first. So with a late rank and ``pipeline="auto"`` both are simulated
+(synth/simulate.py, the arrivals given) and the faster is returned; the synchronous one as form
+"synchronous" (as waves.py does), its meta naming it and the late ranks. One late GPU
 (up to waves.SEARCH_MAX_GPUS GPUs) also weighs the funnel form (``reduce_only``: before the arrival only a
 reduction toward its node, which a medium delay hides where the others' AllReduce does not). Without a
 late rank, or with an explicit ``pipeline``, the constructed form is returned as is (the run-time families,

@@ -128,10 +128,10 @@ def _best(names: Sequence[str], n: int, topo: Topology, size: float, arr: dict[i
 
 
 def best_sync(n: int, topo: Topology, size: float) -> dict[str, Any]:
-    """The best synchronous schedule of synchronous.SYNC (module docstring; synth/algorithms/synchronous.py, each built
-    through the registry and verified): ``best_sync`` (its name), ``sync_after_s`` (its time after the last
-    arrival, whatever the arrivals) and ``sync_pruned`` ({ring or multiring: its lower bound} for those not
-    built because the bound exceeds the best of the others)."""
+    """The best synchronous schedule (module docstring; synchronous.fastest, each candidate built through the
+    registry and verified): ``best_sync`` (its name), ``sync_after_s`` (its time after the last arrival,
+    whatever the arrivals) and ``sync_pruned`` ({ring or multiring: its lower bound} for those not built
+    because the bound exceeds the best of the others)."""
     got = synchronous.fastest(n, topo, size, keep=False,
                               build=lambda a: check(build_schedule(a, n, **_params(a, topo, size, None))))
     return {"best_sync": got.name, "sync_after_s": got.completion_s, "sync_pruned": got.pruned}

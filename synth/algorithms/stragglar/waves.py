@@ -35,8 +35,8 @@ units [g M, (g+1) M)). The ranks that arrive first are *punctual*, the others *l
 
 ``build`` ("auto") simulates a few choices (cutoff, M, chain or trees, each also retimed) and the funnel
 form (funnel.py: reduce toward the last rank's node, then broadcast; FUNNEL_CHOICES) and returns the
-fastest, or the fastest synchronous schedule (synth/algorithms/synchronous.py; form "synchronous") when that is
-faster still.
+fastest, or the fastest synchronous schedule (synth/algorithms/synchronous.py; form "synchronous") when
+that is faster still.
 
 Moves are placed by a list-scheduling model (listsched.Timeline: one message per port and link class at
 a time, data dependencies per (rank, unit)), ordered by modelled start and packed into steps (multi.pack:
@@ -335,8 +335,9 @@ def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = No
     "auto". Up to SEARCH_MAX_GPUS GPUs the fastest simulated of: every cutoff (no late rank absorbed into the
     first AllReduce, or all up to one arrival time) with M = 32 and chains, then at the best cutoff M = 16
     with chains and with two trees, each also retimed (multi.retime: its moves reordered by their simulated
-    start), the funnel form (funnel.py) for each of FUNNEL_CHOICES, and the fastest synchronous
-    schedule (form "synchronous") when it is faster still; above it M = 16, chains, nothing absorbed."""
+    start), the funnel form (funnel.py) for each of FUNNEL_CHOICES, and the fastest synchronous schedule
+    (synchronous.fastest; form "synchronous") when it is faster still; above it M = 16, chains, nothing
+    absorbed."""
     grid = node_grid(topology, n)
     N, G = grid.shape
     if N < 2:
