@@ -2,9 +2,10 @@
 a whole node, or 2 to 8 ranks), delays and sizes on ``h100-cluster`` and on a topology JSON of 4-GPU nodes.
 Each case is built with pipeline "auto", verified with its topology's per-class ports and simulated; up to
 waves.SEARCH_MAX_GPUS GPUs (where the synchronous schedule is always weighed) it must complete no later than
-hierarchical. With ``--emit`` the schedules of up to EMIT_MAX_GPUS GPUs are also emitted as an MSCCL XML file
-and an MSCCL++ plan (each checked by its emitter; a CollsynthError naming a limit is a clean answer, any other
-exception a failure). Prints one JSON line per case that fails (exception, unverified, slower) and a summary.
+hierarchical, and both must complete no earlier than the proven bound (synth.bounds). With ``--emit`` the
+schedules of up to EMIT_MAX_GPUS GPUs are also emitted as an MSCCL XML file and an MSCCL++ plan (each checked
+by its emitter; a CollsynthError naming a limit is a clean answer, any other exception a failure). Prints one
+JSON line per case that fails (exception, unverified, slower, under the bound) and a summary.
 
     python bench/fuzz_cluster.py [--cases 100] [--seed 1] [--max-nodes 16] [--emit]
 """
@@ -25,6 +26,8 @@ from collsynth.backends import emit
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import hierarchical
 from collsynth.synth.algorithms.stragglar import waves
+from collsynth.synth.arrivals import arrival_vector
+from collsynth.synth.bounds import allreduce_bound
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import make_topology
@@ -79,8 +82,12 @@ def main() -> None:
                 elif n <= waves.SEARCH_MAX_GPUS:
                     ours = simulate(s, size, topo, arr).completion_s
                     sync = simulate(hierarchical.build(n, topology=topo, size=size), size, topo, arr).completion_s
+                    bound = allreduce_bound(topo, size, arrival_vector(arr, n))
                     if ours > sync * (1 + 1e-9):
                         bad.append({**label, "problem": f"slower than hierarchical: {ours} > {sync}"})
+                    elif min(ours, sync) < bound.value_s * (1 - 1e-9):
+                        bad.append({**label, "problem": f"under the {bound.kind} bound: {min(ours, sync)} < "
+                                    f"{bound.value_s}"})
                 if a.emit and n <= EMIT_MAX_GPUS:
                     for fmt in ("msccl-xml", "mscclpp-plan"):
                         try:

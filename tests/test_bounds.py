@@ -54,6 +54,25 @@ def test_late_gpu_on_a_cluster():
     assert b.after_last_arrival_s == pytest.approx(amin + GiB / 400e9)
 
 
+def test_late_node_and_most_of_a_node_on_a_cluster():
+    """The late-set bound (one-way gossip of the late GPUs with the rest): a whole late node of 8 H100s
+    needs 2 s / (B_nv + 2 B_net) after it arrives; 7 of its 8 GPUs late, with the NVSwitch inside the cut,
+    2 * 7 s / (7 * 500 GB/s + 450 GB/s + 7 * 50 GB/s)."""
+    t = make_topology("h100-cluster", 128)
+    amin = min_route_alpha(t)
+    a = np.zeros(128)
+    a[8:16] = 10e-3
+    b = allreduce_bound(t, GiB, a)
+    assert b.kind == "late-set" and b.after_last_arrival_s == pytest.approx(amin + 2 * GiB / 550e9)
+    assert b.terms["late-out"] == pytest.approx(10e-3 + amin + GiB / 400e9)  # the node's 8 NICs
+    a[8] = 0.0
+    b = allreduce_bound(t, GiB, a)
+    assert b.kind == "late-set" and b.after_last_arrival_s == pytest.approx(amin + 14 * GiB / 4300e9)
+    a[8:16] = 0.0
+    a[8], a[16] = 10e-3, 10e-3  # two late GPUs in two nodes: no more than the late GPU bound
+    assert allreduce_bound(t, GiB, a).kind in ("late-out", "late-in")
+
+
 def test_straggler_on_nvswitch_is_stragglar_bound():
     t = make_topology("nvswitch", 8)
     a = [0.0] * 7 + [5e-3]
@@ -88,15 +107,19 @@ def _all_schedules(n, t, size, arrivals):
 @pytest.mark.parametrize("topo,n", [("h100-cluster", 16), ("h100-cluster", 24), ("dgx1", 8), ("ring", 6),
                                     ("torus2d", 8), ("fat", 8)])
 @pytest.mark.parametrize("size", [1 << 10, 64 << 20])
-@pytest.mark.parametrize("late", [None, 3])
+@pytest.mark.parametrize("late", [None, 3, "node", "node-but-one"])
 def test_no_schedule_beats_the_bound(topo, n, size, late):
     """Brute force: every algorithm of the table (built for this topology where it takes one) simulates
-    to no less than the bound."""
+    to no less than the bound; late: one rank, the last node (the upper half of a single node), or all
+    of it but one GPU."""
     t = (cluster_topology(2, 4, fabric="fat-tree", routing="spine", oversubscription=2.0) if topo == "fat"
          else make_topology(topo, n))
     a = np.zeros(n)
-    if late is not None:
+    if isinstance(late, int):
         a[late] = 2e-3
+    elif late is not None:
+        last = np.flatnonzero(t.node_of == t.node_count - 1) if t.node_count > 1 else np.arange(n // 2, n)
+        a[last[1:] if late == "node-but-one" else last] = 2e-3
     b = allreduce_bound(t, size, a)
     for name, s in _all_schedules(n, t, size, a):
         sim = simulate(s, size, t, {r: float(x) for r, x in enumerate(a) if x})
