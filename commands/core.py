@@ -124,7 +124,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                               "--arrival 7=5ms")
     p.add_argument("--gpus", "-n", required=True, type=int_arg("--gpus"), help="number of ranks (>= 2)")
     add_model_args(p)
-    p.add_argument("--algorithms", default=None, help="comma-separated subset (default: every allreduce algorithm)")
+    p.add_argument("--algorithms", "-a", default=None,
+                   help="comma-separated subset (default: every allreduce algorithm)")
     p.add_argument("--solver-time-limit", default=None, help="also run the MILP solver with this time limit")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_compare)

@@ -29,7 +29,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--size", required=True, help="buffer bytes per rank, e.g. 32MiB")
     p.add_argument("--delay", action="append", default=[], metavar="RANK=TIME",
                    help="sleep RANK for TIME before each collective, e.g. --delay 7=3s (repeatable)")
-    p.add_argument("--algorithms", default=DEFAULT_ALGORITHMS,
+    p.add_argument("--algorithms", "-a", default=DEFAULT_ALGORITHMS,
                    help=f"comma-separated registry algorithms plus torch and auto (default {DEFAULT_ALGORITHMS})")
     p.add_argument("--schedule", action="append", default=[], metavar="FILE",
                    help="also run this AllReduce schedule file (repeatable)")

@@ -75,7 +75,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="ACCO sample count: its own AllReduce before the ReduceScatter (default, as in the ACCO "
                         "code) or folded into the gradient buffer (no extra barrier)")
     p.add_argument("--methods", default=DEFAULT_METHODS, help=f"comma-separated (default {DEFAULT_METHODS})")
-    p.add_argument("--algorithms", default=DEFAULT_ALGORITHMS,
+    p.add_argument("--algorithms", "-a", default=DEFAULT_ALGORITHMS,
                    help=f"comma-separated AllReduce algorithms (default {DEFAULT_ALGORITHMS})")
     p.add_argument("--topology", "-t", default="nvswitch", help="topology preset or JSON file (default nvswitch)")
     p.add_argument("--alpha", default=None, help="per-message latency (default: the topology's)")

@@ -94,6 +94,8 @@ def test_compare_table_and_json(capsys):
         assert r["completion_s"] == pytest.approx(r["after_last_arrival_s"] + 5e-3)
     code, out, _ = run(capsys, *argv)
     assert code == 0 and "speedup vs ring" in out
+    code, out, _ = run(capsys, *argv, "-a", "ring,stragglar", "--json")  # -a: as synth's
+    assert code == 0 and [r["algorithm"] for r in json.loads(out)["rows"]] == ["stragglar", "ring"]
 
 
 @pytest.mark.parametrize("argv,needle", [
