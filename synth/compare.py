@@ -124,7 +124,7 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
         if a == CLUSTER_LATE and s.meta.get("form") == "synchronous":  # waiting for everyone was faster
             note += f"synchronous ({s.meta.get('synchronous')}: waiting is faster)"
         elif a == CLUSTER_LATE and "form" in s.meta:
-            note += f"{s.meta['form']} form, late {late_ranks_text(s.meta.get('late'), arr)}"
+            note += cluster_late_text(s.meta, arr)
         if a == "solver" and isinstance(s.meta.get("solver"), dict):  # honest status: optimal or not, and the gap
             note += " " + status_line(s.meta["solver"], short=True)  # type: ignore[arg-type]
         if s.meta.get("pipeline", 1) != 1:
@@ -143,6 +143,16 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
         rows = [r for r in rows if r["algorithm"] != "ring"]
     rows.sort(key=lambda r: (r["after_last_arrival_s"], r["algorithm"]))
     return rows
+
+
+def cluster_late_text(meta: Mapping[str, Any], arrivals: Mapping[int, float]) -> str:
+    """clusterstraggler's note for a late form: the form and its late ranks (``late_ranks_text``), the punctual
+    GPUs a late-node form treats as late (meta ``treated_as_late``) named apart, e.g. ``node form, late 8-14
+    (20.000 ms), 15 treated as late``."""
+    treated = [int(r) for r in meta.get("treated_as_late", [])]
+    late = [r for r in (meta.get("late") or []) if int(r[0] if isinstance(r, (list, tuple)) else r) not in treated]
+    text = f"{meta['form']} form, late {late_ranks_text(late, arrivals)}"
+    return text + (f", {late_ranks_text(treated, {})} treated as late" if treated else "")
 
 
 def late_ranks_text(late: object, arrivals: Mapping[int, float], most: int = 6) -> str:

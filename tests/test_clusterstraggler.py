@@ -430,3 +430,26 @@ def test_late_gpu_block_count_ties_go_to_more_blocks():
         assert est[M] <= least * (1 + cs.GPU_TIE)
         assert all(m <= M for m in cs.UNITS if est[m] <= least * (1 + cs.GPU_TIE))
     assert cs.best_pipeline("gpu", 2, 8, GiB, model)[0] == 20  # 16 blocks estimate 0.1% less: a tie
+
+
+def test_most_of_a_node_late_takes_the_node_form_with_its_punctual_gpus():
+    # 2 x 8 H100 nodes, 6 of node 1's GPUs 20 ms late: the waves merge them through the two punctual GPUs;
+    # the late-node form for node 1 (14 and 15 treated as late) spreads over all 8 NICs and is faster
+    from collsynth.synth.algorithms.stragglar import cluster as cluster_form
+    from collsynth.synth.topology import make_topology
+
+    t = make_topology("h100-cluster", 16)
+    late = {r: 0.02 for r in range(8, 14)}
+    s = build_schedule("clusterstraggler", 16, arrivals=late, size=GiB, topology=t)
+    assert verify(s).ok
+    assert s.meta["form"] == "node" and s.meta["late"] == list(range(8, 16))
+    assert s.meta["treated_as_late"] == [14, 15]
+    waves = cluster_form.build(16, "allreduce", late, GiB, t)
+    assert waves.meta["form"] != "node"
+    ours = simulate(s, GiB, t, late).after_last_arrival_s
+    assert ours < simulate(waves, GiB, t, late).after_last_arrival_s
+    row = next(r for r in compare(16, GiB, t, late, ["clusterstraggler"]) if r["algorithm"] == "clusterstraggler")
+    assert row["note"].startswith("node form, late 8-13 (20.000 ms), 14-15 treated as late")
+    # two late GPUs of the node: the node form is weighed and loses (the funnel moves far less)
+    two = build_schedule("clusterstraggler", 16, arrivals={8: 0.02, 9: 0.02}, size=GiB, topology=t)
+    assert two.meta["form"] != "node" and "treated_as_late" not in two.meta
