@@ -119,8 +119,7 @@ def whole_node(n: int, times: np.ndarray, size: int | float | str | None, topolo
     late = np.flatnonzero(times > t0)
     if late.size < 2:
         return None
-    b = int(np.flatnonzero((grid[:, :, None] == late[None, None, :]).any(axis=(1, 2)))[0])
-    members = sorted(int(r) for r in grid[b])
+    members = sorted(int(r) for r in grid[int(np.argwhere(grid == late[0])[0, 0])])  # the first late rank's node
     if not set(late.tolist()) < set(members):
         return None
     treated = [r for r in members if times[r] <= t0]
