@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -87,6 +88,28 @@ def late_form(grid: np.ndarray, times: np.ndarray) -> tuple[str, list[int]]:
         if late == members and grid.shape[0] > 1:
             return "node", sorted(members)
     return "gpu", [latest_rank(times, n)]
+
+
+@dataclass
+class PartPlan:
+    """Who does what for part g in one ``ClusterPlan.merge`` (``_part_plan``; the fields after ``rail``
+    are set by ``merge`` and its broadcast rounds)."""
+
+    g: int
+    case: str  # "A", "B" or "C" (``_part_plan``)
+    root_node: int
+    nodes: list[int]  # the broadcast's nodes, the root's first
+    contrib: list[int]  # the nodes holding members of the wave
+    in_node: list[list[int]]  # per node: its ranks in the wave or holding S'
+    act_node: list[list[int]]  # per node: its ranks holding S'
+    wave_node: list[list[int]]  # per node: its ranks in the wave
+    rail: list[int]  # per node: its rail-g GPU
+    side_holder: dict[int, int] = field(default_factory=dict)  # case B: block -> the node peer that spreads it
+    rounds: list[list[tuple[int, int, int]]] = field(default_factory=list)  # (src, dst, block) per round
+    first: list[int] = field(default_factory=list)  # per block: the round in which the root first sends it
+    last: list[int] = field(default_factory=list)  # ... and last
+    emitted: int = 0  # rounds emitted so far
+    copyback: bool = False  # case B without a node peer holding S': the root gets each final block back
 
 
 class ClusterPlan:
@@ -129,7 +152,7 @@ class ClusterPlan:
         # a whole late node's broadcast on N not a power of two: "plain" (bcast.broadcast_rounds), "balanced"
         # (bcast.copyback_rounds) or "cube" (bcast.copyback_cube_rounds); build() keeps the fastest
         self.rule = "plain"
-        self._deferred: list[tuple[dict[str, Any], int, int]] = []  # case-B side work: (part plan, g, block)
+        self._deferred: list[tuple[PartPlan, int, int]] = []  # case-B side work: (part plan, g, block)
 
     def add(self, src: int, dst: int, chunk: int, count: int, reduce: bool) -> None:
         """Append one move and its start in a list-scheduling model (one NVLink and one NIC port per GPU
@@ -264,30 +287,30 @@ class ClusterPlan:
         self._fast = fast
         self._rowcnt = {}
         plans = [self._part_plan(g, contrib, in_node, act_node, wave_node, active) for g in range(G)]
-        roots = {p["root_node"] for p in plans}
+        roots = {p.root_node for p in plans}
         # nodes that spread whole rows: full ones that are no part's root, and the wave's node when fast
         coarse = len(self.rows) < len(self.runs)  # other nodes spread per block (a row is not one block)
         self._row_nodes = ({b for b in range(N) if full[b] and b not in roots and not coarse}
                            | ({contrib[0]} if fast else set()))
         cache: dict[int, list[list[tuple[int, int, int]]]] = {}
         for p in plans:
-            key = len(p["nodes"])
+            key = len(p.nodes)
             if key not in cache:
                 rule = self.rule if fast and key & (key - 1) else "plain"
                 cache[key] = (copyback_rounds(key, nb) if rule == "balanced" else
                               copyback_cube_rounds(key, nb) if rule == "cube" else broadcast_rounds(key, nb))
-            p["rounds"] = cache[key]
+            p.rounds = cache[key]
             first = [-1] * nb  # the round in which the root first sends block j
             last = [-1] * nb  # ... and last
-            for r, moves in enumerate(p["rounds"]):
+            for r, moves in enumerate(p.rounds):
                 for s_, _, j in moves:
                     if s_ == 0:
                         last[j] = r
                         if first[j] < 0:
                             first[j] = r
-            p["first"], p["last"] = first, last
-            p["emitted"] = 0
-            p["copyback"] = p["case"] == "B" and not act_node[p["root_node"]]
+            p.first, p.last = first, last
+            p.emitted = 0
+            p.copyback = p.case == "B" and not act_node[p.root_node]
         if coarse and not fast:
             raise CollsynthError("clusterstraggler: rows of several blocks need a whole late node")
         ahead = nb if fast else AHEAD
@@ -300,14 +323,14 @@ class ClusterPlan:
             if j + ahead < nb:
                 self._gather_block(plans, j + ahead)
             final = j + 1 == nb
-            upto = [len(p["rounds"]) if final else p["first"][j] + 1 for p in plans]
-            lo = min(p["emitted"] for p in plans)
+            upto = [len(p.rounds) if final else p.first[j] + 1 for p in plans]
+            lo = min(p.emitted for p in plans)
             for r in range(lo, max(upto)):
                 for g, p in enumerate(plans):
-                    if p["emitted"] <= r < upto[g]:
+                    if p.emitted <= r < upto[g]:
                         self._round(p, g, r)
             for g, p in enumerate(plans):
-                p["emitted"] = max(p["emitted"], upto[g])
+                p.emitted = max(p.emitted, upto[g])
             self._root_spreads(plans, j)
         self._side_work()
 
@@ -320,35 +343,35 @@ class ClusterPlan:
         wait for it: 3.624 -> 3.606 ms after the arrival)."""
         for p, g, j in self._deferred:
             root = self._holder(p, 0, j)
-            peer = p["side_holder"][j]
+            peer = p.side_holder[j]
             c, w = self.loc(g, j)
             self.add(root, peer, c, w, True)
             self._spread(p, g, 0, j, skip=root)
             self.add(peer, root, c, w, False)
         self._deferred = []
 
-    def _gather_block(self, plans: list[dict[str, Any]], j: int) -> None:
+    def _gather_block(self, plans: list[PartPlan], j: int) -> None:
         """Block j of the wave into the roots (``_gather`` per part, or a whole row at once) and the
         spreads that can follow at once."""
         if self._fast:
             self._gather_row(plans, j)
         else:  # the roots first, the node peer that only spreads in the wave's node (case B) last
-            for g, p in sorted(enumerate(plans), key=lambda x: (x[1]["case"] == "B", x[0])):
+            for g, p in sorted(enumerate(plans), key=lambda x: (x[1].case == "B", x[0])):
                 self._gather(p, g, j)
 
-    def _root_spreads(self, plans: list[dict[str, Any]], j: int) -> None:
+    def _root_spreads(self, plans: list[PartPlan], j: int) -> None:
         """The star spreads of block j in the root's node once the root holds it (not fast)."""
         if self._fast:
             return
         for g, p in enumerate(plans):
-            if p["case"] != "B":  # case B: the peer's spread is side work (_side_work)
+            if p.case != "B":  # case B: the peer's spread is side work (_side_work)
                 self._spread(p, g, 0, j)
 
-    def _gather_row(self, plans: list[dict[str, Any]], j: int) -> None:
+    def _gather_row(self, plans: list[PartPlan], j: int) -> None:
         """A whole late node: a recursive-halving ReduceScatter of its row j (``rows``; Thakur,
         Rabenseifner & Gropp, IJHPCA 2005): GPU g ends with part g of the node's sum."""
         G = self.G
-        row = [int(x) for x in self.grid[plans[0]["contrib"][0]]]
+        row = [int(x) for x in self.grid[plans[0].contrib[0]]]
         b = G // 2
         while b >= 1:
             for h in range(G):
@@ -371,32 +394,32 @@ class ClusterPlan:
                 self.add(row[h], row[h ^ b], *self.rowloc((h // b) * b, r, b), False)
             b *= 2
 
-    def _round(self, p: dict[str, Any], g: int, r: int) -> None:
+    def _round(self, p: PartPlan, g: int, r: int) -> None:
         """The moves of broadcast round r of part g, and the spreads they complete."""
-        raw = p["case"] == "B"
-        for s_, d_, j in p["rounds"][r]:
+        raw = p.case == "B"
+        for s_, d_, j in p.rounds[r]:
             src, dst = self._holder(p, s_, j), self._holder(p, d_, j)
             c, w = self.loc(g, j)
-            if raw and s_ == 0 and p["copyback"] and r == p["first"][j]:
+            if raw and s_ == 0 and p.copyback and r == p.first[j]:
                 # the root's first send of block j: a two-way exchange (its partner's S' comes back in
                 # the same step; the partner sends nothing else to the root), both then hold the final
                 self.add_atom([(src, dst, c, w, True), (dst, src, c, w, True)])
                 self._arrived(p, g, d_, j)
                 self._arrived(p, g, 0, j)
                 continue
-            self.add(src, dst, c, w, raw and s_ == 0 and not p["copyback"])  # case B: the root's raw sum
+            self.add(src, dst, c, w, raw and s_ == 0 and not p.copyback)  # case B: the root's raw sum
             self._arrived(p, g, d_, j)
 
-    def _arrived(self, p: dict[str, Any], g: int, i: int, j: int) -> None:
+    def _arrived(self, p: PartPlan, g: int, i: int, j: int) -> None:
         """Block j of part g is final at the broadcast's node i."""
-        b = p["nodes"][i]
+        b = p.nodes[i]
         if b in self._row_nodes:
             self._row_done(b, j, 1)
         else:
             self._spread(p, g, i, j)
 
     def _part_plan(self, g: int, contrib: list[int], in_node: list[list[int]], act_node: list[list[int]],
-                   wave_node: list[list[int]], active: set[int]) -> dict[str, Any]:
+                   wave_node: list[list[int]], active: set[int]) -> PartPlan:
         """Who does what for part g (module docstring, "merge a wave"): case A, one node holds the whole
         wave and its rail-g GPU holds S' (the root, it reduces the wave); case B, one node holds the wave
         and its rail-g GPU is in it (the root, it collects the wave's sum and sends it raw: every send
@@ -416,48 +439,46 @@ class ClusterPlan:
             with_rail = [b for b in cands if rail[b] in active]
             case, root_node = "C", (with_rail[0] if with_rail else cands[0])
         nodes = [root_node] + [(root_node + i) % N for i in range(1, N) if in_node[(root_node + i) % N]]
-        return {"g": g, "case": case, "root_node": root_node, "nodes": nodes, "contrib": contrib,
-                "in_node": in_node, "act_node": act_node, "wave_node": wave_node, "rail": rail,
-                "side_holder": {}}
+        return PartPlan(g, case, root_node, nodes, contrib, in_node, act_node, wave_node, rail)
 
     def _rot(self, ranks: list[int], k: int) -> int:
         return ranks[k % len(ranks)]
 
-    def _holder(self, p: dict[str, Any], i: int, j: int) -> int:
+    def _holder(self, p: PartPlan, i: int, j: int) -> int:
         """The rank of the broadcast's node i that holds part g's block j: the rail-g GPU where it takes
         part (the root: case A and B; case C where it holds S'), else a node peer in turn (PXN routes)."""
-        b = p["nodes"][i]
-        r = p["rail"][b]
-        if i == 0 and p["case"] == "C":
-            return r if r in p["act_node"][b] else self._rot(p["act_node"][b], j)
-        return r if r in p["in_node"][b] else self._rot(p["in_node"][b], j + p["g"])
+        b = p.nodes[i]
+        r = p.rail[b]
+        if i == 0 and p.case == "C":
+            return r if r in p.act_node[b] else self._rot(p.act_node[b], j)
+        return r if r in p.in_node[b] else self._rot(p.in_node[b], j + p.g)
 
-    def _gather(self, p: dict[str, Any], g: int, j: int) -> None:
+    def _gather(self, p: PartPlan, g: int, j: int) -> None:
         """The wave's block j of part g: NVLink reduces inside each contributing node into the root (case
         A, B) or a collector, which reduces it into the root (case C); case B with a node peer holding
         S': the root's sum reduced into it too."""
-        rail, act_node, wave_node = p["rail"], p["act_node"], p["wave_node"]
+        rail, act_node, wave_node = p.rail, p.act_node, p.wave_node
         c, w = self.loc(g, j)
         root = self._holder(p, 0, j)
-        for b in p["contrib"]:
+        for b in p.contrib:
             members = wave_node[b]
-            t = root if b == p["root_node"] else (rail[b] if rail[b] in members else self._rot(members, j))
+            t = root if b == p.root_node else (rail[b] if rail[b] in members else self._rot(members, j))
             for x in members:
                 if x != t:
                     self.add(x, t, c, w, True)
-            if p["case"] == "B" and act_node[b]:  # the side work: _side_work, after the merge's other moves
-                p["side_holder"][j] = self._rot(act_node[b], j + 1)
+            if p.case == "B" and act_node[b]:  # the side work: _side_work, after the merge's other moves
+                p.side_holder[j] = self._rot(act_node[b], j + 1)
                 self._deferred.append((p, g, j))
             if t != root:
                 self.add(t, root, c, w, True)
 
-    def _spread(self, p: dict[str, Any], g: int, i: int, j: int, skip: int = -1) -> None:
+    def _spread(self, p: PartPlan, g: int, i: int, j: int, skip: int = -1) -> None:
         """The NVLink spread of part g's block j in the broadcast's node i from the rank that holds it to
         every other rank of the node that takes part (but ``skip``), one message each."""
         c, w = self.loc(g, j)
-        b = p["nodes"][i]
-        h = p["side_holder"][j] if i == 0 and p["side_holder"] else self._holder(p, i, j)
-        for x in p["in_node"][b]:
+        b = p.nodes[i]
+        h = p.side_holder[j] if i == 0 and p.side_holder else self._holder(p, i, j)
+        for x in p.in_node[b]:
             if x != h and x != skip:
                 self.add(h, x, c, w, False)
 
