@@ -453,3 +453,55 @@ def test_most_of_a_node_late_takes_the_node_form_with_its_punctual_gpus():
     # two late GPUs of the node: the node form is weighed and loses (the funnel moves far less)
     two = build_schedule("clusterstraggler", 16, arrivals={8: 0.02, 9: 0.02}, size=GiB, topology=t)
     assert two.meta["form"] != "node" and "treated_as_late" not in two.meta
+
+
+def test_pre_units_cut_the_rail_rings_into_even_pieces():
+    """cluster.pre_units: the ring of the present ranks along a rail cuts part g into one piece per node, so
+    blocks per part below the node count leave pieces of one whole block; the chunks are cut finer until
+    the largest piece is within PRE_EVEN of an even share (or as even as the chunk limits allow)."""
+    import math
+
+    import numpy as np
+
+    from collsynth.synth.algorithms.stragglar.cluster import MAX_CHUNKS, PRE_EVEN, PRE_LOCATIONS, pre_units
+
+    for N, M, absent in ((16, 32, {5}), (16, 16, set(range(8, 16))), (64, 12, set(range(8, 16))),
+                         (128, 16, set(range(8, 16))), (128, 40, {5}), (2, 20, {5})):
+        grid = np.arange(N * 8).reshape(N, 8)
+        k = pre_units(grid, absent, M)
+        assert 8 * k * M <= MAX_CHUNKS and grid.size * 8 * k * M <= max(PRE_LOCATIONS, grid.size * 8 * M)
+        rings = {N - 1, N} if len(absent) == 1 else {N - 1}
+        worst = max(math.ceil(k * M / P) * P / (k * M) for P in rings)
+        assert worst <= PRE_EVEN, (N, M, k, worst)
+        assert k == 1 or max(math.ceil((k - 1) * M / P) * P / ((k - 1) * M) for P in rings) > PRE_EVEN
+
+
+def test_late_node_at_64_nodes_is_chosen_for_a_20_ms_delay():
+    """h100-cluster, 64 nodes of 8, 1 GiB, node 1 late by 20 ms: with 12 blocks per part the rail rings of
+    the present ranks' AllReduce moved one block per step along 63 nodes (30.2 ms, past the arrival, so the
+    synchronous schedule was chosen, 6.59 ms after it); cut finer (pre_units) it ends in 7.85 ms, within 2x
+    the node-cut bound of any AllReduce, and the late-node form is chosen, verified and faster."""
+    import numpy as np
+
+    from collsynth.synth.algorithms.stragglar import cluster as cs
+    from collsynth.synth.topology import make_topology
+
+    n = 512
+    t = make_topology("h100-cluster", n)
+    late = {r: 0.02 for r in range(8, 16)}
+    times = np.zeros(n)
+    times[8:16] = 0.02
+    s = build_schedule("clusterstraggler", n, arrivals=late, size=GiB, topology=t)
+    assert s.meta["form"] == "node" and s.meta["units_per_block"] > 1
+    assert s.nchunks == 8 * s.meta["pipeline"] * s.meta["units_per_block"]
+    r = verify(s)
+    assert r.ok, r.message
+    res = simulate(s, GiB, t, times)
+    pre = float(res.end_s[res.end_s < 0.02].max())
+    node_cut = 2 * 63 / 64 * GiB / (8 * 50e9)  # clusters.md section 4, any synchronous AllReduce
+    assert pre <= 2 * node_cut, pre
+    hier = simulate(build_schedule("hierarchical", n, size=GiB, topology=t), GiB, t, times).after_last_arrival_s
+    assert res.after_last_arrival_s < hier
+    plain = cs.new_plan(t, n, times, GiB, s.meta["pipeline"])  # one unit per block: the rings' old pieces
+    plain.pre(set(late))
+    assert max(plain.est) > 0.02 > pre  # the old AllReduce did not fit the delay

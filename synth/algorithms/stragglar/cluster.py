@@ -10,7 +10,9 @@ Before the late rank(s) arrive, the present ranks AllReduce their buffers (``pre
 ReduceScatter of the G parts (part g to local g, or to a proxy in the node when local g is absent),
 a ring AllReduce of part g among the part-g owners of the nodes (rail g; a proxy reaches the rail
 through NVLink and the absent GPU's NIC, NCCL's PXN route), and an AllGather in every node. Every
-present rank then holds S', the sum of all present buffers.
+present rank then holds S', the sum of all present buffers. A ring cuts part g into one piece per node
+and each piece crosses the ring's nodes one after the other, so ``merged_plan`` cuts the chunks k times
+finer than the blocks after the arrival need (``pre_units``), enough for even pieces.
 
 After the arrival, ``merge(wave, active)`` merges a *wave* W of late ranks (any subset) into the ranks
 that hold S' (``active``); afterwards all of them hold S' + the sum of W. Part g is cut into message
@@ -152,6 +154,7 @@ class ClusterPlan:
         # a whole late node's broadcast on N not a power of two: "plain" (bcast.broadcast_rounds), "balanced"
         # (bcast.copyback_rounds) or "cube" (bcast.copyback_cube_rounds); build() keeps the fastest
         self.rule = "plain"
+        self.units_per_block = 1  # M units per part: this many per block of a uniform pipeline (merged_plan)
         self._deferred: list[tuple[PartPlan, int, int]] = []  # case-B side work: (part plan, g, block)
 
     def add(self, src: int, dst: int, chunk: int, count: int, reduce: bool) -> None:
@@ -636,7 +639,8 @@ def plan_schedule(plan: ClusterPlan, form: str, late: list[int], topology: Any, 
     N, G = plan.N, plan.G
     est = after_arrival_estimate(form, N, G, plan.M, plan.runs, size, plan.model, plan.rows)
     meta: dict[str, object] = {"algorithm": "clusterstraggler", "form": form, "late": late, "nodes": N,
-                               "gpus_per_node": G, "pipeline": plan.M, "messages_per_part": len(plan.runs),
+                               "gpus_per_node": G, "pipeline": plan.M // plan.units_per_block,
+                               "units_per_block": plan.units_per_block, "messages_per_part": len(plan.runs),
                                "nvlink_rows": len(plan.rows), "topology_name": topology.name,
                                "after_arrival_estimate_s": est, **(extra or {})}
     spec = getattr(topology, "spec", None)
@@ -661,11 +665,39 @@ SPILL = 0.02  # a late GPU's simulated time this far above its estimate: the wor
 SPILL_TRIES = 3  # ... then this many smaller block counts of UNITS are built and simulated (fit_delay)
 
 
+PRE_EVEN = 1.25  # pre_units: the ring's largest piece at most this many times an even share ...
+PRE_LOCATIONS = 2**21  # ... with at most this many (rank, chunk) locations (verify's state: 0.5 GB at 1,024 GPUs)
+
+
+def pre_units(grid: np.ndarray, absent: set[int], M: int) -> int:
+    """Units per block k for the present ranks' AllReduce (``pre``, prephase.py): its ring along rail g cuts
+    part g into P pieces, P the ring's nodes, and each piece crosses P - 1 links one after the other in
+    each half, so the largest piece, at least one unit of M, sets the time: (P - 1)(alpha_net + T/M)
+    where M < P (h100-cluster, 1 GiB, a late node at 64 x 8: 16 blocks per part, 30.2 ms before the
+    arrival). The chunks are cut k times finer (the blocks after the arrival keep their bytes): the least k
+    whose largest piece is within PRE_EVEN of an even share on every rail, else the k with the most even
+    pieces, up to MAX_CHUNKS chunks and PRE_LOCATIONS locations."""
+    N, G = grid.shape
+    rings = {sum(1 for b in range(N) if int(grid[b, g]) not in absent) for g in range(G)} - {0}
+    rings = rings or {N}
+    kmax = max(1, min(MAX_CHUNKS // (G * M), PRE_LOCATIONS // (grid.size * G * M)))
+
+    def spread(k: int) -> float:  # the largest piece over an even share, the worst rail
+        return max(math.ceil(k * M / P) * P / (k * M) for P in rings)
+
+    ks = range(1, kmax + 1)
+    return next((k for k in ks if spread(k) <= PRE_EVEN), min(ks, key=lambda k: (spread(k), k)))
+
+
 def merged_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int, runs: list[tuple[int, int]],
                 rows: list[tuple[int, int]], late: list[int], rule: str = "plain") -> ClusterPlan:
     """``new_plan`` with the present ranks' AllReduce (``pre``) and the late ranks merged (``merge``), the
-    late node's broadcast by ``rule``."""
-    plan = new_plan(topology, n, times, size, M, runs, rows)
+    late node's broadcast by ``rule``; M units per part cut ``pre_units`` times finer (the blocks ``runs``
+    and NVLink ``rows`` keep their bytes)."""
+    k = pre_units(node_grid(topology, n), set(late), M)
+    plan = new_plan(topology, n, times, size, k * M, [(k * f, k * w) for f, w in runs],
+                    [(k * f, k * w) for f, w in rows])
+    plan.units_per_block = k
     plan.rule = rule
     plan.pre(set(late))
     plan.merge(set(late), set(range(n)) - set(late))
@@ -683,7 +715,7 @@ def fit_delay(plan: ClusterPlan, topology: Any, n: int, times: np.ndarray, size:
     res = simulate(plan.to_schedule("probe", {}), size, topology, times)
     if res.after_last_arrival_s <= estimate * (1 + SPILL):
         return plan
-    fewer = sorted((u for u in UNITS if u < plan.M), reverse=True)[:SPILL_TRIES]
+    fewer = sorted((u for u in UNITS if u < plan.M // plan.units_per_block), reverse=True)[:SPILL_TRIES]
     return fastest(plan, [partial(merged_plan, topology, n, times, size, m, make_runs(m, 1, m), make_runs(m, 1, m),
                                   late) for m in fewer], size, topology, times, res.completion_s)
 
