@@ -456,19 +456,20 @@ def test_most_of_a_node_late_takes_the_node_form_with_its_punctual_gpus():
 
 
 def test_pre_units_cut_the_rail_rings_into_even_pieces():
-    """cluster.pre_units: the ring of the present ranks along a rail cuts part g into one piece per node, so
+    """prephase.pre_units: the ring of the present ranks along a rail cuts part g into one piece per node, so
     blocks per part below the node count leave pieces of one whole block; the chunks are cut finer until
     the largest piece is within PRE_EVEN of an even share (or as even as the chunk limits allow)."""
     import math
 
     import numpy as np
 
-    from collsynth.synth.algorithms.stragglar.cluster import MAX_CHUNKS, PRE_EVEN, PRE_LOCATIONS, pre_units
+    from collsynth.synth.algorithms.stragglar.cluster import MAX_CHUNKS
+    from collsynth.synth.algorithms.stragglar.prephase import PRE_EVEN, PRE_LOCATIONS, pre_units
 
     for N, M, absent in ((16, 32, {5}), (16, 16, set(range(8, 16))), (64, 12, set(range(8, 16))),
                          (128, 16, set(range(8, 16))), (128, 40, {5}), (2, 20, {5})):
         grid = np.arange(N * 8).reshape(N, 8)
-        k = pre_units(grid, absent, M)
+        k = pre_units(grid, absent, M, MAX_CHUNKS)
         assert 8 * k * M <= MAX_CHUNKS and grid.size * 8 * k * M <= max(PRE_LOCATIONS, grid.size * 8 * M)
         rings = {N - 1, N} if len(absent) == 1 else {N - 1}
         worst = max(math.ceil(k * M / P) * P / (k * M) for P in rings)

@@ -22,7 +22,7 @@ tests/test_estimate.py checks them against built schedules):
   waves.build tries (``_waves_copies``: one above waves.SEARCH_MAX_GPUS, not multistraggler's 20 per late
   rank, which refused 64 nodes with 5 late ranks at ~1,650 s, built in 4 s).
   clusterstraggler for one late GPU or one whole late node on a topology with nodes (issue 15) builds
-  one plan of G M blocks (M <= max(cluster.UNITS) for auto) in C = G M k chunks (k = cluster.pre_units,
+  one plan of G M blocks (M <= max(cluster.UNITS) for auto) in C = G M k chunks (k = prephase.pre_units,
   so that the rail rings before the arrival cut even pieces): the present ranks' AllReduce and the late
   data's rail chains move each chunk about 3 times per rank (measured 2.9-3.0 C per rank at 16 nodes): at
   most 4 n C moves, 4 n G max(M, N) transfers (a ring piece per node), 4 C + 4 N steps; with pipeline
@@ -165,7 +165,7 @@ def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
     pipe = params.get("pipeline", "auto")
     m = pipe if isinstance(pipe, int) and not isinstance(pipe, bool) and pipe >= 1 else max(stragglar_cluster.UNITS)
     m = min(m, stragglar_cluster.MAX_CHUNKS // G)
-    c = G * m * stragglar_cluster.pre_units(grid, late, m)  # the chunks, cut finer for the rail rings
+    c = G * m * prephase.pre_units(grid, late, m, stragglar_cluster.MAX_CHUNKS)  # the chunks, cut finer for the rings
     blocks = G * max(m, N)  # the rings cut each part into one piece per node
     # steps: the merge's 4 C + 4 N, and the AllReduce before it (prephase.py): in-node rounds of G - 1 shifts,
     # at most 2 LOCAL_ROUNDS pieces deep, twice, and the rail ring's 2 (N - 1) steps

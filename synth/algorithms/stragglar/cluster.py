@@ -68,7 +68,7 @@ from collsynth.synth.algorithms.stragglar import multi, waves
 from collsynth.synth.algorithms.stragglar.bcast import broadcast_rounds, copyback_cube_rounds, copyback_rounds
 from collsynth.synth.algorithms.stragglar.listsched import Busy, common_fit
 from collsynth.synth.algorithms.stragglar.multi import Move, pack
-from collsynth.synth.algorithms.stragglar.prephase import present_allreduce
+from collsynth.synth.algorithms.stragglar.prephase import pre_units, present_allreduce
 from collsynth.synth.arrivals import arrival_vector, latest_rank
 from collsynth.synth.ir import Schedule, derived_phases
 from collsynth.synth.simulate import simulate
@@ -665,36 +665,12 @@ SPILL = 0.02  # a late GPU's simulated time this far above its estimate: the wor
 SPILL_TRIES = 3  # ... then this many smaller block counts of UNITS are built and simulated (fit_delay)
 
 
-PRE_EVEN = 1.25  # pre_units: the ring's largest piece at most this many times an even share ...
-PRE_LOCATIONS = 2**21  # ... with at most this many (rank, chunk) locations (verify's state: 0.5 GB at 1,024 GPUs)
-
-
-def pre_units(grid: np.ndarray, absent: set[int], M: int) -> int:
-    """Units per block k for the present ranks' AllReduce (``pre``, prephase.py): its ring along rail g cuts
-    part g into P pieces, P the ring's nodes, and each piece crosses P - 1 links one after the other in
-    each half, so the largest piece, at least one unit of M, sets the time: (P - 1)(alpha_net + T/M)
-    where M < P (h100-cluster, 1 GiB, a late node at 64 x 8: 16 blocks per part, 30.2 ms before the
-    arrival). The chunks are cut k times finer (the blocks after the arrival keep their bytes): the least k
-    whose largest piece is within PRE_EVEN of an even share on every rail, else the k with the most even
-    pieces, up to MAX_CHUNKS chunks and PRE_LOCATIONS locations."""
-    N, G = grid.shape
-    rings = {sum(1 for b in range(N) if int(grid[b, g]) not in absent) for g in range(G)} - {0}
-    rings = rings or {N}
-    kmax = max(1, min(MAX_CHUNKS // (G * M), PRE_LOCATIONS // (grid.size * G * M)))
-
-    def spread(k: int) -> float:  # the largest piece over an even share, the worst rail
-        return max(math.ceil(k * M / P) * P / (k * M) for P in rings)
-
-    ks = range(1, kmax + 1)
-    return next((k for k in ks if spread(k) <= PRE_EVEN), min(ks, key=lambda k: (spread(k), k)))
-
-
 def merged_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int, runs: list[tuple[int, int]],
                 rows: list[tuple[int, int]], late: list[int], rule: str = "plain") -> ClusterPlan:
     """``new_plan`` with the present ranks' AllReduce (``pre``) and the late ranks merged (``merge``), the
     late node's broadcast by ``rule``; M units per part cut ``pre_units`` times finer (the blocks ``runs``
     and NVLink ``rows`` keep their bytes)."""
-    k = pre_units(node_grid(topology, n), set(late), M)
+    k = pre_units(node_grid(topology, n), set(late), M, MAX_CHUNKS)
     plan = new_plan(topology, n, times, size, k * M, [(k * f, k * w) for f, w in runs],
                     [(k * f, k * w) for f, w in rows])
     plan.units_per_block = k

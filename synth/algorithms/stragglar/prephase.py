@@ -19,12 +19,37 @@ as soon as it is ready, so the three stages overlap.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 LOCAL_ROUNDS = 8  # on large rings the in-node ReduceScatter and AllGather take about this many rounds
+
+
+PRE_EVEN = 1.25  # pre_units: a ring's largest piece at most this many times an even share ...
+PRE_LOCATIONS = 2**21  # ... with at most this many (rank, chunk) locations (verify's state: 0.5 GB at 1,024 GPUs)
+
+
+def pre_units(grid: np.ndarray, absent: set[int], M: int, max_chunks: int) -> int:
+    """Units per block k for the present ranks' AllReduce (``present_allreduce``): its ring along rail g cuts
+    part g into P pieces, P the ring's nodes, and each piece crosses P - 1 links one after the other in
+    each half, so the largest piece, at least one unit of M, sets the time: (P - 1)(alpha_net + T/M)
+    where M < P (h100-cluster, 1 GiB, a late node at 64 x 8: 16 blocks per part, 30.2 ms before the
+    arrival). The chunks are cut k times finer (the blocks after the arrival keep their bytes): the least k
+    whose largest piece is within PRE_EVEN of an even share on every rail, else the k with the most even
+    pieces, up to ``max_chunks`` chunks and PRE_LOCATIONS locations."""
+    N, G = grid.shape
+    rings = {sum(1 for b in range(N) if int(grid[b, g]) not in absent) for g in range(G)} - {0}
+    rings = rings or {N}
+    kmax = max(1, min(max_chunks // (G * M), PRE_LOCATIONS // (grid.size * G * M)))
+
+    def spread(k: int) -> float:  # the largest piece over an even share, the worst rail
+        return max(math.ceil(k * M / P) * P / (k * M) for P in rings)
+
+    ks = range(1, kmax + 1)
+    return next((k for k in ks if spread(k) <= PRE_EVEN), min(ks, key=lambda k: (spread(k), k)))
 
 
 def _coalesce(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
