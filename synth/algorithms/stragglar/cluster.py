@@ -155,7 +155,7 @@ class ClusterPlan:
         # (bcast.copyback_rounds) or "cube" (bcast.copyback_cube_rounds); build() keeps the fastest
         self.rule = "plain"
         self.units_per_block = 1  # M units per part: this many per block of a uniform pipeline (merged_plan)
-        self._deferred: list[tuple[PartPlan, int, int]] = []  # case-B side work: (part plan, g, block)
+        self._deferred: list[tuple[PartPlan, int]] = []  # case-B side work: (part plan, block)
 
     def add(self, src: int, dst: int, chunk: int, count: int, reduce: bool) -> None:
         """Append one move and its start in a list-scheduling model (one NVLink and one NIC port per GPU
@@ -331,7 +331,7 @@ class ClusterPlan:
             for r in range(lo, max(upto)):
                 for g, p in enumerate(plans):
                     if p.emitted <= r < upto[g]:
-                        self._round(p, g, r)
+                        self._round(p, r)
             for g, p in enumerate(plans):
                 p.emitted = max(p.emitted, upto[g])
             self._root_spreads(plans, j)
@@ -344,12 +344,12 @@ class ClusterPlan:
         reductions into the other parts' roots leave it free (one late GPU at 16 x 8, 1 GiB: its NVLink
         port sends 8 messages per block row, about one NIC block time; the rails the roots serve no longer
         wait for it: 3.624 -> 3.606 ms after the arrival)."""
-        for p, g, j in self._deferred:
+        for p, j in self._deferred:
             root = self._holder(p, 0, j)
             peer = p.side_holder[j]
-            c, w = self.loc(g, j)
+            c, w = self.loc(p.g, j)
             self.add(root, peer, c, w, True)
-            self._spread(p, g, 0, j, skip=root)
+            self._spread(p, 0, j, skip=root)
             self.add(peer, root, c, w, False)
         self._deferred = []
 
@@ -359,16 +359,16 @@ class ClusterPlan:
         if self._fast:
             self._gather_row(plans, j)
         else:  # the roots first, the node peer that only spreads in the wave's node (case B) last
-            for g, p in sorted(enumerate(plans), key=lambda x: (x[1].case == "B", x[0])):
-                self._gather(p, g, j)
+            for p in sorted(plans, key=lambda p: (p.case == "B", p.g)):
+                self._gather(p, j)
 
     def _root_spreads(self, plans: list[PartPlan], j: int) -> None:
         """The star spreads of block j in the root's node once the root holds it (not fast)."""
         if self._fast:
             return
-        for g, p in enumerate(plans):
+        for p in plans:
             if p.case != "B":  # case B: the peer's spread is side work (_side_work)
-                self._spread(p, g, 0, j)
+                self._spread(p, 0, j)
 
     def _gather_row(self, plans: list[PartPlan], j: int) -> None:
         """A whole late node: a recursive-halving ReduceScatter of its row j (``rows``; Thakur,
@@ -397,29 +397,29 @@ class ClusterPlan:
                 self.add(row[h], row[h ^ b], *self.rowloc((h // b) * b, r, b), False)
             b *= 2
 
-    def _round(self, p: PartPlan, g: int, r: int) -> None:
+    def _round(self, p: PartPlan, r: int) -> None:
         """The moves of broadcast round r of part g, and the spreads they complete."""
         raw = p.case == "B"
         for s_, d_, j in p.rounds[r]:
             src, dst = self._holder(p, s_, j), self._holder(p, d_, j)
-            c, w = self.loc(g, j)
+            c, w = self.loc(p.g, j)
             if raw and s_ == 0 and p.copyback and r == p.first[j]:
                 # the root's first send of block j: a two-way exchange (its partner's S' comes back in
                 # the same step; the partner sends nothing else to the root), both then hold the final
                 self.add_atom([(src, dst, c, w, True), (dst, src, c, w, True)])
-                self._arrived(p, g, d_, j)
-                self._arrived(p, g, 0, j)
+                self._arrived(p, d_, j)
+                self._arrived(p, 0, j)
                 continue
             self.add(src, dst, c, w, raw and s_ == 0 and not p.copyback)  # case B: the root's raw sum
-            self._arrived(p, g, d_, j)
+            self._arrived(p, d_, j)
 
-    def _arrived(self, p: PartPlan, g: int, i: int, j: int) -> None:
+    def _arrived(self, p: PartPlan, i: int, j: int) -> None:
         """Block j of part g is final at the broadcast's node i."""
         b = p.nodes[i]
         if b in self._row_nodes:
             self._row_done(b, j, 1)
         else:
-            self._spread(p, g, i, j)
+            self._spread(p, i, j)
 
     def _part_plan(self, g: int, contrib: list[int], in_node: list[list[int]], act_node: list[list[int]],
                    wave_node: list[list[int]], active: set[int]) -> PartPlan:
@@ -456,12 +456,12 @@ class ClusterPlan:
             return r if r in p.act_node[b] else self._rot(p.act_node[b], j)
         return r if r in p.in_node[b] else self._rot(p.in_node[b], j + p.g)
 
-    def _gather(self, p: PartPlan, g: int, j: int) -> None:
+    def _gather(self, p: PartPlan, j: int) -> None:
         """The wave's block j of part g: NVLink reduces inside each contributing node into the root (case
         A, B) or a collector, which reduces it into the root (case C); case B with a node peer holding
         S': the root's sum reduced into it too."""
         rail, act_node, wave_node = p.rail, p.act_node, p.wave_node
-        c, w = self.loc(g, j)
+        c, w = self.loc(p.g, j)
         root = self._holder(p, 0, j)
         for b in p.contrib:
             members = wave_node[b]
@@ -471,14 +471,14 @@ class ClusterPlan:
                     self.add(x, t, c, w, True)
             if p.case == "B" and act_node[b]:  # the side work: _side_work, after the merge's other moves
                 p.side_holder[j] = self._rot(act_node[b], j + 1)
-                self._deferred.append((p, g, j))
+                self._deferred.append((p, j))
             if t != root:
                 self.add(t, root, c, w, True)
 
-    def _spread(self, p: PartPlan, g: int, i: int, j: int, skip: int = -1) -> None:
+    def _spread(self, p: PartPlan, i: int, j: int, skip: int = -1) -> None:
         """The NVLink spread of part g's block j in the broadcast's node i from the rank that holds it to
         every other rank of the node that takes part (but ``skip``), one message each."""
-        c, w = self.loc(g, j)
+        c, w = self.loc(p.g, j)
         b = p.nodes[i]
         h = p.side_holder[j] if i == 0 and p.side_holder else self._holder(p, i, j)
         for x in p.in_node[b]:
