@@ -392,6 +392,36 @@ def test_several_late_ranks_above_the_waves_search_still_fall_back(monkeypatch):
     assert s.meta["form"] == "synchronous" and simulate(s, size, topo, arr).completion_s == t_sync
 
 
+def test_several_late_ranks_above_the_waves_search_take_the_funnel_or_a_late_form(monkeypatch):
+    """Above waves.SEARCH_MAX_GPUS clusterstraggler builds one funnel whose fully punctual nodes reduce by
+    trees (waves.SCALE_CHOICES[0]), and choose.py weighs the late-GPU form of the last rank (others in long
+    before) or the late-node form (late ranks in one node), then the synchronous schedule: before, the waves'
+    chains lost to the synchronous schedule at 64 and 128 nodes (the study's random rows). 24 nodes of 4
+    (the limit patched to 16 GPUs), 256 MiB: each verified and at least 1.25x faster than the fastest
+    synchronous one after the last arrival."""
+    from test_cluster_algorithms import cluster
+
+    from collsynth.synth.algorithms import synchronous
+    from collsynth.synth.algorithms.stragglar import waves
+    from collsynth.synth.arrivals import arrival_vector
+    from collsynth.synth.registry import build_schedule
+    from collsynth.synth.simulate import simulate
+    from collsynth.synth.verify import verify
+
+    monkeypatch.setattr(waves, "SEARCH_MAX_GPUS", 16)
+    n, size = 96, 2**28
+    topo = cluster(24, 4)
+    for arr, form in (({7: 2e-3, 15: 6e-3, 50: 3e-3}, "funnel"), ({4: 5e-3, 5: 5e-3, 6: 5e-3}, "node"),
+                      ({4: 1e-3, 41: 1e-3, 90: 12e-3}, "gpu")):
+        s = build_schedule("clusterstraggler", n, arrivals=arr, size=size, topology=topo)
+        assert s.meta["form"] == form and verify(s).ok, (arr, s.meta["form"])
+        if form == "funnel":
+            assert len(s.meta["reduce_trees"]) == 21
+        last = max(arr.values())  # after the last arrival (model: 1.81, 1.91, 1.63 ms against 2.82)
+        sync = synchronous.fastest(n, topo, size, arrival_vector(arr, n)).completion_s - last
+        assert simulate(s, size, topo, arr).after_last_arrival_s < 0.8 * sync
+
+
 def test_late_gpu_estimate_tracks_the_simulator_and_picks_the_block_count():
     """h100-cluster 16 x 8, 1 GiB, rank 5 late: the late-GPU estimate (NVLink front, M + log2 N - 1
     broadcast rounds, last row's spread) is within 0.5% of the simulated time for 24 to 32 blocks per part

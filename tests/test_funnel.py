@@ -768,3 +768,29 @@ def test_backnow_sends_the_final_block_back_between_rows():
         row = int(s.chunk[k]) // 8
         later = np.nonzero((s.src == 38) & nv & (s.chunk // 8 == row + 2) & (s.chunk % 8 != 6))[0]
         assert all(r.start_s[k] < r.start_s[q] for q in later)
+
+
+def test_reduce_trees_take_the_punctual_nodes_off_the_chains():
+    """``reduce_trees``: the nodes whose GPUs are all punctual reduce by two binary trees into the chain of
+    the other nodes instead of heading it (T + O(log N) block times instead of T + N). 24 nodes of 2 GPUs,
+    64 MiB, ranks 7 (node 3) and 15 (node 7, the last) late: both verified, the tree nodes are every node
+    but those two (meta), each of their GPUs takes in at most 2 M network messages (M while reducing, as in
+    the chain, since every node is interior in one tree only; M from the broadcast), and the time after the
+    last arrival drops (model: 5.08 -> 2.43 ms at 4 blocks, 2.21 -> 1.76 ms at 8)."""
+    n, size = 48, 2**26
+    t = cluster(24, 2)
+    arr = {7: 1e-3, 15: 2e-3}
+    for M in (4, 8):
+        chain = funnel.construct(n, arr, size, t, M)
+        trees = funnel.construct(n, arr, size, t, M, reduce_trees=True)
+        assert verify(chain).ok and verify(trees).ok
+        assert "reduce_trees" not in chain.meta
+        assert trees.meta["reduce_trees"] == [b for b in range(24) if b not in (3, 7)]
+        net = (trees.src // 2) != (trees.dst // 2)
+        received = np.bincount(trees.dst[net], minlength=n)
+        assert max(int(received[2 * b + g]) for b in trees.meta["reduce_trees"] for g in range(2)) <= 2 * M
+        t_chain, t_trees = (simulate(x, size, t, arr).after_last_arrival_s for x in (chain, trees))
+        assert t_trees < 0.85 * t_chain, (M, t_trees, t_chain)
+    few = {r: 1e-3 for r in range(2, 42)}  # only 3 fully punctual nodes but the last rank's: the chain stays
+    few[47] = 2e-3
+    assert "reduce_trees" not in funnel.construct(n, few, size, t, 4, reduce_trees=True).meta

@@ -19,7 +19,7 @@ tests/test_estimate.py checks them against built schedules):
 - clusterstraggler: the punctual AllReduce, then the late buffer in at most cluster.MAX_CHUNKS blocks
   streamed to every rank (measured: 16 nodes x 8 GPUs with one late GPU, 18,672 transfers in 1.8 s).
   With several late ranks on a topology with nodes (its waves form) it builds and simulates the schedules
-  waves.build tries (``_waves_copies``: one above waves.SEARCH_MAX_GPUS, not multistraggler's 20 per late
+  waves.build tries (``_waves_copies``: three above waves.SEARCH_MAX_GPUS, not multistraggler's 20 per late
   rank, which refused 64 nodes with 5 late ranks at ~1,650 s, built in 4 s).
   clusterstraggler for one late GPU or one whole late node on a topology with nodes (issue 15) builds
   one plan of G M blocks (M <= max(cluster.UNITS) for auto) in C = G M k chunks (k = prephase.pre_units,
@@ -184,9 +184,10 @@ def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
     """The schedules clusterstraggler's waves form (several late ranks on a topology with nodes) builds and
     simulates (waves.build): up to waves.SEARCH_MAX_GPUS with pipeline "auto", two (as built, retimed) per
     cutoff (none, and each late arrival time), two more pairs at the best cutoff, one funnel form per
-    waves.FUNNEL_CHOICES, the synchronous hierarchical and choose.last_alone's late-GPU form (with fit_delay's
-    probe and smaller block counts); otherwise one. None when the arrivals or topology
-    do not make that form."""
+    waves.FUNNEL_CHOICES (and SCALE_CHOICES from waves.TREE_NODES nodes on), the synchronous hierarchical
+    and choose.last_alone's late-GPU form (with fit_delay's probe and smaller block counts); above it
+    three (one funnel, choose.py's late-GPU or late-node form, the synchronous one); with a fixed pipeline
+    one. None when the arrivals or topology do not make that form."""
     topo = params.get("topology")
     if topo is None or isinstance(topo, str) or getattr(topo, "nranks", None) != n:
         return None
@@ -200,11 +201,14 @@ def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
     late = {float(t) for t in times if t > times.min()}
     if len(late) < 1:
         return None
-    if n > stragglar_waves.SEARCH_MAX_GPUS or params.get("pipeline", "auto") != "auto":
+    if params.get("pipeline", "auto") != "auto":
         return 1
+    if n > stragglar_waves.SEARCH_MAX_GPUS:  # one funnel, at most one of choose.py's alternatives, synchronous
+        return 3
     # choose.last_alone where the last rank arrives alone: the late-GPU form, fit_delay's probe and block counts
     alone = 2 + stragglar_cluster.SPILL_TRIES
-    return 2 * (len(late) + 1) + 4 + len(stragglar_waves.FUNNEL_CHOICES) + 1 + alone
+    scale = len(stragglar_waves.SCALE_CHOICES) if N >= stragglar_waves.TREE_NODES else 0
+    return 2 * (len(late) + 1) + 4 + len(stragglar_waves.FUNNEL_CHOICES) + scale + 1 + alone
 
 
 def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, Any] | None = None,

@@ -1,7 +1,7 @@
 """clusterstraggler's entry point (issue 15): the fastest of its forms for the given arrivals.
 
 cluster.py builds the late-GPU or the late-node form (waves.py several late ranks, with its own choices up
-to waves.SEARCH_MAX_GPUS GPUs, one construction above). Their AllReduce before the arrival (prephase.py) is
+to waves.SEARCH_MAX_GPUS GPUs, one funnel form above). Their AllReduce before the arrival (prephase.py) is
 hidden only behind a delay long enough; for a shorter one, or close arrivals of several ranks, waiting for
 everybody and running the fastest synchronous schedule (synth/algorithms/synchronous.py: ``hierarchical`` on
 h100-cluster) can finish first. So with a late rank and ``pipeline="auto"`` both are simulated
@@ -12,13 +12,16 @@ reduction toward its node, which a medium delay hides where the others' AllReduc
 late rank, or with an explicit ``pipeline``, the constructed form is returned as is (the run-time families,
 synth/algorithms/stragglar/family.py, need the late forms themselves).
 
-Several late ranks (waves.py's search, up to waves.SEARCH_MAX_GPUS GPUs): when the others are all in at least
+Several late ranks (after waves.py's search, or its one funnel above waves.SEARCH_MAX_GPUS GPUs, where the
+synchronous schedule is weighed here): when the others are all in at least
 GPU_FORM_GAP_T times T = s/(G B_net) (funnel.rail_time) before the last rank L, the late-GPU form for L alone
 (cluster.merged_plan: every other rank in the AllReduce before L's arrival, at its own arrival time) is also
 simulated and returned when it completes first: its AllReduce (about 7 ms, 2.6 T, at 8 x 8 and 1 GiB) then
 ends before L arrives, and after L it is the late-GPU form (3.479 ms at 8 x 8, against 3.505 ms for the
 funnel at best; docs/stragglar.md section 11). When the late ranks are all in one node but not all of it,
-the late-node form for that node (``whole_node``, its punctual GPUs treated as late) is simulated too.
+the late-node form for that node (``whole_node``, its punctual GPUs treated as late) is simulated too
+(above waves.SEARCH_MAX_GPUS only where the late-GPU form is not, and that one without fit_delay's smaller
+block counts: one build each, so that 1,024 GPUs build in under 30 s).
 """
 
 from __future__ import annotations
@@ -42,20 +45,25 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     """The late-GPU / late-node form of cluster.build, or the fastest synchronous schedule when that
     completes first for these arrivals (module docstring)."""
     s = cluster.build(n, collective, arrivals, size, topology, pipeline)
-    if pipeline == "auto" and s.meta.get("form") in ("waves", "funnel", "synchronous") \
-            and n <= waves.SEARCH_MAX_GPUS:
+    if pipeline == "auto" and s.meta.get("form") in ("waves", "funnel", "synchronous"):
         times, s_bytes = arrival_vector(arrivals, n), _bytes(size)
         best, best_s = s, simulate(s, s_bytes, topology, times).completion_s
-        for alt in (last_alone(n, times, s_bytes, topology), whole_node(n, times, s_bytes, topology)):
+        alone = last_alone(n, times, s_bytes, topology)
+        # (above waves.SEARCH_MAX_GPUS one alternative at most, the late-GPU form first: after the last
+        # arrival it is the faster where both apply, and synthesis at 1,024 GPUs stays under 30 s)
+        node = whole_node(n, times, s_bytes, topology) if alone is None or n <= waves.SEARCH_MAX_GPUS else None
+        for alt in (alone, node):
             if alt is not None:
                 alt_s = simulate(alt, s_bytes, topology, times).completion_s
                 if alt_s < best_s * (1 - 1e-12):
                     best, best_s = alt, alt_s
+        if n > waves.SEARCH_MAX_GPUS:  # waves.build made one funnel without weighing the synchronous one
+            sync = synchronous.fastest(n, topology, s_bytes, times)
+            if sync.completion_s < best_s * (1 - 1e-12):
+                return sync.as_form("clusterstraggler", times)
         return best
     if pipeline != "auto" or s.meta.get("form") in (None, "synchronous"):  # one node (multistraggler), or chosen
         return s
-    if s.meta.get("form") not in ("gpu", "node") and n <= waves.SEARCH_MAX_GPUS:
-        return s  # waves.build's own search already weighed the synchronous schedule
 
     times = arrival_vector(arrivals, n)
     late = np.flatnonzero(times > times.min())
@@ -97,7 +105,8 @@ def last_alone(n: int, times: np.ndarray, size: int | float | str | None, topolo
     M, runs, rows = cluster.best_pipeline("gpu", N, G, s_bytes, model)
     est = cluster.after_arrival_estimate("gpu", N, G, M, runs, s_bytes, model, rows)
     plan = cluster.merged_plan(topology, n, times, s_bytes, M, runs, rows, [L])
-    plan = cluster.fit_delay(plan, topology, n, times, s_bytes, [L], est)
+    if n <= waves.SEARCH_MAX_GPUS:  # (above: one build, for the time of synthesis)
+        plan = cluster.fit_delay(plan, topology, n, times, s_bytes, [L], est)
     t0 = float(times.min())
     present = sorted(np.flatnonzero(times > t0).tolist(), key=lambda r: (float(times[r]), r))
     return cluster.plan_schedule(plan, "gpu", [L], topology, s_bytes,

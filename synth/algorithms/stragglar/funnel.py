@@ -20,6 +20,12 @@ and m its node. Nobody but node m needs a partial sum, so:
    the last one ready before L is a chain node on every rail (a late rail GPU receives once it is there),
    so no chain node takes two streams in; that last one too when its own stream (T = s/(G B_net) from its
    ready time, ``rail_time``) ends before L arrives.
+   With ``reduce_trees`` (from TREE_MIN_NODES such nodes) the nodes whose GPUs are all punctual do not
+   head the chains: they reduce by two binary trees over themselves (``trees.heap_two_trees`` reversed:
+   even blocks up one, odd blocks up the other, each node interior in at most one, so its NIC takes in
+   about one block per block as in the chain), whose roots send into the head of the chain of the other
+   nodes (or into m): T + O(log N) block times before their sum is in, instead of T + N (the chains took
+   T + 63 rounds on 64 nodes, 10.8 ms at 24 blocks, so the funnel lost to the synchronous schedule there).
    A chain node's rail GPU receives the upstream blocks whenever they come (before its node's late GPUs
    arrive: ingress early), adds its node's part, and sends each block on once it is complete. Into node m
    (variant ``pxn``) a late rail GPU's blocks go to its helpers (over PXN), the blocks of L's part too:
@@ -96,6 +102,7 @@ from collsynth.synth.ir import Schedule
 from collsynth.synth.trees import heap_two_trees
 
 MAX_CHUNKS = 4096
+TREE_MIN_NODES = 4  # reduce_trees: fewer fully punctual nodes than this keep the chain
 TAIL_ROWS = 6  # rows = 3: the last rows every node but L's spreads by recursive doubling
 
 
@@ -106,7 +113,8 @@ class _Funnel:
                  pxn: bool, tail: bool = True, inline: bool = False, spread: bool = False, leaves: float = 0.0,
                  rows: int = 0, mute: bool = False, early: bool = False, relay: bool = False,
                  ahead: int = -1, first: bool = False, rotate: int = 1,
-                 pxn_first: int = 0, settled: float = math.inf, backnow: bool = False) -> None:
+                 pxn_first: int = 0, settled: float = math.inf, backnow: bool = False,
+                 reduce_trees: bool = False) -> None:
         self.backnow = backnow  # L's final block of its own part back to the helper right after L took it in
         self.grid, self.M, self.times, self.pxn = grid, M, times, pxn
         # without pxn: the first pxn_first blocks of L's part still go to its helpers (L pulls them)
@@ -175,13 +183,27 @@ class _Funnel:
         T = rail_time(topology, n, size)
         done = {b for b in others if ready[b] + T <= float(times[L])}
         self.done = done
+        # reduce_trees: the nodes whose GPUs are all punctual reduce by two binary trees (even blocks up one,
+        # odd blocks up the other) into the chain of the others instead of heading it: T + O(log N) rounds
+        # for them instead of T + N
+        punct = [b for b in others if ready[b] <= t0] if reduce_trees else []
+        if len(punct) < TREE_MIN_NODES:
+            punct = []
+        chained = [b for b in others if b not in punct]
+        self.tree_nodes = punct
+        up_trees = heap_two_trees(punct) if punct else ([], [])
         # rotate = k: the last k nodes still streaming when L arrives take turns at the chain's end, block by
         # block, so that none takes in every block of the others and then the whole broadcast too
-        k = max(1, min(rotate, sum(1 for b in others if b not in done)))
-        fixed, turns = others[:len(others) - k], others[len(others) - k:]
-        self.orders = [[*fixed, *turns[p:], *turns[:p], m] for p in range(k)]
+        k = max(1, min(rotate, sum(1 for b in chained if b not in done)))
+        fixed, turns = chained[:len(chained) - k], chained[len(chained) - k:]
+        self.rotate = k
+        kk = 2 * k // math.gcd(2, k) if punct else k  # block j: parity tree j mod 2, chain order j mod k
+        self.orders = []
+        for p in range(kk):
+            below = [c for _, c in reversed(up_trees[p % 2])] if punct else []  # every child before its parent
+            self.orders.append([*below, *fixed, *turns[p % k:], *turns[:p % k], m])
         for p, order in enumerate(self.orders):
-            ring = order[:-1]
+            ring = order[len(punct):-1]
             for g in range(G):
                 chain = [b for b in ring if (self.inline and (b != ring[-1] or b in done))
                          or float(times[int(grid[b, g])]) <= t0]
@@ -198,7 +220,10 @@ class _Funnel:
                         nxt[a] = next((b for b in ring[i + 1:] if b in chain), m)
                 for a in ring:
                     self.upstream.setdefault((nxt[a], g, p), []).append(a)
-        self.order = self.orders[0]  # in ready order, not rotated (the broadcast's and the meta's)
+                sink = chain[0] if chain else m  # the trees' roots send into the chain's head
+                for x, y in up_trees[p % 2]:
+                    self.upstream.setdefault((sink if x < 0 else x, g, p), []).append(y)
+        self.order = [*others, m]  # in ready order, not rotated (the broadcast's and the meta's)
 
     def owner(self, b: int, g: int, j: int) -> int:
         """Who holds node b's sum of block j of part g after its ReduceScatter (a helper of the rail GPU if
@@ -448,7 +473,8 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
               trees: bool = True, pxn: bool = True, tail: bool = True, spread: bool = False,
               leaves: float = 0.0, rows: int = 0, inline: bool = False, mute: bool = False,
               early: bool = False, relay: bool = False, ahead: int = -1, first: bool = False,
-              rotate: int = 1, pxn_first: int = 0, settled: float = math.inf, backnow: bool = False) -> Schedule:
+              rotate: int = 1, pxn_first: int = 0, settled: float = math.inf, backnow: bool = False,
+              reduce_trees: bool = False) -> Schedule:
     """The funnel schedule for M blocks per part, ``fan`` chains ending at the last rank's node, the
     broadcast by two ``trees`` (else hypercube rounds), L's part collected at its helpers, which L takes in
     (``pxn``), and the
@@ -476,7 +502,8 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
     hold their own part (module docstring); ``backnow``: L sends each final block of its own part that it
     summed from a helper's sum (``pxn``, ``pxn_first``) back to that helper right after, not when the
     broadcast's rounds spread it (L's NVLink port then carries it between its rows instead of several at
-    once). Needs a topology of at least 2 nodes of at least 2 GPUs."""
+    once); ``reduce_trees``: the fully punctual nodes reduce by two binary trees into the chain of the others
+    (module docstring, step 2). Needs a topology of at least 2 nodes of at least 2 GPUs."""
     grid = node_grid(topology, n)
     N, G = grid.shape
     if N < 2 or G < 2:
@@ -500,7 +527,7 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
         raise CollsynthError(f"the funnel form's settled must be a time >= 0 seconds (inf: never), got {settled!r}")
     plan = _Funnel(grid, times, int(M), float(size), topology, fan, pxn, tail, bool(inline), bool(spread),
                    float(leaves), int(rows), bool(mute), bool(early), bool(relay), int(ahead), bool(first),
-                   int(rotate), int(pxn_first), float(settled), bool(backnow))
+                   int(rotate), int(pxn_first), float(settled), bool(backnow), bool(reduce_trees))
     plan.funnel(trees)
     t0 = float(times.min())
     late = sorted((r for r in range(n) if times[r] > t0), key=lambda r: (float(times[r]), r))
@@ -513,8 +540,10 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, fa
                                "early": bool(early), "relay": bool(relay),
                                "broadcast": "two-tree" if trees else "hypercube",
                                "chain": [int(b) for b in plan.order], "topology_name": topology.name}
-    if len(plan.orders) > 1:
-        meta["rotate"] = len(plan.orders)
+    if plan.rotate > 1:
+        meta["rotate"] = plan.rotate
+    if plan.tree_nodes:
+        meta["reduce_trees"] = [int(b) for b in plan.tree_nodes]
     if plan.pxn_first and not pxn:
         meta["pxn_first"] = plan.pxn_first
     if plan.settled:

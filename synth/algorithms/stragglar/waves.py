@@ -88,6 +88,7 @@ class Choice(NamedTuple):
     pxn_first: int = 2
     settled: float = 1.0
     backnow: bool = False
+    reduce_trees: bool = False
 
 
 FUNNEL_CHOICES: tuple[Choice, ...] = (
@@ -104,6 +105,10 @@ FUNNEL_CHOICES: tuple[Choice, ...] = (
     Choice(22, ahead=3, first=True, pxn_first=1),
     Choice(22, ahead=3, first=True, pxn_first=3),
     Choice(22, pxn=True, leaves=1.5, backnow=True))
+# from TREE_NODES nodes on also these (the fully punctual nodes reduce by two binary trees instead of heading
+# each rail's chain: funnel.construct's reduce_trees); above SEARCH_MAX_GPUS GPUs only the first is built
+SCALE_CHOICES: tuple[Choice, ...] = (Choice(24, reduce_trees=True), Choice(28, reduce_trees=True))
+TREE_NODES = 16
 
 
 def funnel_candidate(n: int, arrivals: Arrivals, size: float, topology: Any, choice: Choice,
@@ -115,7 +120,7 @@ def funnel_candidate(n: int, arrivals: Arrivals, size: float, topology: Any, cho
                             spread=c.spread, leaves=c.leaves * T, rows=c.rows, inline=c.inline, mute=c.mute,
                             early=c.early, relay=c.relay, ahead=c.ahead, first=c.first, rotate=c.rotate,
                             pxn_first=min(c.pxn_first, c.M), settled=c.settled * T,
-                            backnow=c.backnow)
+                            backnow=c.backnow, reduce_trees=c.reduce_trees)
 
 
 def fastest_funnel(n: int, arrivals: Arrivals, size: float, topology: Any, times: np.ndarray, s: Schedule,
@@ -123,7 +128,8 @@ def fastest_funnel(n: int, arrivals: Arrivals, size: float, topology: Any, times
     """``s`` (completing at ``t``) or the funnel candidate of FUNNEL_CHOICES that completes first in the
     simulator, whichever is faster (ties keep the earlier), with its completion."""
     T = funnel.rail_time(topology, n, size)
-    for choice in FUNNEL_CHOICES:
+    scale = SCALE_CHOICES if node_grid(topology, n).shape[0] >= TREE_NODES else ()
+    for choice in (*FUNNEL_CHOICES, *scale):
         f = funnel_candidate(n, arrivals, size, topology, choice, T)
         t_f = simulate(f, size, topology, times).completion_s
         if t_f < t * (1 - 1e-12):
@@ -336,8 +342,9 @@ def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = No
     first AllReduce, or all up to one arrival time) with M = 32 and chains, then at the best cutoff M = 16
     with chains and with two trees, each also retimed (multi.retime: its moves reordered by their simulated
     start), the funnel form (funnel.py) for each of FUNNEL_CHOICES, and the fastest synchronous schedule
-    (synchronous.fastest; form "synchronous") when it is faster still; above it M = 16, chains, nothing
-    absorbed."""
+    (synchronous.fastest; form "synchronous") when it is faster still (from TREE_NODES nodes on also the
+    funnel of each of SCALE_CHOICES); above it the funnel of SCALE_CHOICES[0] alone (nodes of one GPU: the
+    waves with M = 16, chains, nothing absorbed)."""
     grid = node_grid(topology, n)
     N, G = grid.shape
     if N < 2:
@@ -349,8 +356,11 @@ def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = No
             raise CollsynthError(f"--pipeline for clusterstraggler must be auto or an integer from 1 to "
                                  f"{MAX_CHUNKS // G}, got {pipeline!r}")
         return construct(n, arrivals, s_bytes, topology, int(pipeline), tree=False)
-    if n > SEARCH_MAX_GPUS:
-        return construct(n, arrivals, s_bytes, topology, 16, tree=False)
+    if n > SEARCH_MAX_GPUS:  # the funnel reducing by trees: the waves' passes are chains along the rails
+        if G < 2:
+            return construct(n, arrivals, s_bytes, topology, 16, tree=False)
+        return funnel_candidate(n, arrivals, s_bytes, topology, SCALE_CHOICES[0],
+                                funnel.rail_time(topology, n, s_bytes))
     times = arrival_vector(arrivals, n)
     best: tuple[float, int, Schedule] | None = None
     tried = 0
