@@ -7,6 +7,7 @@ one late rank; on synthetic clusters, both cluster presets (rail and fat-tree) a
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -794,3 +795,28 @@ def test_reduce_trees_take_the_punctual_nodes_off_the_chains():
     few = {r: 1e-3 for r in range(2, 42)}  # only 3 fully punctual nodes but the last rank's: the chain stays
     few[47] = 2e-3
     assert "reduce_trees" not in funnel.construct(n, few, size, t, 4, reduce_trees=True).meta
+
+
+@pytest.mark.parametrize("N,G,seed", [(5, 2, 0), (6, 4, 1), (9, 2, 2), (12, 3, 3)])
+def test_reduce_trees_random_verify(N, G, seed):
+    """``reduce_trees`` with both broadcasts, with and without pxn, tail, ahead (with first), rotate,
+    pxn_first and settled, on random arrivals with 1 to N - 2 late ranks: every schedule verified, the tree
+    nodes exactly the fully punctual nodes other than the last rank's (when at least TREE_MIN_NODES), and
+    byte-identical when built twice."""
+    rng = np.random.default_rng(300 + seed)
+    n = N * G
+    t = cluster(N, G)
+    for trees, pxn, tail, ahead, rotate, q, settled in ((False, False, True, -1, 1, 2, math.inf),
+                                                        (True, True, False, 2, 2, 0, 0.0),
+                                                        (False, True, True, 3, 3, 0, 0.001),
+                                                        (False, False, False, 0, 2, 1, math.inf)):
+        ranks = rng.choice(n, size=int(rng.integers(1, N - 1)), replace=False)
+        arr = {int(r): float(rng.uniform(0, 0.01)) for r in ranks}
+        kw = dict(spread=True, inline=True, mute=not trees, early=True, relay=True, rows=3, ahead=ahead,
+                  first=ahead >= 0, rotate=rotate, pxn_first=q, settled=settled, reduce_trees=True)
+        s = funnel.construct(n, arr, GiB, t, 4, 1, trees, pxn, tail, **kw)
+        assert verify(s).ok, (arr, trees, pxn, tail, ahead, rotate)
+        last = max(arr, key=lambda r: (arr[r], r))
+        punct = [b for b in range(N) if b != last // G and not any(b * G <= r < b * G + G for r in arr)]
+        assert s.meta.get("reduce_trees", []) == (punct if len(punct) >= funnel.TREE_MIN_NODES else [])
+        assert s.to_json() == funnel.construct(n, arr, GiB, t, 4, 1, trees, pxn, tail, **kw).to_json()
