@@ -157,3 +157,6 @@ def test_flat_form_only_up_to_its_node_count():
     assert ours_names("gpu", 2) == ("clusterstraggler",)
     row = cluster_row(2, "gpu")
     assert row["ours_tried"] == ["clusterstraggler"] and set(row["sync_pruned"]) <= {"ring", "multiring"}
+    # the form clusterstraggler chose: the late-GPU form, or the synchronous one where waiting wins
+    assert row["ours"] == "clusterstraggler" and row["ours_form"] in ("gpu", "synchronous")
+    assert (row["ours_form"] == "synchronous") == (row["speedup"] <= 1 + 1e-9)

@@ -114,17 +114,22 @@ def _params(name: str, topo: Topology, size: float, arr: dict[int, float] | None
     return params
 
 
-def _time(name: str, n: int, topo: Topology, size: float, arr: dict[int, float]) -> tuple[float, float]:
-    """(completion, after the last arrival) of algorithm ``name``, built, verified and simulated."""
-    res = simulate(check(build_schedule(name, n, **_params(name, topo, size, arr))), size, topo, arr)
-    return res.completion_s, res.after_last_arrival_s
+def _time(name: str, n: int, topo: Topology, size: float, arr: dict[int, float]) -> tuple[float, float, str | None]:
+    """(completion, after the last arrival, the schedule's meta form) of algorithm ``name``, built, verified
+    and simulated."""
+    s = check(build_schedule(name, n, **_params(name, topo, size, arr)))
+    res = simulate(s, size, topo, arr)
+    form = s.meta.get("form")
+    return res.completion_s, res.after_last_arrival_s, None if form is None else str(form)
 
 
-def _best(names: Sequence[str], n: int, topo: Topology, size: float, arr: dict[int, float]) -> tuple[str, float]:
-    """(algorithm, after the last arrival) of the one of ``names`` that completes first (name on ties)."""
+def _best(names: Sequence[str], n: int, topo: Topology, size: float,
+          arr: dict[int, float]) -> tuple[str, float, str | None]:
+    """(algorithm, after the last arrival, its form) of the one of ``names`` that completes first (name on
+    ties)."""
     got = {a: _time(a, n, topo, size, arr) for a in names}
     a = min(got, key=lambda x: (got[x][0], x))
-    return a, got[a][1]
+    return a, got[a][1], got[a][2]
 
 
 def best_sync(n: int, topo: Topology, size: float) -> dict[str, Any]:
@@ -155,11 +160,12 @@ def cluster_row(nodes: int, case: str, size: float = 2**30, topology: str = "h10
     bound = allreduce_bound(topo, size, times).after_last_arrival_s
     sy = sync if sync is not None else best_sync(n, topo, size)
     names = ours_names(case, nodes)
-    ours_alg, ours = _best(names, n, topo, size, arr)
+    ours_alg, ours, form = _best(names, n, topo, size, arr)
     sync_after = sy["sync_after_s"]
     return {"nodes": nodes, "gpus": n, "case": case, "late_ranks": sorted(arr), "last_arrival_s": max(arr.values()),
             "best_sync": sy["best_sync"], "sync_after_s": sync_after, "sync_pruned": sy["sync_pruned"],
-            "ours": ours_alg, "ours_tried": list(names), "ours_after_s": ours, "bound_after_s": bound,
+            "ours": ours_alg, "ours_form": form, "ours_tried": list(names), "ours_after_s": ours,
+            "bound_after_s": bound,
             "speedup": sync_after / ours, "ours_x_bound": ours / bound, "sync_x_bound": sync_after / bound}
 
 
