@@ -171,10 +171,12 @@ def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
     # at most 2 LOCAL_ROUNDS pieces deep, twice, and the rail ring's 2 (N - 1) steps
     pre = 2 * (G - 1) * min(N, 2 * prephase.LOCAL_ROUNDS) + 2 * N + 8
     copies = 2  # and the synchronous one (choose.py)
+    if pipe == "auto" and len(late) == 1:  # choose.reduce_only's funnel forms (one above the search's limit)
+        copies += (len(stragglar_waves.FUNNEL_CHOICES) + len(stragglar_waves.SCALE_CHOICES)
+                   if n <= stragglar_waves.SEARCH_MAX_GPUS else 1)
     if pipe == "auto" and n <= stragglar_cluster.BALANCED_MAX_GPUS:
-        if len(late) == 1:  # fit_delay's probe and smaller block counts, choose.reduce_only's funnel forms
+        if len(late) == 1:  # fit_delay's probe and smaller block counts
             copies += 1 + stragglar_cluster.SPILL_TRIES
-            copies += len(stragglar_waves.FUNNEL_CHOICES) if n <= stragglar_waves.SEARCH_MAX_GPUS else 0
         elif N & (N - 1):  # a late node's two other broadcast rules
             copies += 2
     return Work(n, c, 4 * c + 4 * N + pre, 4 * n * blocks, 4 * n * c, copies=copies)

@@ -7,8 +7,9 @@ everybody and running the fastest synchronous schedule (synth/algorithms/synchro
 h100-cluster) can finish first. So with a late rank and ``pipeline="auto"`` both are simulated
 (synth/simulate.py, the arrivals given) and the faster is returned; the synchronous one as form
 "synchronous" (as waves.py does), its meta naming it and the late ranks. One late GPU
-(up to waves.SEARCH_MAX_GPUS GPUs) also weighs the funnel form (``reduce_only``: before the arrival only a
-reduction toward its node, which a medium delay hides where the others' AllReduce does not). Without a
+also weighs the funnel form (``reduce_only``: before the arrival only a reduction toward its node, which a
+medium delay hides where the others' AllReduce does not; above waves.SEARCH_MAX_GPUS GPUs the one funnel
+that reduces by trees). Without a
 late rank, or with an explicit ``pipeline``, the constructed form is returned as is (the run-time families,
 synth/algorithms/stragglar/family.py, need the late forms themselves).
 
@@ -71,7 +72,7 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
         return s
     s_bytes = _bytes(size)
     ours = simulate(s, s_bytes, topology, times).completion_s
-    if s.meta.get("form") == "gpu" and n <= waves.SEARCH_MAX_GPUS:
+    if s.meta.get("form") == "gpu" and node_grid(topology, n).shape[1] >= 2:
         s, ours = reduce_only(s, ours, n, arrivals, s_bytes, topology, times)
     sync = synchronous.fastest(n, topology, s_bytes, times)
     if sync.completion_s >= ours * (1 - 1e-12):
@@ -146,7 +147,9 @@ def reduce_only(s: Schedule, ours: float, n: int, arrivals: Arrivals, size: floa
     """One late GPU: its form (``s``, completing at ``ours``) or, where that wins in total, the funnel form
     (funnel.py: before the arrival only a reduction toward the late GPU's node instead of an AllReduce of
     the others, issue 15 point 1's "only a ReduceScatter"), each of waves.FUNNEL_CHOICES simulated; the
-    fastest and its completion (ties keep ``s``). h100-cluster 8 x 8, 1 GiB, one GPU 4 ms late: the
+    fastest and its completion (ties keep ``s``); above waves.SEARCH_MAX_GPUS GPUs the one funnel that
+    reduces by trees (waves.fastest_funnel). h100-cluster 8 x 8, 1 GiB, one GPU 4 ms late: the
     synchronous schedule 5.548 ms after the arrival, the funnel 3.523 ms; 10 ms late: the late-GPU form
-    stays (3.479 ms; bench/bench_late_gpu_delay.py)."""
+    stays (3.479 ms; bench/bench_late_gpu_delay.py). 64 x 8, 5 ms late: synchronous 6.590 ms, the funnel
+    with trees 4.109 ms."""
     return waves.fastest_funnel(n, arrivals, size, topology, times, s, ours)

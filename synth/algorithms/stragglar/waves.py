@@ -125,11 +125,12 @@ def funnel_candidate(n: int, arrivals: Arrivals, size: float, topology: Any, cho
 
 def fastest_funnel(n: int, arrivals: Arrivals, size: float, topology: Any, times: np.ndarray, s: Schedule,
                    t: float) -> tuple[Schedule, float]:
-    """``s`` (completing at ``t``) or the funnel candidate of FUNNEL_CHOICES that completes first in the
-    simulator, whichever is faster (ties keep the earlier), with its completion."""
+    """``s`` (completing at ``t``) or the funnel candidate that completes first in the simulator, whichever is
+    faster (ties keep the earlier), with its completion: the candidates of FUNNEL_CHOICES, and of SCALE_CHOICES
+    from TREE_NODES nodes on; above SEARCH_MAX_GPUS GPUs SCALE_CHOICES[0] alone."""
     T = funnel.rail_time(topology, n, size)
     scale = SCALE_CHOICES if node_grid(topology, n).shape[0] >= TREE_NODES else ()
-    for choice in (*FUNNEL_CHOICES, *scale):
+    for choice in (*FUNNEL_CHOICES, *scale) if n <= SEARCH_MAX_GPUS else SCALE_CHOICES[:1]:
         f = funnel_candidate(n, arrivals, size, topology, choice, T)
         t_f = simulate(f, size, topology, times).completion_s
         if t_f < t * (1 - 1e-12):
