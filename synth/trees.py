@@ -125,7 +125,7 @@ def heap_two_trees(nodes: list[int]) -> tuple[list[tuple[int, int]], list[tuple[
     floor(R/2) nodes interior in one, the next ones in the other; with R odd the last node is a leaf in
     both). Each node then forwards about one stream when the blocks alternate between the trees (the
     two-tree idea of Sanders, Speck and Traeff, Parallel Computing 2009). The funnel form's broadcast
-    (synth/algorithms/stragglar/funnel.py)."""
+    (synth/algorithms/stragglar/funnel.py), and reversed (child to parent) its ``reduce_trees``."""
     R = len(nodes)
     inner = R // 2
     out: list[list[tuple[int, int]]] = []
