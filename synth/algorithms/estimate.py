@@ -172,8 +172,7 @@ def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
     pre = 2 * (G - 1) * min(N, 2 * prephase.LOCAL_ROUNDS) + 2 * N + 8
     copies = 2  # and the synchronous one (choose.py)
     if pipe == "auto" and len(late) == 1:  # choose.reduce_only's funnel forms (one above the search's limit)
-        copies += (len(stragglar_waves.FUNNEL_CHOICES) + len(stragglar_waves.SCALE_CHOICES)
-                   if n <= stragglar_waves.SEARCH_MAX_GPUS else 1)
+        copies += len(stragglar_waves.funnel_choices(n, N))
     if pipe == "auto" and n <= stragglar_cluster.BALANCED_MAX_GPUS:
         if len(late) == 1:  # fit_delay's probe and smaller block counts
             copies += 1 + stragglar_cluster.SPILL_TRIES
@@ -186,7 +185,7 @@ def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
     """The schedules clusterstraggler's waves form (several late ranks on a topology with nodes) builds and
     simulates (waves.build): up to waves.SEARCH_MAX_GPUS with pipeline "auto", two (as built, retimed) per
     cutoff (none, and each late arrival time), two more pairs at the best cutoff, one funnel form per
-    waves.FUNNEL_CHOICES (and SCALE_CHOICES from waves.TREE_NODES nodes on), the synchronous hierarchical
+    waves.funnel_choices, the synchronous hierarchical
     and choose.last_alone's late-GPU form (with fit_delay's probe and smaller block counts); above it
     three (one funnel, choose.py's late-GPU or late-node form, the synchronous one); with a fixed pipeline
     one. None when the arrivals or topology do not make that form."""
@@ -209,8 +208,7 @@ def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
         return 3
     # choose.last_alone where the last rank arrives alone: the late-GPU form, fit_delay's probe and block counts
     alone = 2 + stragglar_cluster.SPILL_TRIES
-    scale = len(stragglar_waves.SCALE_CHOICES) if N >= stragglar_waves.TREE_NODES else 0
-    return 2 * (len(late) + 1) + 4 + len(stragglar_waves.FUNNEL_CHOICES) + scale + 1 + alone
+    return 2 * (len(late) + 1) + 4 + len(stragglar_waves.funnel_choices(n, N)) + 1 + alone
 
 
 def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, Any] | None = None,

@@ -197,7 +197,7 @@ class _Funnel:
         k = max(1, min(rotate, sum(1 for b in chained if b not in done)))
         fixed, turns = chained[:len(chained) - k], chained[len(chained) - k:]
         self.rotate = k
-        kk = 2 * k // math.gcd(2, k) if punct else k  # block j: parity tree j mod 2, chain order j mod k
+        kk = math.lcm(2, k) if punct else k  # block j: parity tree j mod 2, chain order j mod k
         self.orders = []
         for p in range(kk):
             below = [c for _, c in reversed(up_trees[p % 2])] if punct else []  # every child before its parent

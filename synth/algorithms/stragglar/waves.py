@@ -123,14 +123,20 @@ def funnel_candidate(n: int, arrivals: Arrivals, size: float, topology: Any, cho
                             backnow=c.backnow, reduce_trees=c.reduce_trees)
 
 
+def funnel_choices(n: int, nodes: int) -> tuple[Choice, ...]:
+    """The funnel candidates simulated for n GPUs in ``nodes`` nodes: FUNNEL_CHOICES, and SCALE_CHOICES from
+    TREE_NODES nodes on; above SEARCH_MAX_GPUS GPUs SCALE_CHOICES[0] alone."""
+    if n > SEARCH_MAX_GPUS:
+        return SCALE_CHOICES[:1]
+    return (*FUNNEL_CHOICES, *(SCALE_CHOICES if nodes >= TREE_NODES else ()))
+
+
 def fastest_funnel(n: int, arrivals: Arrivals, size: float, topology: Any, times: np.ndarray, s: Schedule,
                    t: float) -> tuple[Schedule, float]:
-    """``s`` (completing at ``t``) or the funnel candidate that completes first in the simulator, whichever is
-    faster (ties keep the earlier), with its completion: the candidates of FUNNEL_CHOICES, and of SCALE_CHOICES
-    from TREE_NODES nodes on; above SEARCH_MAX_GPUS GPUs SCALE_CHOICES[0] alone."""
+    """``s`` (completing at ``t``) or the candidate of ``funnel_choices`` that completes first in the
+    simulator, whichever is faster (ties keep the earlier), with its completion."""
     T = funnel.rail_time(topology, n, size)
-    scale = SCALE_CHOICES if node_grid(topology, n).shape[0] >= TREE_NODES else ()
-    for choice in (*FUNNEL_CHOICES, *scale) if n <= SEARCH_MAX_GPUS else SCALE_CHOICES[:1]:
+    for choice in funnel_choices(n, node_grid(topology, n).shape[0]):
         f = funnel_candidate(n, arrivals, size, topology, choice, T)
         t_f = simulate(f, size, topology, times).completion_s
         if t_f < t * (1 - 1e-12):
@@ -360,7 +366,7 @@ def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = No
     if n > SEARCH_MAX_GPUS:  # the funnel reducing by trees: the waves' passes are chains along the rails
         if G < 2:
             return construct(n, arrivals, s_bytes, topology, 16, tree=False)
-        return funnel_candidate(n, arrivals, s_bytes, topology, SCALE_CHOICES[0],
+        return funnel_candidate(n, arrivals, s_bytes, topology, funnel_choices(n, N)[0],
                                 funnel.rail_time(topology, n, s_bytes))
     times = arrival_vector(arrivals, n)
     best: tuple[float, int, Schedule] | None = None
