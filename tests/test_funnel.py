@@ -535,6 +535,27 @@ def test_ahead_at_the_floor():
     assert after(2) <= 0.96 * after(-1)
 
 
+def test_one_late_gpu_on_8_nodes_takes_the_funnel_with_24_or_26_blocks():
+    """waves.FUNNEL_CHOICES has 24 and 26 blocks with ``ahead`` and ``first`` (docs/stragglar.md section 11):
+    on 8 x 8, 1 GiB, rank 5 10 ms late, the best of them finishes 3.477 ms after the arrival, under the
+    late-GPU form built for the same arrivals (3.479 ms; before these choices the funnel's best took 3.488
+    and the late-GPU form was returned), so clusterstraggler returns that funnel, verified."""
+    from collsynth.synth.algorithms.stragglar import cluster, waves
+
+    n, size, arr = 64, 2**30, {5: 0.01}
+    topo = make_topology("h100-cluster", n)
+    T = funnel.rail_time(topo, n, size)
+    s = build_schedule("clusterstraggler", n, arrivals=arr, size=size, topology=topo)
+    assert s.meta["form"] == "funnel" and verify(s).ok
+    ours = simulate(s, size, topo, arr).completion_s
+    late = simulate(cluster.build(n, arrivals=arr, size=size, topology=topo), size, topo, arr).completion_s
+    assert ours < late
+    assert s.meta["pipeline"] in (24, 26) and s.meta["ahead"] == 3 and s.meta["first"]
+    best = min(simulate(waves.funnel_candidate(n, arr, size, topo, c, T), size, topo, arr).completion_s
+               for c in waves.FUNNEL_CHOICES if c.M in (24, 26) and c.ahead >= 0)
+    assert ours == best
+
+
 def test_last_alone_late_gpu_form():
     """Several late ranks, the others all in long before the last one (rank 3 at 1 ms, the last rank 12 at
     12 ms on 2 x 8; gap over choose.GPU_FORM_GAP_T T): clusterstraggler auto also weighs the late-GPU form for

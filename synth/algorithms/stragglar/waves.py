@@ -93,11 +93,11 @@ class Choice(NamedTuple):
 
 FUNNEL_CHOICES: tuple[Choice, ...] = (
     Choice(20),
-    Choice(24, tail=False),
+    Choice(24, ahead=3, first=True),
     Choice(22, pxn=True, leaves=1.5),
     Choice(24),
     Choice(22, rows=2, ahead=3, first=True),
-    Choice(22, pxn=True, leaves=1.5, ahead=2),
+    Choice(26, ahead=3, first=True),
     Choice(22, ahead=3, first=True),
     Choice(20, ahead=3, first=True),
     Choice(24, tail=False, rotate=2),
