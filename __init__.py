@@ -10,6 +10,9 @@ The Python API, in pipeline order (each name is imported on first use, so `impor
     rows = cs.compare(8, "1GiB", topo, {7: 5e-3})            # every algorithm, fastest first
     xml = cs.emit(s, "msccl-xml", proto="LL128")             # emit: a runtime's format
 
+Searches that build several candidates (clusterstraggler with late ranks on a cluster) can build them in
+worker processes: ``cs.set_jobs(0)`` (one per CPU core; collsynth.workers), with the same output.
+
 Errors a user can cause raise ``CollsynthError`` (a ValueError) with a message that says what to change.
 """
 
@@ -43,11 +46,12 @@ _API = {
     "emit": "collsynth.backends",
     "emit_to": "collsynth.backends",
     "FORMATS": "collsynth.backends",
+    "set_jobs": "collsynth.workers",
 }
 
 __all__ = ["CollsynthError", "FORMATS", "Schedule", "ScheduleBuilder", "SimResult", "Topology", "VerificationError",
            "__version__", "algorithms", "build_schedule", "check", "compare", "emit", "emit_to", "load_schedule",
-           "make_topology", "save_schedule", "simulate", "topology_presets", "verify", "verify_file"]
+           "make_topology", "save_schedule", "set_jobs", "simulate", "topology_presets", "verify", "verify_file"]
 
 if TYPE_CHECKING:
     from collsynth.api import load_schedule, verify_file
@@ -58,6 +62,7 @@ if TYPE_CHECKING:
     from collsynth.synth.simulate import SimResult, simulate
     from collsynth.synth.topology import Topology, make_topology, topology_presets
     from collsynth.synth.verify import VerificationError, check, verify
+    from collsynth.workers import set_jobs
 
 
 def __getattr__(name: str) -> Any:

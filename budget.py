@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from collsynth import workers
 from collsynth.errors import CollsynthError
 
 _FALLBACK = 4 * 2**30
@@ -125,9 +126,13 @@ class Work:
     extra_bytes: int = 0  # held beside the schedule afterwards (e.g. emitting it: backends/cost.py)
 
     def nbytes(self) -> int:
-        """About the peak bytes: verify's state for one schedule, the builder's columns twice, any extra."""
-        return verify_bytes(self.nranks, self.nchunks, self.nsteps, self.transfers, self.moves) + \
-            2 * 48 * self.transfers + self.extra_bytes
+        """About the peak bytes: verify's state for one schedule, the builder's columns twice, any extra;
+        with worker processes (collsynth.workers) one such share per candidate built at once, and one more
+        for the schedules that come back."""
+        one = verify_bytes(self.nranks, self.nchunks, self.nsteps, self.transfers, self.moves) + \
+            2 * 48 * self.transfers
+        at_once = min(workers.jobs(), self.copies)
+        return (one if at_once <= 1 else (at_once + 1) * one) + self.extra_bytes
 
     def seconds(self) -> float:
         """About the seconds of the whole job on one core."""

@@ -14,7 +14,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from collsynth import __version__, budget, fileio, progress
+from collsynth import __version__, budget, fileio, progress, workers
 from collsynth.commands import add_commands_for
 from collsynth.errors import CollsynthError
 from collsynth.units import parse_size, parse_time
@@ -52,6 +52,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--max-time", metavar="TIME", default=os.environ.get("COLLSYNTH_MAX_TIME"),
                         help="time budget: work estimated to run longer is refused with the largest size that fits "
                              f"(default {budget.DEFAULT_MAX_SECONDS:g}s; also COLLSYNTH_MAX_TIME)")
+    parser.add_argument("--jobs", "-j", metavar="N", default=os.environ.get(workers.ENV),
+                        help="build the independent candidates of a search (clusterstraggler with several late "
+                             "ranks or a late GPU's funnel forms) in N processes, 0 for one per CPU core; the "
+                             "output is the same for every N (default 1; also COLLSYNTH_JOBS)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     add_commands_for(sub, command)
     return parser
@@ -74,7 +78,7 @@ def _join_negative_values(argv: list[str]) -> list[str]:
 
 
 # top-level options that take a value (it is not the command)
-_TOP_LEVEL_VALUES = ("--max-file-size", "--max-memory", "--max-time")
+_TOP_LEVEL_VALUES = ("--max-file-size", "--max-memory", "--max-time", "--jobs", "-j")
 
 
 def _command_of(args_in: list[str]) -> str | None:
@@ -109,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             budget.set_max_memory(parse_size(args.max_memory, flag="--max-memory"))
         if getattr(args, "max_time", None):
             budget.set_max_seconds(parse_time(args.max_time, allow_zero=False, flag="--max-time"))
+        if getattr(args, "jobs", None):
+            workers.set_jobs(workers.parse_jobs(args.jobs))
         if progress.wanted():
             progress.enable()
         return int(args.func(args) or 0)
@@ -136,6 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress.disable()
         budget.set_max_memory(None)
         budget.set_max_seconds(None)
+        workers.set_jobs(None)
         fileio.set_max_read_bytes(fileio.DEFAULT_MAX_READ_BYTES)
 
 

@@ -7,7 +7,7 @@ everybody and running the fastest synchronous schedule (synth/algorithms/synchro
 h100-cluster) can finish first. So with a late rank and ``pipeline="auto"`` both are simulated
 (synth/simulate.py, the arrivals given) and the faster is returned; the synchronous one as form
 "synchronous" (as waves.py does), its meta naming it and the late ranks. One late GPU
-also weighs the funnel form (``reduce_only``: before the arrival only a reduction toward its node, which a
+also weighs the funnel form (``one_late_calls``: before the arrival only a reduction toward its node, which a
 medium delay hides where the others' AllReduce does not; above waves.SEARCH_MAX_GPUS GPUs the one funnel
 that reduces by trees). Without a
 late rank, or with an explicit ``pipeline``, the constructed form is returned as is (the run-time families,
@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from collsynth.apitypes import Arrivals
+from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import synchronous
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar import cluster, funnel, waves
@@ -39,45 +40,102 @@ from collsynth.synth.arrivals import arrival_vector, latest_rank
 from collsynth.synth.ir import Schedule
 from collsynth.synth.simulate import simulate
 from collsynth.units import parse_size
+from collsynth.workers import imap_ordered
 
 
 def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size: int | float | str | None = None,
           topology: Any = None, pipeline: int | str = "auto") -> Schedule:
     """The late-GPU / late-node form of cluster.build, or the fastest synchronous schedule when that
-    completes first for these arrivals (module docstring)."""
+    completes first for these arrivals (module docstring). The other candidates do not depend on that
+    form: with worker processes (collsynth.workers) they are built while it is, and weighed after it in
+    the same order as without."""
+    late_calls = one_late_calls(n, collective, arrivals, size, topology, pipeline)
+    more_calls = several_late_calls(n, collective, arrivals, size, topology, pipeline)
+    late_pending = imap_ordered(waves.candidate_run, late_calls)
+    more_pending = imap_ordered(alternative_run, more_calls)
     s = cluster.build(n, collective, arrivals, size, topology, pipeline)
     if pipeline == "auto" and s.meta.get("form") in ("waves", "funnel", "synchronous"):
         times, s_bytes = arrival_vector(arrivals, n), _bytes(size)
-        best, best_s = s, simulate(s, s_bytes, topology, times).completion_s
-        alone = last_alone(n, times, s_bytes, topology)
-        # (above waves.SEARCH_MAX_GPUS one alternative at most, the late-GPU form first: after the last
-        # arrival it is the faster where both apply, and synthesis at 1,024 GPUs stays under 30 s)
-        node = whole_node(n, times, s_bytes, topology) if alone is None or n <= waves.SEARCH_MAX_GPUS else None
-        for alt in (alone, node):
-            if alt is not None:
-                alt_s = simulate(alt, s_bytes, topology, times).completion_s
-                if alt_s < best_s * (1 - 1e-12):
-                    best, best_s = alt, alt_s
+        best_s = simulate(s, s_bytes, topology, times).completion_s
+        if more_calls:
+            alts = list(more_pending)
+        else:  # above waves.SEARCH_MAX_GPUS one alternative at most, the late-GPU form first: after the last
+            # arrival it is the faster where both apply, and synthesis at 1,024 GPUs stays under 30 s
+            alone = alternative_run(("alone", (n, times, s_bytes, topology)))
+            alts = [alone, alternative_run(("node", (n, times, s_bytes, topology))) if alone is None else None]
+        best, best_s = waves.keep_fastest(s, best_s, (a for a in alts if a is not None))
         if n > waves.SEARCH_MAX_GPUS:  # waves.build made one funnel without weighing the synchronous one
             sync = synchronous.fastest(n, topology, s_bytes, times)
             if sync.completion_s < best_s * (1 - 1e-12):
                 return sync.as_form("clusterstraggler", times)
         return best
-    if pipeline != "auto" or s.meta.get("form") in (None, "synchronous"):  # one node (multistraggler), or chosen
-        return s
-
-    times = arrival_vector(arrivals, n)
-    late = np.flatnonzero(times > times.min())
-    if not late.size:
+    if not late_calls or s.meta.get("form") not in ("gpu", "node"):  # one node (multistraggler), or chosen
         return s
     s_bytes = _bytes(size)
-    ours = simulate(s, s_bytes, topology, times).completion_s
-    if s.meta.get("form") == "gpu" and node_grid(topology, n).shape[1] >= 2:
-        s, ours = reduce_only(s, ours, n, arrivals, s_bytes, topology, times)
-    sync = synchronous.fastest(n, topology, s_bytes, times)
-    if sync.completion_s >= ours * (1 - 1e-12):
-        return s
-    return sync.as_form("clusterstraggler", times)
+    ours = simulate(s, s_bytes, topology, arrival_vector(arrivals, n)).completion_s
+    s, ours = waves.keep_fastest(s, ours, (next(late_pending)[0] for _ in late_calls[:-1]))  # reduce only
+    (t_sync, waited), = next(late_pending)
+    return waited if t_sync < ours * (1 - 1e-12) else s
+
+
+def _late_ranks(n: int, collective: str, arrivals: Arrivals, size: int | float | str | None, topology: Any,
+                pipeline: int | str) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """(node grid, arrival times, bytes) where cluster.build makes a late form that ``build`` weighs against
+    other candidates (pipeline "auto", nodes of two or more GPUs, someone late), else None (also for input
+    that cluster.build refuses: it says why)."""
+    if pipeline != "auto" or collective != "allreduce" or getattr(topology, "nranks", None) != n:
+        return None
+    try:
+        grid, times, s_bytes = node_grid(topology, n), arrival_vector(arrivals, n), _bytes(size)
+    except CollsynthError:
+        return None
+    N, G = grid.shape
+    if N < 2 or G < 2 or not np.any(times > times.min()):
+        return None
+    return grid, times, s_bytes
+
+
+def one_late_calls(n: int, collective: str, arrivals: Arrivals, size: int | float | str | None, topology: Any,
+                   pipeline: int | str) -> list[tuple[str, tuple[Any, ...]]]:
+    """The candidates ``build`` weighs against the late-GPU form or the late-node form, as calls of
+    waves.candidate_run, in the order it folds them (ties keep the earlier); [] where cluster.build makes
+    neither. One late GPU: first the funnel form of each of waves.funnel_choices (*reduce only*: before the
+    arrival only a reduction toward the late GPU's node instead of an AllReduce of the others, issue 15
+    point 1's "only a ReduceScatter", where that wins in total; above waves.SEARCH_MAX_GPUS GPUs the one
+    funnel that reduces by trees). h100-cluster 8 x 8, 1 GiB, one GPU 4 ms late: the synchronous schedule
+    5.548 ms after the arrival, the funnel 3.477 ms; 10 ms late: the late-GPU form stays (3.479 ms;
+    bench/bench_late_gpu_delay.py). 64 x 8, 5 ms late: synchronous 6.590 ms, the funnel with trees 4.109
+    ms. Then, for either form, the fastest synchronous schedule."""
+    got = _late_ranks(n, collective, arrivals, size, topology, pipeline)
+    if got is None:
+        return []
+    grid, times, s_bytes = got
+    form, _ = cluster.late_form(grid, times)
+    if form == "gpu" and np.count_nonzero(times > times.min()) >= 2:
+        return []  # several late ranks: waves.build's search
+    funnels = waves.funnel_calls(n, arrivals, s_bytes, topology, times) if form == "gpu" else []
+    return [*funnels, ("sync", (n, topology, s_bytes, times))]
+
+
+def several_late_calls(n: int, collective: str, arrivals: Arrivals, size: int | float | str | None, topology: Any,
+                       pipeline: int | str) -> list[tuple[str, tuple[Any, ...]]]:
+    """Several late ranks up to waves.SEARCH_MAX_GPUS GPUs: ``last_alone`` and ``whole_node`` as calls of
+    ``alternative_run``, which ``build`` weighs after waves.build's choice; [] otherwise."""
+    got = _late_ranks(n, collective, arrivals, size, topology, pipeline)
+    if got is None or n > waves.SEARCH_MAX_GPUS:
+        return []
+    grid, times, s_bytes = got
+    if cluster.late_form(grid, times)[0] != "gpu" or np.count_nonzero(times > times.min()) < 2:
+        return []
+    return [(kind, (n, times, s_bytes, topology)) for kind in ("alone", "node")]
+
+
+def alternative_run(call: tuple[str, tuple[Any, ...]]) -> tuple[float, Schedule] | None:
+    """("alone" or "node", (n, times, bytes, topology)): ``last_alone``'s or ``whole_node``'s schedule with
+    its completion in the simulator, or None where it does not apply (run here or in a worker process)."""
+    kind, (n, times, s_bytes, topology) = call
+    alt = (last_alone if kind == "alone" else whole_node)(n, times, s_bytes, topology)
+    return None if alt is None else (simulate(alt, s_bytes, topology, times).completion_s, alt)
 
 
 GPU_FORM_GAP_T = 2.5  # several late ranks: the late-GPU form for the last one weighed from this gap (in T) on
@@ -140,16 +198,3 @@ def whole_node(n: int, times: np.ndarray, size: int | float | str | None, topolo
     M, runs, rows = cluster.best_pipeline("node", N, G, s_bytes, model)
     plan = cluster.merged_plan(topology, n, promoted, s_bytes, M, runs, rows, members)
     return cluster.plan_schedule(plan, "node", members, topology, s_bytes, {"treated_as_late": treated})
-
-
-def reduce_only(s: Schedule, ours: float, n: int, arrivals: Arrivals, size: float, topology: Any,
-                times: np.ndarray) -> tuple[Schedule, float]:
-    """One late GPU: its form (``s``, completing at ``ours``) or, where that wins in total, the funnel form
-    (funnel.py: before the arrival only a reduction toward the late GPU's node instead of an AllReduce of
-    the others, issue 15 point 1's "only a ReduceScatter"), each of waves.FUNNEL_CHOICES simulated; the
-    fastest and its completion (ties keep ``s``); above waves.SEARCH_MAX_GPUS GPUs the one funnel that
-    reduces by trees (waves.fastest_funnel). h100-cluster 8 x 8, 1 GiB, one GPU 4 ms late: the
-    synchronous schedule 5.548 ms after the arrival, the funnel 3.523 ms; 10 ms late: the late-GPU form
-    stays (3.479 ms; bench/bench_late_gpu_delay.py). 64 x 8, 5 ms late: synchronous 6.590 ms, the funnel
-    with trees 4.109 ms."""
-    return waves.fastest_funnel(n, arrivals, size, topology, times, s, ours)

@@ -46,6 +46,8 @@ set of ranks that have taken part so far (ir.derived_phases), so nothing waits f
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -63,6 +65,7 @@ from collsynth.synth.ir import Schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.trees import inorder_edges
 from collsynth.units import parse_size
+from collsynth.workers import imap_ordered, map_ordered
 
 DEFAULT_SIZE = float(2**30)
 MAX_CHUNKS = 4096
@@ -134,14 +137,57 @@ def funnel_choices(n: int, nodes: int) -> tuple[Choice, ...]:
 def fastest_funnel(n: int, arrivals: Arrivals, size: float, topology: Any, times: np.ndarray, s: Schedule,
                    t: float) -> tuple[Schedule, float]:
     """``s`` (completing at ``t``) or the candidate of ``funnel_choices`` that completes first in the
-    simulator, whichever is faster (ties keep the earlier), with its completion."""
+    simulator, whichever is faster (ties keep the earlier), with its completion; the candidates are built
+    in the worker processes of collsynth.workers when jobs are set."""
+    return keep_fastest(s, t, imap_ordered(_funnel_run, funnel_calls(n, arrivals, size, topology, times)))
+
+
+def funnel_calls(n: int, arrivals: Arrivals, size: float, topology: Any,
+                 times: np.ndarray) -> list[tuple[str, tuple[Any, ...]]]:
+    """``fastest_funnel``'s candidates as calls of ``candidate_run``, in their order."""
     T = funnel.rail_time(topology, n, size)
-    for choice in funnel_choices(n, node_grid(topology, n).shape[0]):
-        f = funnel_candidate(n, arrivals, size, topology, choice, T)
-        t_f = simulate(f, size, topology, times).completion_s
+    return [("funnel", (n, arrivals, size, topology, c, T, times))
+            for c in funnel_choices(n, node_grid(topology, n).shape[0])]
+
+
+def keep_fastest(s: Schedule, t: float, results: Iterable[tuple[float, Schedule]]) -> tuple[Schedule, float]:
+    """The first of ``s`` (completing at ``t``) and the (completion, schedule) ``results``, in order, that
+    no later one beats by more than a relative 1e-12."""
+    for t_f, f in results:
         if t_f < t * (1 - 1e-12):
             s, t = f, t_f
     return s, t
+
+
+def _funnel_run(call: tuple[str, tuple[Any, ...]]) -> tuple[float, Schedule]:
+    return candidate_run(call)[0]
+
+
+def candidate_run(call: tuple[str, tuple[Any, ...]]) -> list[tuple[float, Schedule]]:
+    """One candidate of ``build`` (run in this process or a worker's): ("funnel", (n, arrivals, size,
+    topology, choice, T, times)) -> [(completion, the funnel schedule)]; ("waves", (n, arrivals, size,
+    topology, M, tree, cutoff, times)) -> the waves schedule and its retimed copy, each with its
+    completion; ("sync", (n, topology, size, times)) -> [(completion, the fastest synchronous schedule
+    as clusterstraggler's form "synchronous")]."""
+    kind, args = call
+    if kind == "funnel":
+        n, arrivals, size, topology, choice, T, times = args
+        f = funnel_candidate(n, arrivals, size, topology, choice, T)
+        return [(simulate(f, size, topology, times).completion_s, f)]
+    if kind == "waves":
+        n, arrivals, size, topology, M, tree, cutoff, times = args
+        s = construct(n, arrivals, size, topology, M, 1, tree, cutoff)
+        s = s.replace(meta={**s.meta, "cutoff_s": float(times.min()) if cutoff is None else cutoff})
+        sim = simulate(s, size, topology, times)
+        assert sim.start_s is not None
+        again = retime(s, sim.start_s)  # the moves reordered by their simulated start, repacked
+        again = again.replace(meta={**again.meta, "retimed": True})
+        return [(sim.completion_s, s), (simulate(again, size, topology, times).completion_s, again)]
+    if kind == "sync":
+        n, topology, size, times = args
+        sync = synchronous.fastest(n, topology, size, times)
+        return [(sync.completion_s, sync.as_form("clusterstraggler", times))]
+    raise ValueError(f"candidate_run: unknown kind {kind!r}")
 
 
 SEARCH_MAX_GPUS = 256  # up to this many GPUs "auto" simulates several (M, broadcast) choices and keeps the best
@@ -369,32 +415,30 @@ def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = No
         return funnel_candidate(n, arrivals, s_bytes, topology, funnel_choices(n, N)[0],
                                 funnel.rail_time(topology, n, s_bytes))
     times = arrival_vector(arrivals, n)
-    best: tuple[float, int, Schedule] | None = None
-    tried = 0
-
-    def consider(M: int, tree: bool, cutoff: float | None) -> None:
-        nonlocal best, tried
-        s = construct(n, arrivals, s_bytes, topology, M, 1, tree, cutoff)
-        s = s.replace(meta={**s.meta, "cutoff_s": float(times.min()) if cutoff is None else cutoff})
-        sim = simulate(s, s_bytes, topology, times)
-        assert sim.start_s is not None
-        again = retime(s, sim.start_s)  # the moves reordered by their simulated start, repacked
-        for cand, t in ((s, sim.completion_s), (again, simulate(again, s_bytes, topology, times).completion_s)):
-            tried += 1
-            if best is None or t < best[0] * (1 - 1e-12):
-                best = (t, tried, cand if cand is s else cand.replace(meta={**cand.meta, "retimed": True}))
-
     late = sorted(set(float(t) for t in times if t > times.min()))
-    for cut in [None, *late]:  # the last: everybody in one AllReduce
-        consider(32, False, cut)
-    assert best is not None
-    cut = float(best[2].meta["cutoff_s"])  # type: ignore[arg-type]
-    consider(16, False, cut)
-    consider(16, True, cut)
-    if G >= 2:  # reduce toward the last rank's node, then broadcast (funnel.py)
-        s_best, t_best = fastest_funnel(n, arrivals, s_bytes, topology, times, best[2], best[0])
-        best = (t_best, tried + 1, s_best)
-    sync = synchronous.fastest(n, topology, s_bytes, times)  # when waiting for everyone is faster
-    if sync.completion_s < best[0] * (1 - 1e-12):
-        return sync.as_form("clusterstraggler", times)
-    return best[2]
+    cuts = [("waves", (n, arrivals, s_bytes, topology, 32, False, cut, times)) for cut in [None, *late]]
+    later = funnel_calls(n, arrivals, s_bytes, topology, times) if G >= 2 else []
+    later.append(("sync", (n, topology, s_bytes, times)))  # when waiting for everyone is faster
+    # the cutoffs first (the next two candidates take the best one's); the rest, independent, meanwhile
+    results = imap_ordered(candidate_run, cuts + later)
+    best_s, best_t = keep_fastest_of(None, math.inf, (next(results) for _ in cuts))
+    assert best_s is not None
+    cut = float(best_s.meta["cutoff_s"])  # type: ignore[arg-type]
+    more = map_ordered(candidate_run, [("waves", (n, arrivals, s_bytes, topology, 16, tree, cut, times))
+                                       for tree in (False, True)])
+    best_s, best_t = keep_fastest_of(best_s, best_t, more)
+    assert best_s is not None
+    # reduce toward the last rank's node (funnel.py)
+    best_s, best_t = keep_fastest(best_s, best_t, (next(results)[0] for _ in later[:-1]))
+    (t_sync, sync), = next(results)
+    return sync if t_sync < best_t * (1 - 1e-12) else best_s
+
+
+def keep_fastest_of(s: Schedule | None, t: float, results: Iterable[list[tuple[float, Schedule]]]
+                    ) -> tuple[Schedule | None, float]:
+    """``keep_fastest`` over lists of candidates (``candidate_run``'s answers), in order."""
+    for got in results:
+        for t_f, f in got:
+            if s is None or t_f < t * (1 - 1e-12):
+                s, t = f, t_f
+    return s, t
