@@ -91,8 +91,15 @@ def _executor(k: int) -> ProcessPoolExecutor:
     if _pool is None or _pool_jobs != k:
         shutdown()
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        _pool, _pool_jobs = ProcessPoolExecutor(max_workers=k, mp_context=multiprocessing.get_context(method)), k
+        _pool, _pool_jobs = ProcessPoolExecutor(max_workers=k, mp_context=multiprocessing.get_context(method),
+                                                initializer=_in_worker), k
     return _pool
+
+
+def _in_worker() -> None:
+    """A worker runs its calls itself: it neither uses its parent's pool (a forked copy of it) nor starts one."""
+    global _override, _pool, _pool_jobs
+    _override, _pool, _pool_jobs = 1, None, 0
 
 
 def imap_ordered(fn: Callable[[T], R], items: Sequence[T]) -> Iterator[R]:

@@ -113,3 +113,12 @@ def test_the_memory_estimate_counts_one_candidate_per_process():
     assert w.nbytes() == 11 * one  # no more at once than there are candidates
     assert budget.Work(64, 1024, 100, 10_000, 40_000).nbytes() == budget.Work(64, 1024, 100, 10_000, 40_000,
                                                                               copies=1).nbytes()
+
+
+def _inner_jobs(_):
+    return workers.jobs(), workers.processes(), workers.map_ordered(abs, [-1, -2])
+
+
+def test_a_worker_runs_nested_calls_itself():
+    workers.set_jobs(2)
+    assert workers.map_ordered(_inner_jobs, [0, 1]) == [(1, 0, [1, 2])] * 2

@@ -27,6 +27,7 @@ block counts: one build each, so that 1,024 GPUs build in under 30 s).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -57,10 +58,9 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     if pipeline == "auto" and s.meta.get("form") in ("waves", "funnel", "synchronous"):
         times, s_bytes = arrival_vector(arrivals, n), _bytes(size)
         best_s = simulate(s, s_bytes, topology, times).completion_s
-        if more_calls:
-            alts = list(more_pending)
-        else:  # above waves.SEARCH_MAX_GPUS one alternative at most, the late-GPU form first: after the last
-            # arrival it is the faster where both apply, and synthesis at 1,024 GPUs stays under 30 s
+        alts: Iterable[tuple[float, Schedule] | None] = more_pending
+        if not more_calls:  # above waves.SEARCH_MAX_GPUS one alternative at most, the late-GPU form first:
+            # after the last arrival it is the faster where both apply, and 1,024 GPUs build in under 30 s
             alone = alternative_run(("alone", (n, times, s_bytes, topology)))
             alts = [alone, alternative_run(("node", (n, times, s_bytes, topology))) if alone is None else None]
         best, best_s = waves.keep_fastest(s, best_s, (a for a in alts if a is not None))
