@@ -122,3 +122,28 @@ def _inner_jobs(_):
 def test_a_worker_runs_nested_calls_itself():
     workers.set_jobs(2)
     assert workers.map_ordered(_inner_jobs, [0, 1]) == [(1, 0, [1, 2])] * 2
+
+
+def test_choose_hands_out_the_candidates_that_do_not_depend_on_the_late_form():
+    """choose.build's calls (built while the late form is, folded after it): one late GPU the funnel choices
+    then the synchronous schedule, a late node the synchronous one, several late ranks (up to the search's
+    limit) the late-GPU form for the last and the late-node form; none with an explicit pipeline, no late
+    rank, a bad rank (cluster.build says why) or nodes of one GPU."""
+    from collsynth.synth.algorithms.stragglar import choose, waves
+
+    topo = cs.make_topology("h100-cluster", 32)
+    gpu = choose.one_late_calls(32, "allreduce", {5: 4e-3}, 2**30, topo, "auto")
+    assert [k for k, _ in gpu] == ["funnel"] * len(waves.funnel_choices(32, 4)) + ["sync"]
+    node = {r: 4e-3 for r in range(8, 16)}
+    assert [k for k, _ in choose.one_late_calls(32, "allreduce", node, 2**30, topo, "auto")] == ["sync"]
+    several = {5: 4e-3, 20: 6e-3}
+    assert choose.one_late_calls(32, "allreduce", several, 2**30, topo, "auto") == []
+    assert [k for k, _ in choose.several_late_calls(32, "allreduce", several, 2**30, topo, "auto")] == \
+        ["alone", "node"]
+    for args in ((32, "allreduce", {5: 4e-3}, 2**30, topo, 16), (32, "allreduce", {}, 2**30, topo, "auto"),
+                 (32, "allreduce", {40: 1e-3}, 2**30, topo, "auto"),
+                 (32, "allreduce", {5: 4e-3}, 2**30, cs.make_topology("nvswitch", 32), "auto")):
+        assert choose.one_late_calls(*args) == [] and choose.several_late_calls(*args) == []
+    assert choose.several_late_calls(*((32, "allreduce", several, 2**30, topo, 16))) == []
+    big = cs.make_topology("h100-cluster", 8 * (waves.SEARCH_MAX_GPUS // 8 + 1))
+    assert choose.several_late_calls(big.nranks, "allreduce", several, 2**30, big, "auto") == []
