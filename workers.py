@@ -18,8 +18,9 @@ from __future__ import annotations
 import atexit
 import multiprocessing
 import os
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from typing import TypeVar
 
 from collsynth.errors import CollsynthError
@@ -102,14 +103,31 @@ def _in_worker() -> None:
     _override, _pool, _pool_jobs = 1, None, 0
 
 
-def imap_ordered(fn: Callable[[T], R], items: Sequence[T]) -> Iterator[R]:
+def imap_ordered(fn: Callable[[T], R], items: Sequence[T], at_once: int | None = None) -> Iterator[R]:
     """``fn(x)`` for each of ``items``, yielded in their order: computed one by one as they are asked for
-    with one job (so a caller that folds them holds one at a time), else all handed at once to up to
-    ``jobs()`` worker processes (``fn`` a module-level function, items and results picklable). A failure
-    is raised where its item is reached, as in a loop."""
-    if min(jobs(), len(items)) <= 1:
+    with one job (so a caller that folds them holds one at a time), else handed to up to ``jobs()`` worker
+    processes (``fn`` a module-level function, items and results picklable), all at once or, with
+    ``at_once``, that many ahead of the one asked for (a memory cap). A failure is raised where its item
+    is reached, as in a loop."""
+    if min(jobs(), len(items), at_once or len(items)) <= 1:
         return (fn(x) for x in items)
-    return _executor(jobs()).map(fn, items, chunksize=1)
+    pool = _executor(jobs())
+    if at_once is None:
+        return pool.map(fn, items, chunksize=1)
+    return _ahead(pool, fn, items, at_once)
+
+
+def _ahead(pool: ProcessPoolExecutor, fn: Callable[[T], R], items: Sequence[T], at_once: int) -> Iterator[R]:
+    """The first ``at_once`` calls submitted now, each further one when a result is taken."""
+    futures: deque[Future[R]] = deque(pool.submit(fn, x) for x in items[:at_once])
+
+    def results() -> Iterator[R]:
+        for i in range(len(items)):
+            done = futures.popleft()
+            if i + at_once < len(items):
+                futures.append(pool.submit(fn, items[i + at_once]))
+            yield done.result()
+    return results()
 
 
 def map_ordered(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:

@@ -147,3 +147,10 @@ def test_choose_hands_out_the_candidates_that_do_not_depend_on_the_late_form():
     assert choose.several_late_calls(*((32, "allreduce", several, 2**30, topo, 16))) == []
     big = cs.make_topology("h100-cluster", 8 * (waves.SEARCH_MAX_GPUS // 8 + 1))
     assert choose.several_late_calls(big.nranks, "allreduce", several, 2**30, big, "auto") == []
+
+
+def test_at_once_keeps_the_order_and_the_cap():
+    workers.set_jobs(2)
+    for cap in (1, 2, 3, 10):
+        assert list(workers.imap_ordered(abs, [-3, 1, -4, 1, -5], at_once=cap)) == [3, 1, 4, 1, 5]
+    assert workers.processes() == 2  # cap 1 ran here, the others in the workers

@@ -53,11 +53,13 @@ from collsynth.errors import CollsynthError
 from collsynth.fileio import save_figure
 from collsynth.synth.algorithms import synchronous
 from collsynth.synth.algorithms.layout import node_grid
+from collsynth.synth.algorithms.stragglar import waves
 from collsynth.synth.bounds import allreduce_bound
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import Topology, load_topology, make_topology
 from collsynth.synth.verify import check
+from collsynth.workers import imap_ordered
 
 ALL_NODES = (2, 4, 8, 16, 32, 64, 128)
 DEFAULT_NODES = ALL_NODES
@@ -150,6 +152,16 @@ def ours_names(case: str, nodes: int) -> tuple[str, ...]:
 def cluster_row(nodes: int, case: str, size: float = 2**30, topology: str = "h100-cluster", gpus_per_node: int = 8,
                 delay: float = 0.05, seed: int = 15, sync: dict[str, Any] | None = None) -> dict[str, Any]:
     """One row of the study (module docstring); ``sync``: ``best_sync`` of this node count when known."""
+    ours = ours_row(nodes, case, size, topology, gpus_per_node, delay, seed)
+    if sync is None:
+        topo = study_topology(topology, nodes, gpus_per_node)
+        sync = best_sync(topo.nranks, topo, size)
+    return with_sync(ours, sync)
+
+
+def ours_row(nodes: int, case: str, size: float = 2**30, topology: str = "h100-cluster", gpus_per_node: int = 8,
+             delay: float = 0.05, seed: int = 15) -> dict[str, Any]:
+    """The part of a row that depends on the arrivals: ours (built, verified, simulated) and the bound."""
     topo = study_topology(topology, nodes, gpus_per_node)
     n = topo.nranks
     grid = node_grid(topo, n)
@@ -158,15 +170,20 @@ def cluster_row(nodes: int, case: str, size: float = 2**30, topology: str = "h10
     for r, t in arr.items():
         times[r] = t
     bound = allreduce_bound(topo, size, times).after_last_arrival_s
-    sy = sync if sync is not None else best_sync(n, topo, size)
     names = ours_names(case, nodes)
     ours_alg, ours, form = _best(names, n, topo, size, arr)
-    sync_after = sy["sync_after_s"]
     return {"nodes": nodes, "gpus": n, "case": case, "late_ranks": sorted(arr), "last_arrival_s": max(arr.values()),
-            "best_sync": sy["best_sync"], "sync_after_s": sync_after, "sync_pruned": sy["sync_pruned"],
             "ours": ours_alg, "ours_form": form, "ours_tried": list(names), "ours_after_s": ours,
-            "bound_after_s": bound,
-            "speedup": sync_after / ours, "ours_x_bound": ours / bound, "sync_x_bound": sync_after / bound}
+            "bound_after_s": bound}
+
+
+def with_sync(ours: dict[str, Any], sy: dict[str, Any]) -> dict[str, Any]:
+    """A row from ``ours_row``'s part and its node count's ``best_sync``, with the ratios."""
+    sync_after, mine, bound = sy["sync_after_s"], ours["ours_after_s"], ours["bound_after_s"]
+    head = {k: ours[k] for k in ("nodes", "gpus", "case", "late_ranks", "last_arrival_s")}
+    tail = {k: ours[k] for k in ("ours", "ours_form", "ours_tried", "ours_after_s", "bound_after_s")}
+    return {**head, "best_sync": sy["best_sync"], "sync_after_s": sync_after, "sync_pruned": sy["sync_pruned"],
+            **tail, "speedup": sync_after / mine, "ours_x_bound": mine / bound, "sync_x_bound": sync_after / bound}
 
 
 def check_study(nodes: Sequence[int], gpus_per_node: int = 8) -> None:
@@ -183,27 +200,47 @@ def check_study(nodes: Sequence[int], gpus_per_node: int = 8) -> None:
 def reproduce_cluster(nodes: Sequence[int] = DEFAULT_NODES, cases: Sequence[str] = CASES,
                       **model: Any) -> list[dict[str, Any]]:
     """The study's rows for every node count in ``nodes`` (sorted) and case; progress on stderr (the
-    synchronous schedules once per node count, then each case, with the seconds each took)."""
+    synchronous schedules once per node count, then each case, with the seconds each took). With worker
+    processes (collsynth.workers) the node counts above waves.SEARCH_MAX_GPUS GPUs, where clusterstraggler
+    builds one candidate, share out their synchronous schedules and cases as whole tasks, while the others
+    share out their search's candidates; the rows are the same."""
     ns = sorted(set(nodes))
     gpn = int(model.get("gpus_per_node", 8))
     check_study(ns, gpn)
     spec = str(model.get("topology", "h100-cluster"))
     size = float(model.get("size", 2**30))
     study_topology(spec, ns[0], gpn)  # a bad topology fails before any work
+    whole = [N for N in ns if N * gpn > waves.SEARCH_MAX_GPUS]
+    fit = budget.max_memory() // max((study_bytes(N * gpn) for N in whole), default=1)  # rows at once (>= 1)
+    pending = imap_ordered(study_task, [call for N in whole for call in
+                                        [("sync", (spec, N, gpn, size))] + [("ours", (N, c, model)) for c in cases]],
+                           at_once=max(1, fit))
     rows = []
     for i, N in enumerate(ns):
         progress.note(f"reproduce cluster [{i + 1}/{len(ns)}] {N} nodes: synchronous schedules")
         t0 = time.perf_counter()
-        topo = study_topology(spec, N, gpn)
-        sync = best_sync(topo.nranks, topo, size)
+        sync = next(pending) if N in whole else study_task(("sync", (spec, N, gpn, size)))
         for case in cases:
             progress.note(f"reproduce cluster [{i + 1}/{len(ns)}] {N} nodes, late {case} "
                           f"(previous stage {time.perf_counter() - t0:.1f}s)")
             t0 = time.perf_counter()
-            rows.append(cluster_row(N, case, sync=sync, **model))
+            ours = next(pending) if N in whole else study_task(("ours", (N, case, model)))
+            rows.append(with_sync(ours, sync))
         progress.note(f"reproduce cluster [{i + 1}/{len(ns)}] {N} nodes done (last case "
                       f"{time.perf_counter() - t0:.1f}s)")
     return rows
+
+
+def study_task(call: tuple[str, tuple[Any, ...]]) -> dict[str, Any]:
+    """("sync", (topology spec, nodes, GPUs per node, size)) -> ``best_sync``; ("ours", (nodes, case,
+    model options)) -> ``ours_row`` (run here or in a worker process)."""
+    kind, args = call
+    if kind == "sync":
+        spec, N, gpn, size = args
+        topo = study_topology(spec, N, gpn)
+        return best_sync(topo.nranks, topo, size)
+    N, case, model = args
+    return ours_row(N, case, **model)
 
 
 def plot_cluster(rows: Sequence[dict[str, Any]], path: str) -> None:
