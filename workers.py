@@ -2,15 +2,16 @@
 COLLSYNTH_JOBS=K.
 
 The constructive searches build and simulate several independent candidates and keep the fastest
-(clusterstraggler's waves and funnel choices: synth/algorithms/stragglar/waves.py). ``map_ordered`` runs
-such a list of calls in up to ``jobs()`` processes and returns their results in the order of the list, so
-the caller folds them exactly as a serial loop would: the chosen schedule, and every file written from
-it, are byte-identical for every job count. The default is one job (no process is started): a library
-that forks inside a training job would surprise its user. On Linux the processes are forked (they start
-at once, with this package already imported, and a script needs no ``if __name__ == "__main__"`` guard;
-they run only collsynth's own Python and numpy code, nothing of torch's threads); elsewhere they are
-spawned (the script then needs that guard). They are kept for the next call while the job count stays
-the same; ``set_jobs(None)`` or the end of the program shuts them down.
+(clusterstraggler: the waves form's cutoffs and the funnel choices in synth/algorithms/stragglar/waves.py,
+the late-GPU and late-node alternatives and the synchronous schedule in choose.py; the rows of `reproduce
+cluster` in cluster_study.py). ``imap_ordered`` runs such a list of calls in up to ``jobs()`` processes and
+yields their results in the order of the list, so the caller folds them exactly as a serial loop would: the
+chosen schedule, and every file written from it, are byte-identical for every job count. The default is one
+job (no process is started): a library that forks inside a training job would surprise its user. On Linux
+the processes are forked (they start at once, with this package already imported, and a script needs no ``if
+__name__ == "__main__"`` guard; they run only collsynth's own Python and numpy code, nothing of torch's
+threads); elsewhere they are spawned (the script then needs that guard). They are kept for the next call
+while the job count stays the same; ``set_jobs(None)`` or the end of the program shuts them down.
 """
 
 from __future__ import annotations

@@ -46,8 +46,8 @@ set of ranks that have taken part so far (ir.derived_phases), so nothing waits f
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
+from itertools import chain
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -421,24 +421,14 @@ def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = No
     later.append(("sync", (n, topology, s_bytes, times)))  # when waiting for everyone is faster
     # the cutoffs first (the next two candidates take the best one's); the rest, independent, meanwhile
     results = imap_ordered(candidate_run, cuts + later)
-    best_s, best_t = keep_fastest_of(None, math.inf, (next(results) for _ in cuts))
-    assert best_s is not None
+    cands = chain.from_iterable(next(results) for _ in cuts)  # each cutoff's schedule and its retimed copy
+    best_t, best_s = next(cands)
+    best_s, best_t = keep_fastest(best_s, best_t, cands)
     cut = float(best_s.meta["cutoff_s"])  # type: ignore[arg-type]
     more = map_ordered(candidate_run, [("waves", (n, arrivals, s_bytes, topology, 16, tree, cut, times))
                                        for tree in (False, True)])
-    best_s, best_t = keep_fastest_of(best_s, best_t, more)
-    assert best_s is not None
+    best_s, best_t = keep_fastest(best_s, best_t, chain.from_iterable(more))
     # reduce toward the last rank's node (funnel.py)
     best_s, best_t = keep_fastest(best_s, best_t, (next(results)[0] for _ in later[:-1]))
     (t_sync, sync), = next(results)
     return sync if t_sync < best_t * (1 - 1e-12) else best_s
-
-
-def keep_fastest_of(s: Schedule | None, t: float, results: Iterable[list[tuple[float, Schedule]]]
-                    ) -> tuple[Schedule | None, float]:
-    """``keep_fastest`` over lists of candidates (``candidate_run``'s answers), in order."""
-    for got in results:
-        for t_f, f in got:
-            if s is None or t_f < t * (1 - 1e-12):
-                s, t = f, t_f
-    return s, t
