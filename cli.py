@@ -53,9 +53,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                         help="time budget: work estimated to run longer is refused with the largest size that fits "
                              f"(default {budget.DEFAULT_MAX_SECONDS:g}s; also COLLSYNTH_MAX_TIME)")
     parser.add_argument("--jobs", "-j", metavar="N", default=os.environ.get(workers.ENV),
-                        help="build the independent candidates of a search (clusterstraggler with several late "
-                             "ranks or a late GPU's funnel forms) in N processes, 0 for one per CPU core; the "
-                             "output is the same for every N (default 1; also COLLSYNTH_JOBS)")
+                        help="build the independent candidates of a search (clusterstraggler's forms with late "
+                             "ranks on a cluster, reproduce cluster's rows) in N processes, 0 for one per CPU "
+                             "core; the output is the same for every N (default 1; also COLLSYNTH_JOBS)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     add_commands_for(sub, command)
     return parser
