@@ -78,11 +78,11 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     return waited if t_sync < ours * (1 - 1e-12) else s
 
 
-def _late_ranks(n: int, collective: str, arrivals: Arrivals, size: int | float | str | None, topology: Any,
-                pipeline: int | str) -> tuple[np.ndarray, np.ndarray, float] | None:
-    """(node grid, arrival times, bytes) where cluster.build makes a late form that ``build`` weighs against
-    other candidates (pipeline "auto", nodes of two or more GPUs, someone late), else None (also for input
-    that cluster.build refuses: it says why)."""
+def _late_case(n: int, collective: str, arrivals: Arrivals, size: int | float | str | None, topology: Any,
+               pipeline: int | str) -> tuple[str, bool, np.ndarray, float] | None:
+    """(cluster.late_form's form, whether several ranks are late, arrival times, bytes) where cluster.build
+    makes a late form that ``build`` weighs against other candidates (pipeline "auto", nodes of two or more
+    GPUs, someone late), else None (also for input that cluster.build refuses: it says why)."""
     if pipeline != "auto" or collective != "allreduce" or getattr(topology, "nranks", None) != n:
         return None
     try:
@@ -90,9 +90,11 @@ def _late_ranks(n: int, collective: str, arrivals: Arrivals, size: int | float |
     except CollsynthError:
         return None
     N, G = grid.shape
-    if N < 2 or G < 2 or not np.any(times > times.min()):
+    late = int(np.count_nonzero(times > times.min()))
+    if N < 2 or G < 2 or not late:
         return None
-    return grid, times, s_bytes
+    form, _ = cluster.late_form(grid, times)
+    return form, form == "gpu" and late >= 2, times, s_bytes
 
 
 def one_late_calls(n: int, collective: str, arrivals: Arrivals, size: int | float | str | None, topology: Any,
@@ -106,13 +108,10 @@ def one_late_calls(n: int, collective: str, arrivals: Arrivals, size: int | floa
     5.548 ms after the arrival, the funnel 3.477 ms; 10 ms late: the late-GPU form stays (3.479 ms;
     bench/bench_late_gpu_delay.py). 64 x 8, 5 ms late: synchronous 6.590 ms, the funnel with trees 4.109
     ms. Then, for either form, the fastest synchronous schedule."""
-    got = _late_ranks(n, collective, arrivals, size, topology, pipeline)
-    if got is None:
+    case = _late_case(n, collective, arrivals, size, topology, pipeline)
+    if case is None or case[1]:  # several late ranks: waves.build's search
         return []
-    grid, times, s_bytes = got
-    form, _ = cluster.late_form(grid, times)
-    if form == "gpu" and np.count_nonzero(times > times.min()) >= 2:
-        return []  # several late ranks: waves.build's search
+    form, _, times, s_bytes = case
     funnels = waves.funnel_calls(n, arrivals, s_bytes, topology, times) if form == "gpu" else []
     return [*funnels, ("sync", (n, topology, s_bytes, times))]
 
@@ -121,12 +120,10 @@ def several_late_calls(n: int, collective: str, arrivals: Arrivals, size: int | 
                        pipeline: int | str) -> list[tuple[str, tuple[Any, ...]]]:
     """Several late ranks up to waves.SEARCH_MAX_GPUS GPUs: ``last_alone`` and ``whole_node`` as calls of
     ``alternative_run``, which ``build`` weighs after waves.build's choice; [] otherwise."""
-    got = _late_ranks(n, collective, arrivals, size, topology, pipeline)
-    if got is None or n > waves.SEARCH_MAX_GPUS:
+    case = _late_case(n, collective, arrivals, size, topology, pipeline)
+    if case is None or not case[1] or n > waves.SEARCH_MAX_GPUS:
         return []
-    grid, times, s_bytes = got
-    if cluster.late_form(grid, times)[0] != "gpu" or np.count_nonzero(times > times.min()) < 2:
-        return []
+    _, _, times, s_bytes = case
     return [(kind, (n, times, s_bytes, topology)) for kind in ("alone", "node")]
 
 

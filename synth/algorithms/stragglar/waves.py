@@ -134,17 +134,10 @@ def funnel_choices(n: int, nodes: int) -> tuple[Choice, ...]:
     return (*FUNNEL_CHOICES, *(SCALE_CHOICES if nodes >= TREE_NODES else ()))
 
 
-def fastest_funnel(n: int, arrivals: Arrivals, size: float, topology: Any, times: np.ndarray, s: Schedule,
-                   t: float) -> tuple[Schedule, float]:
-    """``s`` (completing at ``t``) or the candidate of ``funnel_choices`` that completes first in the
-    simulator, whichever is faster (ties keep the earlier), with its completion; the candidates are built
-    in the worker processes of collsynth.workers when jobs are set."""
-    return keep_fastest(s, t, imap_ordered(_funnel_run, funnel_calls(n, arrivals, size, topology, times)))
-
-
 def funnel_calls(n: int, arrivals: Arrivals, size: float, topology: Any,
                  times: np.ndarray) -> list[tuple[str, tuple[Any, ...]]]:
-    """``fastest_funnel``'s candidates as calls of ``candidate_run``, in their order."""
+    """The funnel candidates of ``funnel_choices`` as calls of ``candidate_run``, in their order (``build``
+    and choose.py fold them after their other candidates; ties keep the earlier)."""
     T = funnel.rail_time(topology, n, size)
     return [("funnel", (n, arrivals, size, topology, c, T, times))
             for c in funnel_choices(n, node_grid(topology, n).shape[0])]
@@ -157,10 +150,6 @@ def keep_fastest(s: Schedule, t: float, results: Iterable[tuple[float, Schedule]
         if t_f < t * (1 - 1e-12):
             s, t = f, t_f
     return s, t
-
-
-def _funnel_run(call: tuple[str, tuple[Any, ...]]) -> tuple[float, Schedule]:
-    return candidate_run(call)[0]
 
 
 def candidate_run(call: tuple[str, tuple[Any, ...]]) -> list[tuple[float, Schedule]]:
