@@ -124,20 +124,29 @@ class Work:
     search_s: float = 0.0
     copies: int = 1  # schedules built and simulated to pick one (multistraggler tries several forms)
     extra_bytes: int = 0  # held beside the schedule afterwards (e.g. emitting it: backends/cost.py)
+    composed: bool = False  # verified by composition (synth.composition): no flat bit sets, no chunk moves expanded
+
+    def share_bytes(self) -> int:
+        """About the peak bytes of one candidate in one process: the verifier's state (``verify_bytes``; by
+        composition the regenerated columns instead) or the simulator's (16 bytes per rank and chunk, 96 per
+        transfer), whichever is larger, and the builder's columns twice."""
+        check_state = 2 * 48 * self.transfers if self.composed else \
+            verify_bytes(self.nranks, self.nchunks, self.nsteps, self.transfers, self.moves)
+        simulate_state = 16 * self.nranks * self.nchunks + 96 * self.transfers
+        return max(check_state, simulate_state) + 2 * 48 * self.transfers
 
     def nbytes(self) -> int:
-        """About the peak bytes: verify's state for one schedule, the builder's columns twice, any extra;
-        with worker processes (collsynth.workers) one such share per candidate built at once, and one more
-        for the schedules that come back."""
-        one = verify_bytes(self.nranks, self.nchunks, self.nsteps, self.transfers, self.moves) + \
-            2 * 48 * self.transfers
+        """About the peak bytes: ``share_bytes`` and any extra; with worker processes (collsynth.workers) one
+        share per candidate built at once, and one more for the schedules that come back."""
+        one = self.share_bytes()
         at_once = min(workers.jobs(), self.copies)
         return (one if at_once <= 1 else (at_once + 1) * one) + self.extra_bytes
 
     def seconds(self) -> float:
-        """About the seconds of the whole job on one core."""
-        return self.copies * (SECONDS_PER_MOVE * max(self.moves, self.transfers)
-                              + SECONDS_PER_STEP * self.nsteps) + self.search_s
+        """About the seconds of the whole job on one core (by composition the verifier never expands the
+        chunk moves: the transfers count)."""
+        per = self.transfers if self.composed else max(self.moves, self.transfers)
+        return self.copies * (SECONDS_PER_MOVE * per + SECONDS_PER_STEP * self.nsteps) + self.search_s
 
 
 WorkFn = Callable[[int], "Work | Sequence[Work]"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import atexit
 import multiprocessing
 import os
-from collections import deque
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import TypeVar
@@ -108,8 +108,8 @@ def imap_ordered(fn: Callable[[T], R], items: Sequence[T], at_once: int | None =
     """``fn(x)`` for each of ``items``, yielded in their order: computed one by one as they are asked for
     with one job (so a caller that folds them holds one at a time), else handed to up to ``jobs()`` worker
     processes (``fn`` a module-level function, items and results picklable), all at once or, with
-    ``at_once``, that many ahead of the one asked for (a memory cap). A failure is raised where its item
-    is reached, as in a loop."""
+    ``at_once``, at most that many running at a time (a memory cap; the next starts when one finishes).
+    A failure is raised where its item is reached, as in a loop."""
     if min(jobs(), len(items), at_once or len(items)) <= 1:
         return (fn(x) for x in items)
     pool = _executor(jobs())
@@ -119,15 +119,40 @@ def imap_ordered(fn: Callable[[T], R], items: Sequence[T], at_once: int | None =
 
 
 def _ahead(pool: ProcessPoolExecutor, fn: Callable[[T], R], items: Sequence[T], at_once: int) -> Iterator[R]:
-    """The first ``at_once`` calls submitted now, each further one when a result is taken."""
-    futures: deque[Future[R]] = deque(pool.submit(fn, x) for x in items[:at_once])
+    """The first ``at_once`` calls submitted now, each further one as soon as one of them finishes (not
+    when its result is taken: the caller may be busy with work of its own meanwhile), so at most
+    ``at_once`` run at any time; finished results wait for their turn."""
+    futures: list[Future[R] | None] = [None] * len(items)
+    submitted = threading.Condition()
+    count = 0
+
+    def submit_next(done: Future[R] | None = None) -> None:
+        nonlocal count
+        if done is not None and done.cancelled():  # shut down (Ctrl-C): start nothing more
+            return
+        with submitted:
+            if count == len(items):
+                return
+            try:
+                future = pool.submit(fn, items[count])
+            except RuntimeError as e:  # the pool was shut down meanwhile: the item fails, nothing waits for ever
+                future = Future()
+                future.set_exception(e)
+            futures[count] = future
+            count += 1
+            submitted.notify_all()
+        future.add_done_callback(submit_next)
+
+    for _ in range(min(at_once, len(items))):
+        submit_next()
 
     def results() -> Iterator[R]:
         for i in range(len(items)):
-            done = futures.popleft()
-            if i + at_once < len(items):
-                futures.append(pool.submit(fn, items[i + at_once]))
-            yield done.result()
+            with submitted:
+                submitted.wait_for(lambda: futures[i] is not None)
+            future = futures[i]
+            assert future is not None
+            yield future.result()
     return results()
 
 

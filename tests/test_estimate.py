@@ -12,6 +12,7 @@ from collsynth.cli import main
 from collsynth.synth.algorithms.estimate import needs_search, stragglar_search_seconds, work
 from collsynth.synth.registry import algorithms, build_schedule
 from collsynth.synth.topology import make_topology
+from collsynth.synth.verify import verify
 
 NS = (3, 4, 5, 8, 12, 16, 17, 24, 33)
 CASES = [(name, coll, {}) for name, info in algorithms().items() if name != "solver" for coll in info.collectives]
@@ -19,6 +20,7 @@ CASES += [("stragglar", "allreduce", {"pipeline": 3}), ("stragglar", "allreduce"
           ("tree", "allreduce", {"pipeline": 8}), ("tree", "allreduce", {"pipeline": 64}),
           ("hierarchical", "allreduce", {"pipeline": 4}), ("hierarchical", "allreduce", {"topology": "h100-cluster"}),
           ("hierarchical", "allreduce", {"topology": "h100-cluster", "pipeline": 3}),
+          ("multiring", "allreduce", {"topology": "h100-cluster"}),
           ("multistraggler", "allreduce", {"arrivals": {1: 1e-3, 2: 2e-3}}),
           ("multistraggler", "allreduce", {"arrivals": {1: 1e-3}, "size": 2**20}),
           ("multistraggler", "allreduce", {"arrivals": {1: 1e-3, 2: 2e-3, 3: 3e-3, 4: 4e-3}, "size": 2**30}),
@@ -132,3 +134,31 @@ def test_hierarchical_at_1024_gpus_fits_the_default_budget(capsys, tmp_path):
                           "-o", tmp_path / "h.json")
     assert code == 0, err
     assert "(verified)" in out + err and (tmp_path / "h.json").stat().st_size > 0
+
+
+def test_multiring_estimate_counts_its_rings_on_clusters(capsys, tmp_path):
+    """One ring per GPU of a node (8 on h100-cluster): the plain ring's count was 8x under what is built
+    (1,024 GPUs: 690 MiB estimated, 3.6 GB used), so a budget it did not fit let it run."""
+    topo = make_topology("h100-cluster", 128)
+    s = build_schedule("multiring", 128, topology=topo)
+    w = work("multiring", 128, "allreduce", {"topology": topo})
+    assert (w.transfers, w.moves, w.nsteps, w.nchunks) == (s.ntransfers, int(s.count.sum()), s.nsteps, s.nchunks)
+    code, out, err = _run(capsys, "--max-memory", "1GiB", "synth", "-a", "multiring", "-n", "1024", "-t",
+                          "h100-cluster", "-o", tmp_path / "m.json")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "multiring on 1024 ranks needs about" in err, err
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_hierarchical_estimate_knows_it_is_verified_by_composition(capsys, tmp_path):
+    """Above the flat verifier's limit hierarchical is verified by composition: the estimate counts the
+    composed verifier and the simulator (1,024 GPUs: 0.25 GB used; the flat count said 3.6 GiB and refused a
+    1 GiB budget); below it the flat one, as the verifier does."""
+    for n, composed in ((256, False), (1024, True)):
+        topo = make_topology("h100-cluster", n)
+        w = work("hierarchical", n, "allreduce", {"topology": topo, "size": 2**30})
+        report = verify(build_schedule("hierarchical", n, topology=topo, size=2**30))
+        assert report.ok and w.composed == composed == (report.stats.get("method") == "composed"), (n, report.stats)
+    assert w.nbytes() < 2**30 and w.seconds() < 5
+    code, out, err = _run(capsys, "--max-memory", "1GiB", "synth", "-a", "hierarchical", "-n", "1024", "-t",
+                          "h100-cluster", "--size", "1GiB", "-o", tmp_path / "h.json")
+    assert code == 0 and "(verified)" in out + err, err

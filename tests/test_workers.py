@@ -5,6 +5,8 @@ candidate per process."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import collsynth as cs
@@ -147,6 +149,33 @@ def test_choose_hands_out_the_candidates_that_do_not_depend_on_the_late_form():
     assert choose.several_late_calls(*((32, "allreduce", several, 2**30, topo, 16))) == []
     big = cs.make_topology("h100-cluster", 8 * (waves.SEARCH_MAX_GPUS // 8 + 1))
     assert choose.several_late_calls(big.nranks, "allreduce", several, 2**30, big, "auto") == []
+
+
+def _timed_nap(arg):
+    """Sleep, and record (start, end) in the file named by ``arg`` (a worker's call, module level)."""
+    path, i = arg
+    start = time.monotonic()
+    time.sleep(0.3)
+    with open(f"{path}/{i}", "w") as f:
+        f.write(f"{start} {time.monotonic()}")
+    return i
+
+
+def test_at_once_caps_the_running_calls_and_refills_without_waiting_for_the_caller(tmp_path):
+    """reproduce cluster keeps the workers busy while it builds small node counts itself: the next call
+    starts when one finishes, not when the caller takes a result, and never more than ``at_once`` run."""
+    workers.set_jobs(3)
+    items = [(str(tmp_path), i) for i in range(6)]
+    got = workers.imap_ordered(_timed_nap, items, at_once=2)
+    assert next(got) == 0
+    deadline = time.monotonic() + 60  # the caller takes nothing more meanwhile: the other five still run
+    while not all((tmp_path / str(i)).exists() for i in range(6)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all((tmp_path / str(i)).exists() for i in range(6))
+    assert list(got) == [1, 2, 3, 4, 5]
+    spans = [tuple(map(float, (tmp_path / str(i)).read_text().split())) for i in range(6)]
+    for start, _ in spans:
+        assert sum(1 for s, e in spans if s <= start < e) <= 2, spans
 
 
 def test_at_once_keeps_the_order_and_the_cap():

@@ -20,6 +20,7 @@ See docs/cluster-algorithms.md.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -63,6 +64,27 @@ def rings(n: int, topology: Any = None) -> tuple[list[list[int]], list[int], boo
     else:
         out, weights, together = [list(range(n))], [1], True
     return out, weights, together
+
+
+_SHAPES: weakref.WeakKeyDictionary[Any, dict[int, tuple[int, int, bool]]] = weakref.WeakKeyDictionary()
+
+
+def ring_shape(n: int, topology: Any = None) -> tuple[int, int, bool]:
+    """(ring count, sum of the chunk weights, together) of ``rings(n, topology)``: G rings of weight 1 on a
+    topology with nodes of G GPUs (one after another), else from ``rings`` itself, remembered per topology
+    object (the budget estimate asks before the build; finding the rings of 8,192 GPUs on a switch takes
+    seconds)."""
+    if topology is None:
+        return 1, 1, True
+    nodes = int(getattr(topology, "node_count", 1) or 1)
+    per = int(topology.nranks) // nodes
+    if nodes > 1 and per > 1:
+        return per, per, False
+    known = _SHAPES.setdefault(topology, {})
+    if n not in known:
+        found, weights, together = rings(n, topology)
+        known[n] = (len(found), sum(weights), together)
+    return known[n]
 
 
 def build(n: int, collective: str = "allreduce", topology: Any = None) -> Schedule:

@@ -49,9 +49,11 @@ from typing import Any
 import numpy as np
 
 from collsynth import budget, progress
+from collsynth.budget import Work
 from collsynth.errors import CollsynthError
 from collsynth.fileio import save_figure
 from collsynth.synth.algorithms import synchronous
+from collsynth.synth.algorithms.estimate import work
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar import waves
 from collsynth.synth.bounds import allreduce_bound
@@ -71,18 +73,34 @@ RANDOM_DELAY_S = 10e-3  # random delays are uniform in [0, this)
 _SIZED = ("hierarchical", "tree", "clusterstraggler", "multistraggler")  # algorithms whose plan depends on the size
 
 
-def study_bytes(n: int) -> int:
-    """About the memory of one row at n GPUs: the largest schedule built, multiring's 16 n(n-1) one-chunk
-    transfers over 8n chunks (the others stay below it), verified (budget.verify_bytes) and simulated."""
-    transfers = 16 * n * (n - 1)
-    return budget.verify_bytes(n, 8 * n, 16 * n, transfers) + 3 * 48 * transfers
+def study_works(nodes: int, cases: Sequence[str] = CASES, **model: Any) -> tuple[list[Work], list[Work]]:
+    """The work estimates (synth.algorithms.estimate) of what one node count of the study builds: (the
+    schedules every such count builds: hierarchical, tree and ours for each case; ring and multiring, built
+    only where their bound does not prune them, e.g. never on h100-cluster)."""
+    gpn = int(model.get("gpus_per_node", 8))
+    size = float(model.get("size", 2**30))
+    topo = study_topology(str(model.get("topology", "h100-cluster")), nodes, gpn)
+    n = topo.nranks
+    grid = node_grid(topo, n)
+    built = [work(a, n, "allreduce", _params(a, topo, size, None)) for a in synchronous.SYNC
+             if a not in synchronous.RING_FAMILY]
+    for case in cases:
+        arr = case_arrivals(case, grid, float(model.get("delay", 0.05)), int(model.get("seed", 15)))
+        built += [work(a, n, "allreduce", _params(a, topo, size, arr)) for a in ours_names(case, nodes)]
+    rings = [work(a, n, "allreduce", _params(a, topo, size, None)) for a in synchronous.RING_FAMILY]
+    return built, rings
+
+
+def is_topology_file(spec: str) -> bool:
+    """Whether the study's ``--topology`` names a topology JSON file (of a fixed node count), not a preset."""
+    return spec.lower().endswith(".json") or os.path.exists(spec)
 
 
 def study_topology(spec: str, nodes: int, gpus_per_node: int) -> Topology:
     """``spec`` for ``nodes`` x ``gpus_per_node`` GPUs: a cluster preset (default h100-cluster) built for that
     many, or a topology JSON file with that many nodes (e.g. from `collsynth topology import`); CollsynthError
     naming what to change unless it has exactly that shape."""
-    is_file = spec.lower().endswith(".json") or os.path.exists(spec)
+    is_file = is_topology_file(spec)
     topo = load_topology(spec) if is_file else make_topology(spec, nodes * gpus_per_node)
     shape = node_grid(topo, topo.nranks).shape
     if shape != (nodes, gpus_per_node):
@@ -186,15 +204,18 @@ def with_sync(ours: dict[str, Any], sy: dict[str, Any]) -> dict[str, Any]:
             **tail, "speedup": sync_after / mine, "ours_x_bound": mine / bound, "sync_x_bound": sync_after / bound}
 
 
-def check_study(nodes: Sequence[int], gpus_per_node: int = 8) -> None:
+def check_study(nodes: Sequence[int], cases: Sequence[str] = CASES, **model: Any) -> None:
     """Refuse (CollsynthError, exit 2) node counts whose schedules do not fit the memory budget, naming the
-    largest that does."""
+    largest that does; ring and multiring are checked when they are built (``study_works``)."""
+    gpn = int(model.get("gpus_per_node", 8))
     for N in nodes:
-        n = N * gpus_per_node
-        if study_bytes(n) > budget.max_memory():
-            fit = budget.largest_fitting(lambda x: float(study_bytes(x * gpus_per_node)), 1, N)
-            budget.check(study_bytes(n), f"reproduce cluster at {N} nodes ({n} GPUs)",
-                         largest=f"{fit} nodes" if fit >= 2 else "")
+        need = max(w.nbytes() for w in study_works(N, cases, **model)[0])
+        if need > budget.max_memory():
+            is_preset = not is_topology_file(str(model.get("topology", "h100-cluster")))
+            fit = budget.largest_fitting(lambda x: float(max(w.nbytes() for w in study_works(x, cases, **model)[0])),
+                                         2, N) if is_preset else 0
+            budget.check(need, f"reproduce cluster at {N} nodes ({N * gpn} GPUs)",
+                         largest=f"{fit} nodes" if fit >= 2 and need > 0 else "")
 
 
 def reproduce_cluster(nodes: Sequence[int] = DEFAULT_NODES, cases: Sequence[str] = CASES,
@@ -206,12 +227,14 @@ def reproduce_cluster(nodes: Sequence[int] = DEFAULT_NODES, cases: Sequence[str]
     share out their search's candidates; the rows are the same."""
     ns = sorted(set(nodes))
     gpn = int(model.get("gpus_per_node", 8))
-    check_study(ns, gpn)
     spec = str(model.get("topology", "h100-cluster"))
     size = float(model.get("size", 2**30))
     study_topology(spec, ns[0], gpn)  # a bad topology fails before any work
+    check_study(ns, cases, **model)
     whole = [N for N in ns if N * gpn > waves.SEARCH_MAX_GPUS]
-    fit = budget.max_memory() // max((study_bytes(N * gpn) for N in whole), default=1)  # rows at once (>= 1)
+    # tasks at once (>= 1): each in its own process, counting ring and multiring as if built
+    task = max((w.share_bytes() for N in whole for ws in study_works(N, cases, **model) for w in ws), default=1)
+    fit = budget.max_memory() // max(task, 1)
     pending = imap_ordered(study_task, [call for N in whole for call in
                                         [("sync", (spec, N, gpn, size))] + [("ours", (N, c, model)) for c in cases]],
                            at_once=max(1, fit))
