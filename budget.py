@@ -60,12 +60,14 @@ def _gib(nbytes: float) -> str:
 
 
 def verify_bytes(nranks: int, nchunks: int, nsteps: int, ntransfers: int, chunk_runs: int | None = None) -> int:
-    """About the bytes synth.verify allocates: two (ranks x chunks) tables of rank bitsets (the state and
-    the wanted result), per-location flags, per-step flags, and per transfer and per moved chunk indices."""
+    """About the bytes synth.verify allocates: (ranks x chunks) tables of rank bitsets (the state, the wanted
+    result, and up to one more for a step's reads: rhd's first step reads half of them), per-location flags,
+    per-step flags, and per transfer and per moved chunk indices (bench/bench_estimate.py: rhd at 2,048 ranks
+    measured 3.17 GB, two tables counted 2.64 GiB)."""
     words = -(-nranks // 64)
     locs = nranks * nchunks
     moved = ntransfers if chunk_runs is None else chunk_runs
-    return 16 * locs * words + 18 * locs + 16 * (nsteps + 1) + 64 * ntransfers + 48 * moved
+    return 24 * locs * words + 18 * locs + 16 * (nsteps + 1) + 64 * ntransfers + 48 * moved
 
 
 def schedule_bytes(nranks: int) -> int:
@@ -129,10 +131,11 @@ class Work:
     def share_bytes(self) -> int:
         """About the peak bytes of one candidate in one process: the verifier's state (``verify_bytes``; by
         composition the regenerated columns instead) or the simulator's (16 bytes per rank and chunk, 96 per
-        transfer), whichever is larger, and the builder's columns twice."""
+        transfer, and a quarter more per location for its temporaries: bench/bench_estimate.py), whichever
+        is larger, and the builder's columns twice."""
         check_state = 2 * 48 * self.transfers if self.composed else \
             verify_bytes(self.nranks, self.nchunks, self.nsteps, self.transfers, self.moves)
-        simulate_state = 16 * self.nranks * self.nchunks + 96 * self.transfers
+        simulate_state = 20 * self.nranks * self.nchunks + 96 * self.transfers
         return max(check_state, simulate_state) + 2 * 48 * self.transfers
 
     def nbytes(self) -> int:
@@ -144,8 +147,9 @@ class Work:
 
     def seconds(self) -> float:
         """About the seconds of the whole job on one core (by composition the verifier never expands the
-        chunk moves: the transfers count)."""
-        per = self.transfers if self.composed else max(self.moves, self.transfers)
+        chunk moves: the transfers count, and the simulator's per-location work, about a sixteenth of a
+        move's per (rank, chunk): hierarchical at 2,048 GPUs, 42 million locations, 4.1 s)."""
+        per = self.transfers + self.nranks * self.nchunks // 16 if self.composed else max(self.moves, self.transfers)
         return self.copies * (SECONDS_PER_MOVE * per + SECONDS_PER_STEP * self.nsteps) + self.search_s
 
 

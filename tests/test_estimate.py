@@ -80,8 +80,8 @@ def _run(capsys, *argv):
 
 
 @pytest.mark.parametrize("argv", [
-    ["synth", "-a", "ring", "-n", "3000"],
-    ["synth", "-a", "direct", "-n", "3000"],
+    ["synth", "-a", "ring", "-n", "2000"],
+    ["synth", "-a", "direct", "-n", "2000"],
     ["synth", "-a", "stragglar", "-n", "1000"],
     ["compare", "--gpus", "1000", "--size", "1MiB"],
     ["reproduce", "stragglar", "-n", "1000"],

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from collsynth import budget
 from collsynth.budget import Work
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import hierarchical, multiring, tree
@@ -96,11 +97,16 @@ def _ring(n: int, collective: str) -> Work:
 def _multiring(n: int, topology: Any) -> Work:
     """What multiring.build makes: C rings (``multiring.ring_shape`` of the topology as given) of the ring
     AllReduce, ring c over n w_c chunks moving w_c chunks a transfer; the rings advance together (2(n-1)
-    steps) or one after another (2C(n-1) steps)."""
+    steps) or one after another (2C(n-1) steps). On one node the rings are searched for (seconds at 8,192
+    GPUs, and memory that grows with n^2) only where one plain ring of the topology's size fits the budget:
+    beyond it the plain ring's count, a lower bound, is refused anyway."""
+    t = 2 * n * (n - 1)
     C, weights, together = 1, 1, True
     if topology is not None and not isinstance(topology, str):
-        C, weights, together = multiring.ring_shape(int(topology.nranks), topology)
-    t = 2 * n * (n - 1)
+        m = int(topology.nranks)
+        plain = _ring(m, "allreduce")
+        find = plain.nbytes() <= budget.max_memory() and plain.seconds() <= budget.max_seconds()
+        C, weights, together = multiring.ring_shape(m, topology, find) or (C, weights, together)
     return Work(n, n * weights, 2 * (n - 1) * (1 if together else C), C * t, weights * t)
 
 

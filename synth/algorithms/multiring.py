@@ -69,11 +69,11 @@ def rings(n: int, topology: Any = None) -> tuple[list[list[int]], list[int], boo
 _SHAPES: weakref.WeakKeyDictionary[Any, dict[int, tuple[int, int, bool]]] = weakref.WeakKeyDictionary()
 
 
-def ring_shape(n: int, topology: Any = None) -> tuple[int, int, bool]:
+def ring_shape(n: int, topology: Any = None, find: bool = True) -> tuple[int, int, bool] | None:
     """(ring count, sum of the chunk weights, together) of ``rings(n, topology)``: G rings of weight 1 on a
     topology with nodes of G GPUs (one after another), else from ``rings`` itself, remembered per topology
     object (the budget estimate asks before the build; finding the rings of 8,192 GPUs on a switch takes
-    seconds)."""
+    seconds). ``find=False``: None where that search has not run yet."""
     if topology is None:
         return 1, 1, True
     nodes = int(getattr(topology, "node_count", 1) or 1)
@@ -82,6 +82,8 @@ def ring_shape(n: int, topology: Any = None) -> tuple[int, int, bool]:
         return per, per, False
     known = _SHAPES.setdefault(topology, {})
     if n not in known:
+        if not find:
+            return None
         found, weights, together = rings(n, topology)
         known[n] = (len(found), sum(weights), together)
     return known[n]
