@@ -162,3 +162,19 @@ def test_hierarchical_estimate_knows_it_is_verified_by_composition(capsys, tmp_p
     code, out, err = _run(capsys, "--max-memory", "1GiB", "synth", "-a", "hierarchical", "-n", "1024", "-t",
                           "h100-cluster", "--size", "1GiB", "-o", tmp_path / "h.json")
     assert code == 0 and "(verified)" in out + err, err
+
+
+def test_several_late_ranks_above_the_search_limit_are_counted_as_its_candidates():
+    """Above waves.SEARCH_MAX_GPUS clusterstraggler builds a funnel, choose.py's form and the synchronous one,
+    each about one late-GPU plan: the estimate bounds what is built with the one-plan count (the flat
+    multistraggler count said 7x the memory at 1,024 GPUs)."""
+    from collsynth.synth.algorithms.stragglar import waves
+
+    n = 8 * (waves.SEARCH_MAX_GPUS // 8 + 1)
+    topo = make_topology("h100-cluster", n)
+    p = {"topology": topo, "size": 2**30, "arrivals": {3: 0.01, 100: 0.02, n - 7: 0.03}}
+    s = build_schedule("clusterstraggler", n, **p)
+    w = work("clusterstraggler", n, "allreduce", p)
+    got = (s.ntransfers, int(s.count.sum()), s.nsteps, s.nchunks)
+    assert all(g <= e for g, e in zip(got, (w.transfers, w.moves, w.nsteps, w.nchunks))), (got, w)
+    assert w.copies == 3 and w.transfers <= 8 * s.ntransfers

@@ -173,7 +173,9 @@ def _resolved_k(n: int, pipeline: Any, params: Mapping[str, Any]) -> int:
 
 def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
     """clusterstraggler's one-plan forms (one late GPU, one whole late node) on a topology with nodes (module
-    docstring), else None (the flat form or several late ranks: the multistraggler estimate)."""
+    docstring), and its several-late-rank candidates above waves.SEARCH_MAX_GPUS (a funnel and choose.py's
+    forms, each about one such plan: 1,024 GPUs with 3 late ranks, 537,620 transfers, against 537,634 for
+    one late GPU), else None (the flat form or the waves search: the multistraggler estimate)."""
     topo = params.get("topology")
     if topo is None or isinstance(topo, str) or getattr(topo, "nranks", None) != n:
         return None
@@ -187,9 +189,10 @@ def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
     except CollsynthError:
         return None  # build_schedule refuses it with the reason
     late = {int(r) for r in np.flatnonzero(times > times.min())}
-    if len(late) > 1 and not any(late == {int(x) for x in row} for row in grid):
-        return None
     pipe = params.get("pipeline", "auto")
+    several = len(late) > 1 and not any(late == {int(x) for x in row} for row in grid)
+    if several and not (pipe == "auto" and n > stragglar_waves.SEARCH_MAX_GPUS):
+        return None
     m = pipe if isinstance(pipe, int) and not isinstance(pipe, bool) and pipe >= 1 else max(stragglar_cluster.UNITS)
     m = min(m, stragglar_cluster.MAX_CHUNKS // G)
     c = G * m * prephase.pre_units(grid, late, m, stragglar_cluster.MAX_CHUNKS)  # the chunks, cut finer for the rings
@@ -198,6 +201,11 @@ def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
     # at most 2 LOCAL_ROUNDS pieces deep, twice, and the rail ring's 2 (N - 1) steps
     pre = 2 * (G - 1) * min(N, 2 * prephase.LOCAL_ROUNDS) + 2 * N + 8
     copies = 2  # and the synchronous one (choose.py)
+    if several:  # above the search's limit: one funnel, choose.py's late-GPU or late-node form, the synchronous one;
+        # their block counts are chosen later, so the most chunks any of them may cut
+        c = max(c, *(G * u * prephase.pre_units(grid, late, u, stragglar_cluster.MAX_CHUNKS)
+                     for u in stragglar_cluster.UNITS if u <= stragglar_cluster.MAX_CHUNKS // G))
+        return Work(n, c, 4 * c + 4 * N + pre, 4 * n * blocks, 4 * n * c, copies=3)
     if pipe == "auto" and len(late) == 1:  # choose.reduce_only's funnel forms (one above the search's limit)
         copies += len(stragglar_waves.funnel_choices(n, N))
     if pipe == "auto" and n <= stragglar_cluster.BALANCED_MAX_GPUS:
