@@ -128,14 +128,12 @@ def _ahead(pool: ProcessPoolExecutor, fn: Callable[[T], R], items: Sequence[T], 
 
     def submit_next(done: Future[R] | None = None) -> None:
         nonlocal count
-        if done is not None and done.cancelled():  # shut down (Ctrl-C): start nothing more
-            return
         with submitted:
             if count == len(items):
                 return
             try:
                 future = pool.submit(fn, items[count])
-            except RuntimeError as e:  # the pool was shut down meanwhile: the item fails, nothing waits for ever
+            except RuntimeError as e:  # shut down meanwhile (Ctrl-C): this item and the rest fail, none waits for ever
                 future = Future()
                 future.set_exception(e)
             futures[count] = future

@@ -183,3 +183,13 @@ def test_at_once_keeps_the_order_and_the_cap():
     for cap in (1, 2, 3, 10):
         assert list(workers.imap_ordered(abs, [-3, 1, -4, 1, -5], at_once=cap)) == [3, 1, 4, 1, 5]
     assert workers.processes() == 2  # cap 1 ran here, the others in the workers
+
+
+def test_at_once_after_a_shutdown_fails_the_rest_instead_of_waiting():
+    """A pool shut down while calls are pending (Ctrl-C): the items not yet started fail, none hangs."""
+    workers.set_jobs(2)
+    got = workers.imap_ordered(time.sleep, [1.0] * 6, at_once=2)  # two run, four wait
+    workers.shutdown()
+    assert next(got) is None and next(got) is None  # the two running finish
+    with pytest.raises(RuntimeError):
+        next(got)

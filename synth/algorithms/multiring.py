@@ -72,8 +72,9 @@ _SHAPES: weakref.WeakKeyDictionary[Any, dict[int, tuple[int, int, bool]]] = weak
 def ring_shape(n: int, topology: Any = None, find: bool = True) -> tuple[int, int, bool] | None:
     """(ring count, sum of the chunk weights, together) of ``rings(n, topology)``: G rings of weight 1 on a
     topology with nodes of G GPUs (one after another), else from ``rings`` itself, remembered per topology
-    object (the budget estimate asks before the build; finding the rings of 8,192 GPUs on a switch takes
-    seconds). ``find=False``: None where that search has not run yet."""
+    object for the budget estimate (which is asked again for each size its search for the largest that fits
+    tries; finding the rings of 8,192 GPUs on a switch takes seconds). ``find=False``: None where that
+    search has not run yet."""
     if topology is None:
         return 1, 1, True
     nodes = int(getattr(topology, "node_count", 1) or 1)
