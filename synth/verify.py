@@ -412,8 +412,14 @@ def _verify(s: Schedule, ports: int | None, method: str) -> VerifyReport:
 
 
 def flat_bytes(s: Schedule) -> int:
-    """Memory of the flat verifier's bit sets: one bit per rank for every (rank, chunk)."""
-    return s.nranks * s.nchunks * ((s.nranks + 63) // 64) * 8
+    """Memory of the flat verifier's bit sets for ``s`` (``flat_table_bytes``)."""
+    return flat_table_bytes(s.nranks, s.nchunks)
+
+
+def flat_table_bytes(nranks: int, nchunks: int) -> int:
+    """Memory of the flat verifier's bit sets: one bit per rank for every (rank, chunk); above FLAT_BYTES a
+    composed schedule is verified by composition (the work estimate asks before building)."""
+    return nranks * nchunks * ((nranks + 63) // 64) * 8
 
 
 def _verify_composed(s: Schedule, p: int) -> VerifyReport | None:

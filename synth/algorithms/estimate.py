@@ -55,7 +55,7 @@ from collsynth.synth.algorithms.stragglar import waves as stragglar_waves
 from collsynth.synth.algorithms.stragglar.tables import stored_sizes
 from collsynth.synth.arrivals import arrival_vector
 from collsynth.synth.composition import inter_steps
-from collsynth.synth.verify import FLAT_BYTES
+from collsynth.synth.verify import FLAT_BYTES, flat_table_bytes
 
 SEARCH_S_PER_N2 = 8e-5  # StragglAR's phase-2 design search: about this many seconds x n^2
 
@@ -110,11 +110,6 @@ def _multiring(n: int, topology: Any) -> Work:
     return Work(n, n * weights, 2 * (n - 1) * (1 if together else C), C * t, weights * t)
 
 
-def _flat_verify_bytes(n: int, chunks: int) -> int:
-    """The flat verifier's bit sets (synth.verify.flat_bytes) for n ranks and ``chunks`` chunks."""
-    return n * chunks * ((n + 63) // 64) * 8
-
-
 def _hierarchical(n: int, pipe: Any, topology: Any, size: Any) -> Work:
     """What hierarchical.build makes (synth/algorithms/hierarchical.py): its own cheap model (``plan``) picks
     the slice weights w and the rail kind; K = len(w) slices of 2(G-1) node steps and the rail steps, n
@@ -125,7 +120,7 @@ def _hierarchical(n: int, pipe: Any, topology: Any, size: Any) -> Work:
         w = max(hierarchical.profiles(K), key=sum)
         t = K * 2 * (n - 1) * n
         return Work(n, n * sum(w), K * 2 * (n - 1), t, t * max(w),
-                    composed=_flat_verify_bytes(n, n * sum(w)) > FLAT_BYTES)
+                    composed=flat_table_bytes(n, n * sum(w)) > FLAT_BYTES)
     grid = node_grid(topology, n)
     N, G = grid.shape
     s_bytes = hierarchical.DEFAULT_SIZE if size is None else float(size)
@@ -135,7 +130,7 @@ def _hierarchical(n: int, pipe: Any, topology: Any, size: Any) -> Work:
     t = len(w) * per * n
     moves = n * M * sum(w) * (2 * (G - 1)) + int(n * M * sum(w) * sum(fracs)) + t
     chunks = sum(w) * G * M
-    return Work(n, chunks, len(w) * per, t, moves, composed=_flat_verify_bytes(n, chunks) > FLAT_BYTES)
+    return Work(n, chunks, len(w) * per, t, moves, composed=flat_table_bytes(n, chunks) > FLAT_BYTES)
 
 
 def _pipeline_k(n: int, pipeline: Any, kmax: int) -> int:

@@ -204,18 +204,24 @@ def with_sync(ours: dict[str, Any], sy: dict[str, Any]) -> dict[str, Any]:
             **tail, "speedup": sync_after / mine, "ours_x_bound": mine / bound, "sync_x_bound": sync_after / bound}
 
 
-def check_study(nodes: Sequence[int], cases: Sequence[str] = CASES, **model: Any) -> None:
+def check_study(nodes: Sequence[int], cases: Sequence[str] = CASES,
+                **model: Any) -> dict[int, tuple[list[Work], list[Work]]]:
     """Refuse (CollsynthError, exit 2) node counts whose schedules do not fit the memory budget, naming the
-    largest that does; ring and multiring are checked when they are built (``study_works``)."""
+    largest that does; ring and multiring are checked when they are built. Returns ``study_works`` of each
+    node count."""
     gpn = int(model.get("gpus_per_node", 8))
-    for N in nodes:
-        need = max(w.nbytes() for w in study_works(N, cases, **model)[0])
-        if need > budget.max_memory():
+
+    def need(x: int, works: tuple[list[Work], list[Work]] | None = None) -> int:
+        return max(w.nbytes() for w in (works or study_works(x, cases, **model))[0])
+
+    got = {N: study_works(N, cases, **model) for N in nodes}
+    for N, works in got.items():
+        if need(N, works) > budget.max_memory():
             is_preset = not is_topology_file(str(model.get("topology", "h100-cluster")))
-            fit = budget.largest_fitting(lambda x: float(max(w.nbytes() for w in study_works(x, cases, **model)[0])),
-                                         2, N) if is_preset else 0
-            budget.check(need, f"reproduce cluster at {N} nodes ({N * gpn} GPUs)",
-                         largest=f"{fit} nodes" if fit >= 2 and need > 0 else "")
+            fit = budget.largest_fitting(lambda x: float(need(x)), 2, N) if is_preset else 0
+            budget.check(need(N, works), f"reproduce cluster at {N} nodes ({N * gpn} GPUs)",
+                         largest=f"{fit} nodes" if fit >= 2 else "")
+    return got
 
 
 def reproduce_cluster(nodes: Sequence[int] = DEFAULT_NODES, cases: Sequence[str] = CASES,
@@ -230,10 +236,10 @@ def reproduce_cluster(nodes: Sequence[int] = DEFAULT_NODES, cases: Sequence[str]
     spec = str(model.get("topology", "h100-cluster"))
     size = float(model.get("size", 2**30))
     study_topology(spec, ns[0], gpn)  # a bad topology fails before any work
-    check_study(ns, cases, **model)
+    works = check_study(ns, cases, **model)
     whole = [N for N in ns if N * gpn > waves.SEARCH_MAX_GPUS]
     # tasks at once (>= 1): each in its own process, counting ring and multiring as if built
-    task = max((w.share_bytes() for N in whole for ws in study_works(N, cases, **model) for w in ws), default=1)
+    task = max((w.share_bytes() for N in whole for ws in works[N] for w in ws), default=1)
     fit = budget.max_memory() // max(task, 1)
     pending = imap_ordered(study_task, [call for N in whole for call in
                                         [("sync", (spec, N, gpn, size))] + [("ours", (N, c, model)) for c in cases]],
