@@ -185,10 +185,21 @@ def test_at_once_keeps_the_order_and_the_cap():
     assert workers.processes() == 2  # cap 1 ran here, the others in the workers
 
 
-def test_at_once_after_a_shutdown_fails_the_rest_instead_of_waiting():
+def _marked_nap(arg):
+    """Mark the start in the file named by ``arg``, then sleep a second (a worker's call, module level)."""
+    path, i = arg
+    with open(f"{path}/{i}", "w") as f:
+        f.write("started")
+    time.sleep(1.0)
+
+
+def test_at_once_after_a_shutdown_fails_the_rest_instead_of_waiting(tmp_path):
     """A pool shut down while calls are pending (Ctrl-C): the items not yet started fail, none hangs."""
     workers.set_jobs(2)
-    got = workers.imap_ordered(time.sleep, [1.0] * 6, at_once=2)  # two run, four wait
+    got = workers.imap_ordered(_marked_nap, [(str(tmp_path), i) for i in range(6)], at_once=2)  # two run, four wait
+    deadline = time.monotonic() + 60  # a call submitted but not yet handed to a worker would be cancelled
+    while not ((tmp_path / "0").exists() and (tmp_path / "1").exists()) and time.monotonic() < deadline:
+        time.sleep(0.02)
     workers.shutdown()
     assert next(got) is None and next(got) is None  # the two running finish
     with pytest.raises(RuntimeError):
