@@ -59,23 +59,29 @@ def _gib(nbytes: float) -> str:
     return f"{x / 2**30:.3g} GiB" if x >= 2**30 else f"{x / 2**20:.3g} MiB"
 
 
+BUILD_BYTES_PER_TRANSFER = 144  # a built schedule's columns twice and its builder's temporaries (Work.build_bytes)
+VERIFY_BASE_BYTES = 2 * 2**20  # the verifier's fixed working state (traced: 1.7 MB in all for rhd on 64 ranks)
+
+
 def verify_bytes(nranks: int, nchunks: int, nsteps: int, ntransfers: int, chunk_runs: int | None = None) -> int:
     """About the bytes synth.verify allocates: (ranks x chunks) tables of rank bitsets (the state, the wanted
     result, and up to one more for a step's reads: rhd's first step reads half of them), per-location flags,
-    per-step flags, and per transfer and per moved chunk indices (bench/bench_estimate.py: rhd at 2,048 ranks
-    measured 3.17 GB, two tables counted 2.64 GiB)."""
+    per-step flags, per transfer and per moved chunk indices (the expanded moves and their race and
+    duplicate-reduce keys: hierarchical at 256 GPUs, 1.3 million moves, traced 158 MB), and a few MiB of
+    fixed working state (bench/bench_estimate.py: rhd at 2,048 ranks measured 3.17 GB, two tables counted
+    2.64 GiB; tests/test_estimate.py compares tracemalloc's peak)."""
     words = -(-nranks // 64)
     locs = nranks * nchunks
     moved = ntransfers if chunk_runs is None else chunk_runs
-    return 24 * locs * words + 18 * locs + 16 * (nsteps + 1) + 64 * ntransfers + 48 * moved
+    return 24 * locs * words + 18 * locs + 16 * (nsteps + 1) + 64 * ntransfers + 80 * moved + VERIFY_BASE_BYTES
 
 
 def schedule_bytes(nranks: int) -> int:
     """About the bytes of building and verifying a typical schedule on ``nranks`` ranks: n chunks, 2n(n-1)
-    one-chunk transfers (ring's count; most algorithms are at or below it), kept twice while building."""
+    one-chunk transfers (ring's count; most algorithms are at or below it), and building them."""
     n = max(int(nranks), 2)
     transfers = 2 * n * (n - 1)
-    return verify_bytes(n, n, 2 * n, transfers) + 2 * 48 * transfers
+    return verify_bytes(n, n, 2 * n, transfers) + BUILD_BYTES_PER_TRANSFER * transfers
 
 
 def check(nbytes: float, what: str, *, largest: str = "", hint: str = "") -> None:
@@ -125,18 +131,24 @@ class Work:
     moves: int  # chunk moves: the sum of the transfers' counts
     search_s: float = 0.0
     copies: int = 1  # schedules built and simulated to pick one (multistraggler tries several forms)
-    extra_bytes: int = 0  # held beside the schedule afterwards (e.g. emitting it: backends/cost.py)
+    extra_bytes: int = 0  # held beside the schedule: by its builder (multistraggler) or afterwards (emitting it)
     composed: bool = False  # verified by composition (synth.composition): no flat bit sets, no chunk moves expanded
 
     def share_bytes(self) -> int:
         """About the peak bytes of one candidate in one process: the verifier's state (``verify_bytes``; by
         composition the regenerated columns instead) or the simulator's (16 bytes per rank and chunk, 96 per
         transfer, and a quarter more per location for its temporaries: bench/bench_estimate.py), whichever
-        is larger, and the builder's columns twice."""
+        is larger, and the builder's (``build_bytes``)."""
         check_state = 2 * 48 * self.transfers if self.composed else \
             verify_bytes(self.nranks, self.nchunks, self.nsteps, self.transfers, self.moves)
         simulate_state = 20 * self.nranks * self.nchunks + 96 * self.transfers
-        return max(check_state, simulate_state) + 2 * 48 * self.transfers
+        return max(check_state, simulate_state) + self.build_bytes()
+
+    def build_bytes(self) -> int:
+        """About the peak bytes of building the schedule: its columns twice and the builder's temporaries
+        (traced 103-131 bytes per transfer for ring, rhd, direct and hierarchical), besides what a builder
+        holds of its own (``extra_bytes``: multistraggler's Python moves), and a MiB of fixed state."""
+        return BUILD_BYTES_PER_TRANSFER * self.transfers + 2**20
 
     def nbytes(self) -> int:
         """About the peak bytes: ``share_bytes`` and any extra; with worker processes (collsynth.workers) one

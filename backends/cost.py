@@ -167,7 +167,7 @@ def check_synth_emit(fmt: str, name: str, n: int, collective: str = "allreduce",
     def job(x: int, always: bool = False) -> Work:
         w = work(name, x, collective, params, always=always)
         nbytes, seconds = cost(fmt, shape_of_work(w, peers_of(name, x)), options)
-        return dataclasses.replace(w, search_s=w.search_s + seconds, extra_bytes=int(nbytes))
+        return dataclasses.replace(w, search_s=w.search_s + seconds, extra_bytes=max(w.extra_bytes, int(nbytes)))
 
     budget.check_work(job, n, f"synth -a {name} -n {n} --format {fmt}", monotone=lambda x: job(x, always=True))
 

@@ -45,12 +45,12 @@ def no_lowering(monkeypatch):
 
 @pytest.mark.parametrize("fmt", ["msccl-xml", "mscclpp-plan", "nccl-cuda"])
 def test_emit_beyond_the_memory_budget_is_refused_before_lowering(capsys, tmp_path, no_lowering, fmt):
-    src = tmp_path / "r16.json"
-    assert run(capsys, "synth", "-a", "ring", "-n", "16", "-o", src)[0] == 0
-    out = tmp_path / "out"
-    code, _, err = run(capsys, "--max-memory", "64KiB", "emit", src, "--format", fmt, "-o", out)
-    one_line_exit_2(code, err, f"emitting ring_allreduce_n16 as {fmt} (16 ranks, 480 transfers) needs about")
-    assert "the largest that fits is about" in err and "transfers on 16 ranks" in err and "--max-memory" in err
+    src = tmp_path / "r64.json"
+    assert run(capsys, "synth", "-a", "ring", "-n", "64", "-o", src)[0] == 0
+    out = tmp_path / "out"  # 8 MiB: enough to load and verify it (about 3.3 MiB), not to emit it
+    code, _, err = run(capsys, "--max-memory", "8MiB", "emit", src, "--format", fmt, "-o", out)
+    one_line_exit_2(code, err, f"emitting ring_allreduce_n64 as {fmt} (64 ranks, 8064 transfers) needs about")
+    assert "the largest that fits is about" in err and "transfers on 64 ranks" in err and "--max-memory" in err
     assert not out.exists()
 
 

@@ -178,3 +178,37 @@ def test_several_late_ranks_above_the_search_limit_are_counted_as_its_candidates
     got = (s.ntransfers, int(s.count.sum()), s.nsteps, s.nchunks)
     assert all(g <= e for g, e in zip(got, (w.transfers, w.moves, w.nsteps, w.nchunks))), (got, w)
     assert w.copies == 3 and w.transfers <= 8 * s.ntransfers
+
+
+TRACED = [("multistraggler", 32, None, {"arrivals": {1: 1e-3, 9: 2e-3, 17: 3e-3, 23: 4e-3}, "size": 2**30}),
+          ("ring", 64, None, {}), ("rhd", 64, None, {}), ("stragglar", 24, None, {"straggler": 23}),
+          ("direct", 256, None, {}), ("hierarchical", 64, "h100-cluster", {"size": 2**30}),
+          ("hierarchical", 1024, "h100-cluster", {"size": 2**30}),  # verified by composition
+          ("clusterstraggler", 16, "h100-cluster", {"arrivals": {5: 0.05}, "size": 2**30, "pipeline": 8})]
+
+
+@pytest.mark.parametrize("name,n,topo,params", TRACED, ids=lambda v: str(v))
+def test_estimated_bytes_bound_the_traced_peak(name, n, topo, params):
+    """The memory the estimate counts is at least what building, verifying and simulating allocate
+    (tracemalloc's peak, numpy's arrays included; multistraggler's builder had been counted at 0.45x)."""
+    import tracemalloc
+
+    from collsynth.synth.simulate import simulate
+
+    p = dict(params)
+    if topo:
+        p["topology"] = make_topology(topo, n)
+    build_schedule(name, n, **p)  # once untraced: the modules it imports on first use are not its work
+    w = work(name, n, "allreduce", p)
+    tracemalloc.start(1)
+    try:
+        s = build_schedule(name, n, **p)
+        built = tracemalloc.get_traced_memory()[1]
+        assert built <= w.build_bytes() + w.extra_bytes, f"{name} n={n}: build traced {built / 1e6:.2f} MB"
+        assert verify(s).ok
+        simulate(s, p.get("size", 2**30), p.get("topology") or make_topology("nvswitch", n), p.get("arrivals"))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    est = w.nbytes()
+    assert peak <= est, f"{name} n={n}: traced {peak / 1e6:.2f} MB, estimated {est / 1e6:.2f} MB"

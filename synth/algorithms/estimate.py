@@ -15,7 +15,7 @@ tests/test_estimate.py checks them against built schedules):
   SEARCH_S_PER_N2 x n^2 seconds (measured: n = 400 in 10 s, n = 1000 in 65 s, one core).
 - multistraggler: StragglAR's completion at the depth its pipeline model picks, plus the late ranks'
   streams, each candidate form built, retimed and simulated when a size is given (measured: n = 64 with
-  4 late ranks in 2 s).
+  4 late ranks in 2 s), and its builder's Python moves (``MULTI_BUILD_BYTES`` per transfer).
 - clusterstraggler: the punctual AllReduce, then the late buffer in at most cluster.MAX_CHUNKS blocks
   streamed to every rank (measured: 16 nodes x 8 GPUs with one late GPU, 18,672 transfers in 1.8 s).
   With several late ranks on a topology with nodes (its waves form) it builds and simulates the schedules
@@ -150,6 +150,10 @@ def _stragglar(n: int, k: int, always: bool = False) -> Work:
 
 
 PER_FORM_S = 0.01  # multistraggler: the fixed cost of one candidate form (build, retime, simulate)
+# multistraggler's builder holds its forms' moves as Python objects (the best form, the one being built and
+# its retimed order): measured 780-830 bytes per transfer of the result at 64-256 ranks with 4 late ranks,
+# imports left out (bench/bench_estimate.py; the verifier's and simulator's counts said 2.9x too little)
+MULTI_BUILD_BYTES = 1000
 
 
 def _late(params: Mapping[str, Any]) -> int:
@@ -274,7 +278,8 @@ def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, 
         streams = 2 * late * base.nchunks
         forms = 20 * (late + 1) if params.get("size") is not None else 1  # forms x orders, each simulated
         multi = Work(n, base.nchunks, 2 * base.nsteps + 40 * late, base.transfers + streams, base.moves + streams,
-                     base.search_s + PER_FORM_S * forms + 0.05 * (late + 1), forms)
+                     base.search_s + PER_FORM_S * forms + 0.05 * (late + 1), forms,
+                     extra_bytes=MULTI_BUILD_BYTES * (base.transfers + streams))
         if name == "multistraggler":
             return multi
         # the other cluster forms: the punctual AllReduce, then the late buffer in at most MAX_CHUNKS blocks
@@ -282,7 +287,8 @@ def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, 
         t = 2 * n * (n - 1) + n * chunks
         copies = _waves_copies(n, params)
         return Work(n, max(chunks, multi.nchunks), max(2 * (n + chunks), multi.nsteps), max(t, multi.transfers),
-                    max(4 * t, multi.moves), multi.search_s, max(2, multi.copies) if copies is None else copies)
+                    max(4 * t, multi.moves), multi.search_s, max(2, multi.copies) if copies is None else copies,
+                    extra_bytes=multi.extra_bytes)
     if name == "hierarchical":
         return _hierarchical(n, pipe, params.get("topology"), params.get("size"))
     if name == "tree":
