@@ -180,6 +180,20 @@ def test_several_late_ranks_above_the_search_limit_are_counted_as_its_candidates
     assert w.copies == 3 and w.transfers <= 8 * s.ntransfers
 
 
+@pytest.mark.parametrize("late", [{5: 0.05}, {r: 0.05 for r in range(8, 16)}], ids=["gpu", "node"])
+def test_cluster_forms_on_33_nodes_are_bounded(late):
+    """On a node count that is not a power of two the rings before the arrival cut some block counts finer
+    than the most blocks (one late GPU at 33 x 8 picks 40 blocks in 640 chunks; the estimate had counted 64
+    blocks in 512); the transfers are counted by the sends the ports allow (within 7x of what is built; 9x before)."""
+    n = 8 * 33
+    p = {"topology": make_topology("h100-cluster", n), "size": 2**30, "arrivals": late}
+    s = build_schedule("clusterstraggler", n, **p)
+    w = work("clusterstraggler", n, "allreduce", p)
+    got = (s.ntransfers, int(s.count.sum()), s.nsteps, s.nchunks)
+    assert all(g <= e for g, e in zip(got, (w.transfers, w.moves, w.nsteps, w.nchunks))), (got, w)
+    assert w.transfers <= 7 * s.ntransfers
+
+
 TRACED = [("multistraggler", 32, None, {"arrivals": {1: 1e-3, 9: 2e-3, 17: 3e-3, 23: 4e-3}, "size": 2**30}),
           ("ring", 64, None, {}), ("rhd", 64, None, {}), ("stragglar", 24, None, {"straggler": 23}),
           ("direct", 256, None, {}), ("hierarchical", 64, "h100-cluster", {"size": 2**30}),

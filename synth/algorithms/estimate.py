@@ -25,7 +25,8 @@ tests/test_estimate.py checks them against built schedules):
   one plan of G M blocks (M <= max(cluster.UNITS) for auto) in C = G M k chunks (k = prephase.pre_units,
   so that the rail rings before the arrival cut even pieces): the present ranks' AllReduce and the late
   data's rail chains move each chunk about 3 times per rank (measured 2.9-3.0 C per rank at 16 nodes): at
-  most 4 n C moves, 4 n G max(M, N) transfers (a ring piece per node), 4 C + 4 N steps; with pipeline
+  most 4 n C moves, 4 n G max(M, N) transfers (a ring piece per node) and at most the sends its ports
+  allow (``_cluster_one_late``), 4 C + 4 N steps; with pipeline
   "auto" up to 256 GPUs it builds
   and simulates up to 3 more block counts and the funnel forms (one late GPU) or two more broadcasts (a late
   node on N not a power of two), each counted as a copy.
@@ -192,19 +193,23 @@ def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
     several = len(late) > 1 and not any(late == {int(x) for x in row} for row in grid)
     if several and not (pipe == "auto" and n > stragglar_waves.SEARCH_MAX_GPUS):
         return None
-    m = pipe if isinstance(pipe, int) and not isinstance(pipe, bool) and pipe >= 1 else max(stragglar_cluster.UNITS)
-    m = min(m, stragglar_cluster.MAX_CHUNKS // G)
-    c = G * m * prephase.pre_units(grid, late, m, stragglar_cluster.MAX_CHUNKS)  # the chunks, cut finer for the rings
+    fixed = isinstance(pipe, int) and not isinstance(pipe, bool) and pipe >= 1
+    m = min(pipe if fixed else max(stragglar_cluster.UNITS), stragglar_cluster.MAX_CHUNKS // G)
+    # the chunks, cut finer for the rings (prephase.pre_units); with "auto" the most that any block count cuts
+    # (not the most blocks: 33 nodes cut 40 blocks in 640 chunks, 64 blocks in 512)
+    c = max(G * u * prephase.pre_units(grid, late, u, stragglar_cluster.MAX_CHUNKS)
+            for u in ([m] if fixed else [u for u in stragglar_cluster.UNITS if u <= m]))
     blocks = G * max(m, N)  # the rings cut each part into one piece per node
     # steps: the merge's 4 C + 4 N, and the AllReduce before it (prephase.py): in-node rounds of G - 1 shifts,
     # at most 2 LOCAL_ROUNDS pieces deep, twice, and the rail ring's 2 (N - 1) steps
     pre = 2 * (G - 1) * min(N, 2 * prephase.LOCAL_ROUNDS) + 2 * N + 8
+    # transfers: a rank sends at most one NVLink and one NIC message per step before the arrival, and per
+    # block after it one NIC message and G + 1 NVLink ones (reductions, spreads), plus the broadcast's extra
+    # rounds (measured 146-414 per rank on 2-64 nodes, where 4 G max(M, N) said 2,048-8,192)
+    transfers = n * min(4 * blocks, (G + 2) * m + 2 * pre + 4 * N)
     copies = 2  # and the synchronous one (choose.py)
-    if several:  # above the search's limit: one funnel, choose.py's late-GPU or late-node form, the synchronous one;
-        # their block counts are chosen later, so the most chunks any of them may cut
-        c = max(c, *(G * u * prephase.pre_units(grid, late, u, stragglar_cluster.MAX_CHUNKS)
-                     for u in stragglar_cluster.UNITS if u <= stragglar_cluster.MAX_CHUNKS // G))
-        return Work(n, c, 4 * c + 4 * N + pre, 4 * n * blocks, 4 * n * c, copies=3)
+    if several:  # above the search's limit: one funnel, choose.py's late-GPU or late-node form, the synchronous one
+        return Work(n, c, 4 * c + 4 * N + pre, transfers, 4 * n * c, copies=3)
     if pipe == "auto" and len(late) == 1:  # choose.reduce_only's funnel forms (one above the search's limit)
         copies += len(stragglar_waves.funnel_choices(n, N))
     if pipe == "auto" and n <= stragglar_cluster.BALANCED_MAX_GPUS:
@@ -212,7 +217,7 @@ def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
             copies += 1 + stragglar_cluster.SPILL_TRIES
         elif N & (N - 1):  # a late node's two other broadcast rules
             copies += 2
-    return Work(n, c, 4 * c + 4 * N + pre, 4 * n * blocks, 4 * n * c, copies=copies)
+    return Work(n, c, 4 * c + 4 * N + pre, transfers, 4 * n * c, copies=copies)
 
 
 def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
