@@ -59,6 +59,7 @@ def _gib(nbytes: float) -> str:
     return f"{x / 2**30:.3g} GiB" if x >= 2**30 else f"{x / 2**20:.3g} MiB"
 
 
+SCHEDULE_BYTES_PER_TRANSFER = 48  # a built schedule's columns (step, source, destination, chunk, count, reduce)
 BUILD_BYTES_PER_TRANSFER = 144  # a built schedule's columns twice and its builder's temporaries (Work.build_bytes)
 VERIFY_BASE_BYTES = 2 * 2**20  # the verifier's fixed working state (traced: 1.7 MB in all for rhd on 64 ranks)
 
@@ -81,7 +82,8 @@ def schedule_bytes(nranks: int) -> int:
     one-chunk transfers (ring's count; most algorithms are at or below it), and building them."""
     n = max(int(nranks), 2)
     transfers = 2 * n * (n - 1)
-    return verify_bytes(n, n, 2 * n, transfers) + BUILD_BYTES_PER_TRANSFER * transfers
+    return max(BUILD_BYTES_PER_TRANSFER * transfers, SCHEDULE_BYTES_PER_TRANSFER * transfers
+               + verify_bytes(n, n, 2 * n, transfers))
 
 
 def check(nbytes: float, what: str, *, largest: str = "", hint: str = "") -> None:
@@ -139,11 +141,12 @@ class Work:
         """About the peak bytes of one candidate in one process: the verifier's state (``verify_bytes``; by
         composition the regenerated columns instead) or the simulator's (16 bytes per rank and chunk, 96 per
         transfer, and a quarter more per location for its temporaries: bench/bench_estimate.py), whichever
-        is larger, and the builder's (``build_bytes``)."""
+        is larger, beside the built schedule's columns; or the builder's peak (``build_bytes``) before them,
+        if larger (building ends before the checks start)."""
         check_state = 2 * 48 * self.transfers if self.composed else \
             verify_bytes(self.nranks, self.nchunks, self.nsteps, self.transfers, self.moves)
         simulate_state = 20 * self.nranks * self.nchunks + 96 * self.transfers
-        return max(check_state, simulate_state) + self.build_bytes()
+        return max(self.build_bytes(), SCHEDULE_BYTES_PER_TRANSFER * self.transfers + max(check_state, simulate_state))
 
     def build_bytes(self) -> int:
         """About the peak bytes of building the schedule: its columns twice and the builder's temporaries
