@@ -98,7 +98,6 @@ def check(nbytes: float, what: str, *, largest: str = "", hint: str = "") -> Non
 MAX_SECONDS = 600.0  # the default time budget: estimated work above it is refused (10 minutes)
 DEFAULT_MAX_SECONDS = MAX_SECONDS
 SECONDS_PER_MOVE = 2e-6  # build + verify + simulate + JSON, per chunk move (measured about 1-2 us, n = 1000)
-TABLE_SLOW_BYTES = 2 * 2**30  # a flat bit-set table this large makes each move twice as slow (Work.seconds)
 SECONDS_PER_STEP = 2e-5  # per step: the verifier's and simulator's per-step work
 
 
@@ -164,16 +163,9 @@ class Work:
     def seconds(self) -> float:
         """About the seconds of the whole job on one core (by composition the verifier never expands the
         chunk moves: the transfers count, and the simulator's per-location work, about a sixteenth of a
-        move's per (rank, chunk): hierarchical at 2,048 GPUs, 42 million locations, 4.1 s). The flat
-        verifier's gathers from its bit sets slow down as that table outgrows the caches: a move costs
-        ``1 + table / TABLE_SLOW_BYTES`` times more (multiring at 1,024 GPUs, 1.07 GB of bit sets: 2.7 us a
-        move in all, against 1.2-2.1 us with 128-134 MB; bench/bench_estimate.py)."""
-        if self.composed:
-            per, slow = self.transfers + self.nranks * self.nchunks // 16, 1.0
-        else:
-            table = 8 * self.nranks * self.nchunks * -(-self.nranks // 64)
-            per, slow = max(self.moves, self.transfers), 1 + table / TABLE_SLOW_BYTES
-        return self.copies * (SECONDS_PER_MOVE * per * slow + SECONDS_PER_STEP * self.nsteps) + self.search_s
+        move's per (rank, chunk): hierarchical at 2,048 GPUs, 42 million locations, 4.1 s)."""
+        per = self.transfers + self.nranks * self.nchunks // 16 if self.composed else max(self.moves, self.transfers)
+        return self.copies * (SECONDS_PER_MOVE * per + SECONDS_PER_STEP * self.nsteps) + self.search_s
 
 
 WorkFn = Callable[[int], "Work | Sequence[Work]"]

@@ -88,6 +88,20 @@ def test_route_classes_vectorised():
     assert got == [t.transfer_class(int(s), int(d)) for s, d in zip(src, dst)]
 
 
+def test_route_classes_of_many_transfers_over_few_pairs():
+    """Many transfers over few pairs (multiring: 4 million over 262,144 pairs) take a table over all pairs
+    instead of a sort: the same classes as one pair at a time, repeats and every order included."""
+    t = make_topology("h100-cluster", 16)
+    rng = np.random.default_rng(7)
+    src = rng.integers(0, 16, 5000)
+    dst = (src + rng.integers(1, 16, 5000)) % 16
+    first, last = t.route_classes(src, dst)
+    assert 4 * len(src) >= 16 * 16  # the table's case
+    want = {(s, d): t.transfer_class(s, d) for s in range(16) for d in range(16) if s != d}
+    assert [(t.classes[f], t.classes[g]) for f, g in zip(first, last)] == [want[int(s), int(d)]
+                                                                           for s, d in zip(src, dst)]
+
+
 def test_spine_routing_on_rails():
     t = cluster_topology(4, 4, routing="spine")
     assert t.routing == "spine"
