@@ -91,17 +91,8 @@ def _check_columns(s: Schedule) -> None:
 
 def _pair_routes(s: Schedule, topo: Topology) -> tuple[np.ndarray, np.ndarray]:
     """Route links (T x L, -1 padded) and alpha sums (T,) of every transfer, via unique pairs."""
-    n = s.nranks
-    key = s.src * n + s.dst
-    if n * n <= max(1 << 22, 4 * len(key)):
-        used = np.zeros(n * n, np.bool_)
-        used[key] = True
-        uniq = np.flatnonzero(used)
-        slot = np.cumsum(used) - 1
-        inv = slot[key]
-    else:
-        uniq, inv = np.unique(key, return_inverse=True)
-    links, alpha = topo.pair_table(np.stack(np.divmod(uniq, n), axis=1))
+    pairs, inv = topo.unique_pairs(s.src, s.dst)
+    links, alpha = topo.pair_table(pairs)
     return links[inv], alpha[inv]
 
 
