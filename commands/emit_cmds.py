@@ -19,6 +19,7 @@ from collsynth.commands.common import print_json, print_table
 from collsynth.errors import CollsynthError
 from collsynth.fileio import check_outdir, check_output, json_loads, read_text, write_text_atomic, write_tree
 from collsynth.synth.ir import load_schedule
+from collsynth.synth.topology.gpus import MAX_SMS, check_sms
 from collsynth.synth.verify import check
 from collsynth.units import parse_count, parse_size
 
@@ -62,6 +63,10 @@ def add_mscclpp_options(p: argparse.ArgumentParser) -> None:
                    help="chunks the plan cuts each buffer into: the schedule's (default), a larger number, or pow2 "
                         "(so that power-of-two messages are eligible: the executor needs the size to be a multiple "
                         "of 16 bytes times this). Schedule chunks then get floor/ceiling shares")
+    g.add_argument("--sms", default=None, metavar="N",
+                   help="the GPU's SM count, which caps the thread blocks per rank (they wait on each other, one "
+                        "per SM; default: the GPU the schedule's topology names, e.g. 132 for h100-cluster or an "
+                        "imported H200 dump, else an A100's 108)")
 
 
 def mscclpp_plan_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -79,10 +84,13 @@ def mscclpp_plan_options(args: argparse.Namespace) -> dict[str, Any]:
             chunks = parse_count(str(chunks), flag="--plan-chunks")
         except CollsynthError:
             raise CollsynthError(f"--plan-chunks must be an integer or pow2, got {chunks!r}") from None
+    sms = getattr(args, "sms", None)
+    if sms is not None:
+        sms = check_sms(parse_count(str(sms), flag="--sms", lo=1, hi=MAX_SMS), "--sms")
     return {"proto": args.proto, "inplace": bool(args.inplace), "min_bytes": _bytes("--min-bytes", args.min_bytes),
             "max_bytes": _bytes("--max-bytes", args.max_bytes), "name": args.name,
             "pipeline": None if unit is None else _bytes("--pipeline-unit", unit), "gpus_per_node": gpn,
-            "chunks": chunks}
+            "chunks": chunks, "sms": sms}
 
 
 def _bytes(flag: str, text: Any) -> int:

@@ -83,6 +83,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="spine oversubscription R >= 1: spine links carry 1/R of the NIC bandwidth below (default 1)")
     q.add_argument("--sm", type=int_arg("--sm"), default=None,
                    help="nvidia-smi input: compute capability x10 (80 A100, 90 H100/H200, 100 B200); sets NVLink speed")
+    q.add_argument("--sms", type=int_arg("--sms"), default=None,
+                   help="the GPUs' SM count, recorded as the topology's \"gpu\" (caps an MSCCL++ plan's thread "
+                        "blocks per rank; NCCL XML: read from the PCI device id of known GPUs, e.g. 132 for H200)")
     q.add_argument("--nic-speed", default=None,
                    help="every NIC's speed, e.g. 400Gb/s (nvidia-smi input: default 100Gb/s, assumed; NCCL XML: "
                         "replaces the file's speeds)")
@@ -136,6 +139,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     sw = d["switches"]
     print(f"topology {d['name']}: {d['gpus']} GPUs in {where}, {sw} switch{'es' if sw != 1 else ''}, "
           f"{d['links']} links, routing {d['routing']}")
+    if topo.gpu is not None:
+        print(f"GPU model: {topo.gpu.describe()}")
     print("link classes (per GPU port):")
     width = max(len(c) for c in d["classes"])
     for c, v in d["classes"].items():
@@ -164,7 +169,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     check_output(args.output, inputs=[args.file])
     nic = None if args.nic_speed is None else parse_nic_speed(args.nic_speed)
     res = import_topology(args.file, nodes=args.nodes, fabric=args.fabric, oversubscription=args.oversubscription,
-                          sm=args.sm, nic_speed=nic, name=args.name)
+                          sm=args.sm, nic_speed=nic, name=args.name, sms=args.sms)
     write_text_atomic(args.output, dumps_topology(res.topology))
     rep = res.report()
     if args.json:
@@ -172,8 +177,9 @@ def cmd_import(args: argparse.Namespace) -> int:
         return 0
     fmt = {"nccl-xml": "NCCL topology XML", "nvidia-smi": "nvidia-smi topo -m"}[rep["format"]]
     sms = sorted({g["sm"] for g in rep["node_gpus"] if g["sm"] is not None})
-    print(f"read {args.file} ({fmt}): {rep['gpus_per_node']} GPUs" + (f" (sm {', '.join(map(str, sms))})" if sms
-                                                                        else ""))
+    gpu = res.model.gpu_model
+    about = ([f"sm {', '.join(map(str, sms))}"] if sms else []) + ([gpu.describe()] if gpu else [])
+    print(f"read {args.file} ({fmt}): {rep['gpus_per_node']} GPUs" + (f" ({'; '.join(about)})" if about else ""))
     links = sorted({g["nvlinks"] for g in rep["node_gpus"]})
     gbps = sorted({g["nvlink_GBps"] for g in rep["node_gpus"]})
     chips = rep["nvswitch_chips"]

@@ -253,13 +253,15 @@ def test_a_schedule_built_for_h100s_may_use_their_132_sms():
 
     t = make_topology("h100-cluster", 16)
     s = build_schedule("clusterstraggler", 16, arrivals={5: 0.05}, size=2**30, topology=t, pipeline=120)
-    assert resident_limit(s) == (132, "an H100")
+    assert resident_limit(s) == (132, "132 SMs of the H100 SXM5 its topology names")
     ok, why = fits(s)
     assert ok, why
     bare = s.replace(meta={k: v for k, v in s.meta.items() if k != "topology"})
     ok, why = fits(bare)
-    assert not ok and "at most 108 can be resident" in why and "of an A100" in why
+    assert not ok and "at most 108 can be resident" in why and "108 SMs of an A100, assumed" in why
+    assert fits(bare, sms=132)[0]
     big = build_schedule("clusterstraggler", 16, arrivals={5: 0.05}, size=2**30, topology=t, pipeline=200)
     with pytest.raises(CollsynthError) as e:
         emit_plan(big)
-    assert "at most 132 can be resident at once (one 1024-thread block per SM of an H100" in str(e.value)
+    assert "at most 132 can be resident at once (they wait on each other, one 1024-thread block per SM: 132 SMs " \
+           "of the H100 SXM5" in str(e.value)

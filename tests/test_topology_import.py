@@ -300,7 +300,7 @@ def test_import_cli_prints_assumptions_and_writes_json(tmp_path, capsys):
     out = tmp_path / "node.json"
     code, text, _ = run(capsys, "topology", "import", H200, "-o", str(out))
     assert code == 0
-    assert "8 GPUs (sm 90)" in text and "through 4 NVSwitch chips, 18 links per GPU" in text
+    assert "8 GPUs (sm 90; H200 SXM 141GB, 132 SMs)" in text and "through 4 NVSwitch chips, 18 links per GPU" in text
     assert "assumed:\n  - " in text and "eth0: 10 Gb/s" in text
     first = out.read_bytes()
     assert json.loads(first) == import_topology(H200).topology

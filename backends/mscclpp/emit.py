@@ -31,13 +31,13 @@ from collsynth.backends.mscclpp.lower import (
 )
 from collsynth.backends.mscclpp.model import FORMAT_VERSION, MAX_CHANNELS_PER_TB, MAX_ITERATIONS, MAX_OPS_PER_TB
 from collsynth.errors import CollsynthError
+from collsynth.synth.topology.gpus import A100, check_sms, gpu_of_spec
 from collsynth.synth.verify import schedule_topology
 
 PROTOCOLS = ("Simple", "LL")
-MAX_RESIDENT_TBS = 108  # an A100's SMs: the kernel runs one 1024-thread block per SM, and all must be resident
-# a schedule built for a topology preset of these GPUs may use their SMs (H100 SXM5: 132 SMs, NVIDIA's H100
-# architecture whitepaper); any other (no topology, a topology file, other GPUs) keeps the A100's 108
-RESIDENT_TBS_BY_PRESET = {"dgx-h100": (132, "an H100"), "h100-cluster": (132, "an H100")}
+# the kernel runs one 1024-thread block per SM, and all of a rank's blocks must be resident: as many as the
+# GPU has SMs (--sms, else the GPU the schedule's topology names, else this one's)
+DEFAULT_GPU = A100
 ALIGNMENT = 16
 UINT32 = 1 << 32
 
@@ -363,7 +363,7 @@ def _check_options(proto: str, min_bytes: int, max_bytes: int, name: str, pipeli
 
 
 def fits(schedule: Any, *, proto: str = "Simple", pipeline: int | None = None, gpus_per_node: int | None = None,
-         chunks: int | str | None = None) -> tuple[bool, str]:
+         chunks: int | str | None = None, sms: int | None = None) -> tuple[bool, str]:
     """Whether the schedule lowers within the executor's limits (without rendering or checking)."""
     try:
         check_block_owners(schedule, "an MSCCL++ plan")
@@ -375,35 +375,39 @@ def fits(schedule: Any, *, proto: str = "Simple", pipeline: int | None = None, g
     except CollsynthError as e:
         return False, str(e)
     worst = max(range(schedule.nranks), key=lambda r: (progs[r].seg, -r))
-    limit, gpu = resident_limit(schedule)
+    limit, why = resident_limit(schedule, sms)
     if progs[worst].seg + 1 > limit:
         return False, (f"rank {worst} needs {progs[worst].seg + 1} thread blocks; at most {limit} can be "
-                       f"resident at once (one 1024-thread block per SM of {gpu}, and they wait on each other)")
+                       f"resident at once (they wait on each other, one 1024-thread block per SM: {why})")
     return True, ""
 
 
-def resident_limit(schedule: Any) -> tuple[int, str]:
-    """(thread blocks that can be resident at once, the GPU that is for): RESIDENT_TBS_BY_PRESET for a schedule
-    whose meta records a topology built from one of those presets, else the A100's MAX_RESIDENT_TBS."""
-    spec = schedule.meta.get("topology")
-    preset = spec.get("preset") if isinstance(spec, dict) else None
-    if isinstance(preset, str):
-        got = RESIDENT_TBS_BY_PRESET.get(preset.split(":", 1)[0])
-        if got is not None:
-            return got
-    return MAX_RESIDENT_TBS, "an A100"
+def resident_limit(schedule: Any, sms: int | None = None) -> tuple[int, str]:
+    """(thread blocks that can be resident at once, where that count comes from): ``sms`` (--sms) when given,
+    else the SMs of the GPU the topology recorded in the schedule's meta names (synth.topology.gpus), else an
+    A100's 108."""
+    if sms is not None:
+        return check_sms(sms, "--sms"), f"--sms {sms}"
+    gpu = gpu_of_spec(schedule.meta.get("topology"))
+    if gpu is not None:
+        return gpu.sms, f"{gpu.sms} SMs of the {gpu.name or 'GPU'} its topology names"
+    return DEFAULT_GPU.sms, (f"{DEFAULT_GPU.sms} SMs of an {DEFAULT_GPU.name}, assumed where neither --sms nor the "
+                             f"schedule's topology names the GPU")
 
 
 def emit_plan(schedule: Any, *, proto: str = "Simple", inplace: bool = True, min_bytes: int = 0, max_bytes: int = 0,
               name: str | None = None, pipeline: int | None = None, gpus_per_node: int | None = None,
-              chunks: int | str | None = None, check: bool = True) -> str:
+              chunks: int | str | None = None, sms: int | None = None, check: bool = True) -> str:
     """MSCCL++ execution plan text for a verified Schedule; CollsynthError naming the limit it cannot fit.
 
     ``pipeline``: the unit size (bytes) of the pipeline form for large messages; ``chunks``: the plan's
     chunks per buffer (lower.plan_chunks: None, a number, or "pow2"); ``max_bytes`` 0 means the largest
-    message whose offsets fit. The text is checked (check.py) before it is returned."""
+    message whose offsets fit; ``sms``: the GPU's SM count, which bounds the thread blocks per rank
+    (``resident_limit``). The text is checked (check.py) before it is returned."""
     name = name if name is not None else (schedule.name or f"collsynth_{schedule.collective}_n{schedule.nranks}")
     _check_options(proto, min_bytes, max_bytes, name, pipeline)
+    if sms is not None:
+        check_sms(sms, "--sms")
     check_block_owners(schedule, "an MSCCL++ plan")
     node_of = nodes_of(schedule, gpus_per_node)
     b = _build(schedule, packets=proto == "LL", pipeline=pipeline or 0, node_of=node_of,
@@ -418,12 +422,11 @@ def emit_plan(schedule: Any, *, proto: str = "Simple", inplace: bool = True, min
                                  f"or --pipeline-unit, or build the schedule with transfers of one chunk")
         b.pipeline_chunks = widths[0] if widths else 1
     worst = max(range(schedule.nranks), key=lambda r: (b.segments(r), -r))
-    limit, gpu = resident_limit(schedule)
+    limit, why = resident_limit(schedule, sms)
     if b.segments(worst) > limit:
         raise TooManyThreadBlocks(f"rank {worst} needs {b.segments(worst)} thread blocks of at most "
-                                  f"{MAX_OPS_PER_TB} ops; at most {limit} can be resident at once (one "
-                                  f"1024-thread block per SM of {gpu}, and they wait on each other)",
-                                  b.segments(worst))
+                                  f"{MAX_OPS_PER_TB} ops; at most {limit} can be resident at once (they wait on "
+                                  f"each other, one 1024-thread block per SM: {why})", b.segments(worst))
     per = io_chunks(b)[1] if schedule.collective == "allgather" else io_chunks(b)[0]
     largest = max_chunk_bytes(b) * per
     if max_bytes > largest:

@@ -87,5 +87,6 @@ def emit_plan(schedule: Any, **options: Any) -> str:
     try:
         return emit_plan_unfitted(schedule, **options)
     except TooManyThreadBlocks as e:
-        opts = {k: options[k] for k in ("proto", "pipeline", "gpus_per_node", "chunks") if k in options}
-        raise CollsynthError(f"{e}: {fit_hint(schedule, e.need, resident_limit(schedule)[0], **opts)}") from None
+        opts: dict[str, Any] = {k: options[k] for k in ("proto", "pipeline", "gpus_per_node", "chunks") if k in options}
+        limit = opts["sms"] = resident_limit(schedule, options.get("sms"))[0]  # the rebuilt ones record no topology
+        raise CollsynthError(f"{e}: {fit_hint(schedule, e.need, limit, **opts)}") from None

@@ -53,6 +53,7 @@ JSON file schema (``make_topology("path/to/topo.json", n)``)::
      "nodes": [[0, 1], [2, 3]],     # optional: server nodes, each GPU once, in local order (default: one node)
      "fabric": "rail",              # optional, informational: "rail" or "fat-tree"
      "routing": "shortest",         # optional: files route by shortest paths only
+     "gpu": {"name": "H100 SXM5", "sms": 132},  # optional: the GPU model (gpus.py), for per-GPU limits
      "links": [{"src": 0, "dst": "sw0", "alpha": "1.5us", "bandwidth": "450GiB/s",
                 "class": "default", "bidirectional": true}]}   # class defaults to "default"
 
@@ -63,7 +64,8 @@ the links of the named classes (per class).
 Every GPU must reach every other GPU.
 
 Modules: ``model`` (the Topology class), ``links`` (shared checks and parsers), ``cluster`` (server
-clusters), ``presets`` (the named presets, ``make_topology``, ``topology_from_spec``), ``files`` (JSON files).
+clusters), ``presets`` (the named presets, ``make_topology``, ``topology_from_spec``), ``files`` (JSON files),
+``gpus`` (the GPU model a topology names).
 """
 
 from collsynth.synth.topology.cluster import (

@@ -13,13 +13,15 @@ import numpy as np
 from collsynth.apitypes import ClassRates, ClassTimes
 from collsynth.errors import CollsynthError
 from collsynth.fileio import json_loads, read_text
+from collsynth.synth.topology.gpus import gpu_from_json
 from collsynth.synth.topology.links import as_rate, as_time, check_link_params, class_values, new_graph
 from collsynth.synth.topology.model import DEFAULT_ALPHA, DEFAULT_BANDWIDTH, DEFAULT_CLASS, FABRICS, Topology
 
 if TYPE_CHECKING:
     import networkx as nx
 
-_FILE_KEYS = {"name", "gpus", "switches", "links", "ports", "alpha", "bandwidth", "nodes", "fabric", "routing"}
+_FILE_KEYS = {"name", "gpus", "switches", "links", "ports", "alpha", "bandwidth", "nodes", "fabric", "routing",
+              "gpu"}
 _LINK_KEYS = {"src", "dst", "alpha", "bandwidth", "bidirectional", "class"}
 
 
@@ -161,8 +163,10 @@ def topology_from_dict(d: Any, n: int | None = None, alpha: ClassTimes = None, b
     if routing != "shortest":
         raise CollsynthError(f"{where}: \"routing\" {routing!r}: a file's routes are shortest paths (ties to the "
                              f"lowest-numbered node); use \"shortest\" or build a cluster preset")
+    gpu = gpu_from_json(d["gpu"], where) if "gpu" in d else None
     topo = Topology.from_graph(name, gpus, g, switches=switches, classes=classes, class_ports=class_ports,
                                node_of=node_of[0], local_index=node_of[1], fabric=fabric, routing=routing)
+    topo.gpu = gpu
     topo.spec = {"file": d, "alpha": over_a, "bandwidth": over_b}
     return topo
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from collsynth.apitypes import Column
 from collsynth.errors import CollsynthError
+from collsynth.synth.topology.gpus import GpuModel
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -34,6 +35,7 @@ class TopologySummary(TypedDict):
     nodes: int
     fabric: str | None
     routing: str
+    gpu: dict[str, Any] | None  # GpuModel.to_json() of the GPU the topology names
 
 
 class Topology:
@@ -92,6 +94,7 @@ class Topology:
         self.fabric = fabric
         self.routing = routing
         self.spec: dict[str, Any] | None = None  # how to rebuild it (make_topology_from_spec), set by builders
+        self.gpu: GpuModel | None = None  # the GPU model it names (presets, files), set by builders
         self._node_gpus: list[tuple[int, ...]] | None = None
         self._class_nominal: dict[str, tuple[float, float]] | None = None
         # in-links per node (CSR over link destinations) for the backward BFS
@@ -245,7 +248,8 @@ class Topology:
                 "bandwidth_Bps": sorted(set(self.link_bw.tolist())),
                 "classes": {c: {"ports": self.class_ports[c], "alpha_s": self.class_alpha(c),
                                 "bandwidth_Bps": self.class_bandwidth(c)} for c in self.classes},
-                "nodes": self.node_count, "fabric": self.fabric, "routing": self.routing}
+                "nodes": self.node_count, "fabric": self.fabric, "routing": self.routing,
+                "gpu": self.gpu.to_json() if self.gpu else None}
 
     def __repr__(self) -> str:
         return f"Topology({self.name!r}, gpus={self.nranks}, links={self.nlinks})"

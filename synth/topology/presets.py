@@ -25,6 +25,7 @@ from collsynth.synth.topology.cluster import (
     cluster_topology,
 )
 from collsynth.synth.topology.files import load_topology, topology_from_dict
+from collsynth.synth.topology.gpus import PRESET_GPUS
 from collsynth.synth.topology.links import check_link_params, class_values
 from collsynth.synth.topology.model import DEFAULT_ALPHA, DEFAULT_BANDWIDTH, DEFAULT_CLASS, Topology
 
@@ -225,6 +226,7 @@ def make_topology(spec: str, n: int, alpha: ClassTimes = None, bandwidth: ClassR
             check_link_params(aa[c], bb[c], f"topology {base} class {c}")
         topo = build(n, aa, bb, opts)
         topo.spec = {"preset": spec, "gpus": n, "alpha": aa, "bandwidth": bb}
+        topo.gpu = PRESET_GPUS.get(base)
         return topo
     if spec.lower().endswith(".json") or os.path.sep in spec or os.path.exists(spec):
         return load_topology(spec, n, alpha=a, bandwidth=b)

@@ -17,6 +17,7 @@ from typing import Any
 
 from collsynth.errors import CollsynthError
 from collsynth.fileio import read_text
+from collsynth.synth.topology.gpus import GpuModel, check_sms
 from collsynth.synth.topology_import.cluster import FABRICS, check_cluster_args, cluster_topology_dict
 from collsynth.synth.topology_import.constants import GB, nvlink_gbps
 from collsynth.synth.topology_import.nccl_xml import looks_like_nccl_xml, read_nccl_xml
@@ -57,6 +58,7 @@ class ImportResult:
                           for g in m.gpus],
             "nics": [{"name": n.name, "speed_Gbps": n.bandwidth * 8 / GB, "placement": n.placement,
                       "gpus": list(n.gpus)} for n in m.nics],
+            "gpu": m.gpu_model.to_json() if m.gpu_model else None,
             "assumptions": list(m.assumptions),
         }
 
@@ -121,19 +123,35 @@ def read_node(path: str, *, sm: int | None = None, nic_speed: float | None = Non
 
 
 def import_topology(path: str, *, nodes: int = 1, fabric: str | None = None, oversubscription: float = 1.0,
-                    sm: int | None = None, nic_speed: float | None = None, name: str | None = None) -> ImportResult:
-    """Read ``path`` and build its topology dict: one node, or ``nodes`` copies joined by ``fabric``."""
+                    sm: int | None = None, nic_speed: float | None = None, name: str | None = None,
+                    sms: int | None = None) -> ImportResult:
+    """Read ``path`` and build its topology dict: one node, or ``nodes`` copies joined by ``fabric``;
+    ``sms`` sets the GPUs' SM count (``"gpu"``, which an NCCL dump's PCI device id gives for known GPUs)."""
     check_cluster_args(nodes, fabric, oversubscription)
     if sm is not None and (isinstance(sm, bool) or not isinstance(sm, int) or not 30 <= sm <= 200):
         raise CollsynthError(f"--sm is the compute capability x10 (80 for A100, 90 for H100), got {sm!r}")
     model = read_node(path, sm=sm, nic_speed=nic_speed)
+    if sms is not None:
+        check_sms(sms, "--sms")
+        known = model.gpu_model
+        model.gpu_model = GpuModel(known.name if known and known.sms == sms else None, sms)
+        model.assumptions = [a for a in model.assumptions if not a.startswith("GPU model not known")]
+        if known is not None and known.sms != sms:
+            model.assume(f"--sms {sms} replaces the {known.sms} SMs of the {known.name} the file names")
+    elif model.gpu_model is None and not any(a.startswith("GPU model not known") for a in model.assumptions):
+        model.assume("GPU model not named by the file: MSCCL++ plans for this topology allow an A100's 108 thread "
+                     "blocks per rank unless `topology import --sms` or `emit --sms` gives the SMs")
     if nodes == 1:
         topo = node_topology_dict(model)
         assign_nics(model)
         if name:
             topo["name"] = name
-        return ImportResult(topo, model, 1, None)
-    assert fabric is not None
-    return ImportResult(cluster_topology_dict(model, nodes, fabric, oversubscription, name=name), model, nodes, fabric)
+    else:
+        assert fabric is not None
+        topo = cluster_topology_dict(model, nodes, fabric, oversubscription, name=name)
+    if model.gpu_model is not None:  # before "links", the long part
+        gpu = model.gpu_model.to_json()
+        topo = {**{k: v for k, v in topo.items() if k != "links"}, "gpu": gpu, "links": topo["links"]}
+    return ImportResult(topo, model, nodes, fabric if nodes > 1 else None)
 
 

@@ -20,6 +20,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from collsynth.errors import CollsynthError
+from collsynth.synth.topology.gpus import gpu_of_pci_device
 from collsynth.synth.topology_import.constants import (
     GB,
     NIC_DEFAULT_MBPS,
@@ -132,7 +133,7 @@ def read_nccl_xml(text: str, name: str, where: str) -> NodeModel:
                     stack.append((child, path + (_busid(child.get("busid")),), nb))
                 elif child.tag == "gpu":
                     found.append({"el": child, "busid": path[-1] if path else "", "cpu": ci, "bw": bott,
-                                  "path": path})
+                                  "path": path, "pci": el})
                 elif child.tag == "nic":
                     for net in child:
                         if net.tag == "net":
@@ -215,7 +216,23 @@ def read_nccl_xml(text: str, name: str, where: str) -> NodeModel:
         model.assume("NVLink bandwidth = link count x NCCL's per-link figure: "
                      + ", ".join(f"sm {s} {nvlink_gbps(s):g} GB/s" for s in sms) + " (src/graph/topo.h)")
     _read_nets(model, nets, found, where)
+    _read_gpu_model(model, found)
     return model
+
+
+def _read_gpu_model(model: NodeModel, found: list[dict[str, Any]]) -> None:
+    """The GPUs' model from their PCI vendor and device ids (synth.topology.gpus), when all are one known
+    model; said as an assumption otherwise."""
+    pcis = [f["pci"] if f["pci"].tag == "pci" else None for f in found]
+    ids = sorted({(p.get("vendor") or "?", p.get("device") or "?") if p is not None else ("?", "?") for p in pcis})
+    models = {gpu_of_pci_device(v, d) for v, d in ids}
+    if len(models) == 1 and None not in models:
+        model.gpu_model = models.pop()
+        return
+    known = [f"{v}:{d}" for v, d in ids if (v, d) != ("?", "?")]
+    why = f"from its PCI device id ({', '.join(known)})" if known else "(its <pci> gives no vendor and device id)"
+    model.assume(f"GPU model not known {why}: MSCCL++ plans for this topology allow an A100's 108 thread blocks per "
+                 f"rank unless `topology import --sms` or `emit --sms` gives the SMs")
 
 
 def _read_nets(model: NodeModel, nets: list[tuple[ET.Element, int, tuple[str, ...], bool]],

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collsynth.errors import CollsynthError
+from collsynth.synth.topology.gpus import GpuModel
 from collsynth.synth.topology_import.constants import GB, NVLINK_ALPHA, PCIE_ALPHA, nvlink_gbps
 
 # PCIe distance of a GPU to a NIC, closest first (nvidia-smi's legend; NCCL's PATH_PIX..PATH_SYS)
@@ -66,6 +67,7 @@ class NodeModel:
     nics: list[Nic] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
     pcie_note: str = ""                       # what was guessed about PCIe (said only when PCIe is used)
+    gpu_model: GpuModel | None = None         # the GPUs' model (NCCL XML: PCI device id; else --sms), or None
 
     def assume(self, text: str) -> None:
         if text not in self.assumptions:
