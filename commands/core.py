@@ -11,6 +11,7 @@ from typing import Any
 from collsynth.api import file_kind, load_schedule, verify_file
 from collsynth.backends import emit
 from collsynth.backends.cost import check_synth_emit
+from collsynth.backends.mscclpp import fit_cluster_pipeline
 from collsynth.commands.catalog import add_command_parser
 from collsynth.commands.common import add_model_args, int_arg, print_json, print_table
 from collsynth.commands.emit_cmds import (
@@ -218,6 +219,10 @@ def cmd_synth(args: argparse.Namespace) -> int:
     if topo is not None and len(topo.classes) > 1:
         record_topology(schedule, topo)  # verify FILE enforces its per-class ports again
     check(schedule)
+    if args.format == "mscclpp-plan":
+        schedule, note = fit_cluster_pipeline(schedule, params, **_emit_options(args))
+        if note:
+            print(note, file=sys.stderr)
     if args.format in ("msccl-xml", "mscclpp-plan"):
         text = emit(schedule, args.format, **_emit_options(args))
     else:

@@ -9,6 +9,8 @@
   wrong results (exit 1).
 - ``plan_file_to_schedule(path)`` / ``plan_text_to_schedule(text)``: the Schedule a plan runs.
 - ``is_plan_object(obj)``: whether decoded JSON is a plan (``verify`` detects plans by content).
+- ``fit_cluster_pipeline(schedule, params, ...)``: a clusterstraggler schedule whose automatic block count needs
+  more thread blocks than can be resident, rebuilt with the most blocks per part that fit (`synth`).
 
 The rules are in docs/mscclpp-plan.md. Modules: model (the plan's data and the loader's key rules),
 load (cross-references, limits, one message size), memory (byte-interval maps), execute (symbolic
@@ -26,9 +28,10 @@ from collsynth.backends.mscclpp.check import (
     read_plan_file,
     read_plan_text,
 )
-from collsynth.backends.mscclpp.fit import emit_plan
+from collsynth.backends.mscclpp.fit import emit_plan, fit_cluster_pipeline
 from collsynth.backends.mscclpp.model import FORMAT_VERSION, PlanFormatError
 from collsynth.backends.mscclpp.schedule import plan_file_to_schedule, plan_text_to_schedule
 
 __all__ = ["FORMAT_VERSION", "PlanFormatError", "PlanReport", "check_plan_file", "check_plan_text", "emit_plan",
-           "is_plan_object", "plan_file_to_schedule", "plan_text_to_schedule", "read_plan_file", "read_plan_text"]
+           "fit_cluster_pipeline", "is_plan_object", "plan_file_to_schedule", "plan_text_to_schedule",
+           "read_plan_file", "read_plan_text"]

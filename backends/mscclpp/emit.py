@@ -362,24 +362,36 @@ def _check_options(proto: str, min_bytes: int, max_bytes: int, name: str, pipeli
                                  "(the executor redoes their whole range every iteration)")
 
 
+def thread_blocks(schedule: Any, *, proto: str = "Simple", pipeline: int | None = None,
+                  gpus_per_node: int | None = None, chunks: int | str | None = None) -> tuple[int, int]:
+    """(the rank needing the most thread blocks, how many) when the schedule is lowered as ``emit_plan`` lowers
+    it (fewer peers per thread block where the channel tables or ops overflow), without the plan text;
+    CollsynthError when it cannot be lowered."""
+    check_block_owners(schedule, "an MSCCL++ plan")
+    b = _build(schedule, packets=proto == "LL", pipeline=pipeline or 0, node_of=nodes_of(schedule, gpus_per_node),
+               M=plan_chunks(schedule, chunks))
+    worst = max(range(schedule.nranks), key=lambda r: (b.segments(r), -r))
+    return worst, b.segments(worst)
+
+
 def fits(schedule: Any, *, proto: str = "Simple", pipeline: int | None = None, gpus_per_node: int | None = None,
          chunks: int | str | None = None, sms: int | None = None) -> tuple[bool, str]:
     """Whether the schedule lowers within the executor's limits (without rendering or checking)."""
     try:
-        check_block_owners(schedule, "an MSCCL++ plan")
-        lay = Layout(schedule.collective, schedule.nranks, schedule.nchunks)
-        M = plan_chunks(schedule, chunks)
-        pcs, _ = pieces(schedule, lay, nodes_of(schedule, gpus_per_node), M)
-        progs = build_programs(schedule, pcs, packets=proto == "LL", pipeline=bool(pipeline), budget_peers=8,
-                               allgather_copy=schedule.collective == "allgather", M=M)
+        worst, need = thread_blocks(schedule, proto=proto, pipeline=pipeline, gpus_per_node=gpus_per_node,
+                                    chunks=chunks)
     except CollsynthError as e:
         return False, str(e)
-    worst = max(range(schedule.nranks), key=lambda r: (progs[r].seg, -r))
-    limit, why = resident_limit(schedule, sms)
-    if progs[worst].seg + 1 > limit:
-        return False, (f"rank {worst} needs {progs[worst].seg + 1} thread blocks; at most {limit} can be "
-                       f"resident at once (they wait on each other, one 1024-thread block per SM: {why})")
+    limit = resident_limit(schedule, sms)
+    if need > limit[0]:
+        return False, too_many_blocks(worst, need, limit)
     return True, ""
+
+
+def too_many_blocks(worst: int, need: int, limit: tuple[int, str]) -> str:
+    """The line saying that rank ``worst`` needs ``need`` thread blocks, more than ``limit`` (resident_limit)."""
+    return (f"rank {worst} needs {need} thread blocks of at most {MAX_OPS_PER_TB} ops; at most {limit[0]} can be "
+            f"resident at once (they wait on each other, one 1024-thread block per SM: {limit[1]})")
 
 
 def resident_limit(schedule: Any, sms: int | None = None) -> tuple[int, str]:
@@ -422,11 +434,9 @@ def emit_plan(schedule: Any, *, proto: str = "Simple", inplace: bool = True, min
                                  f"or --pipeline-unit, or build the schedule with transfers of one chunk")
         b.pipeline_chunks = widths[0] if widths else 1
     worst = max(range(schedule.nranks), key=lambda r: (b.segments(r), -r))
-    limit, why = resident_limit(schedule, sms)
-    if b.segments(worst) > limit:
-        raise TooManyThreadBlocks(f"rank {worst} needs {b.segments(worst)} thread blocks of at most "
-                                  f"{MAX_OPS_PER_TB} ops; at most {limit} can be resident at once (they wait on "
-                                  f"each other, one 1024-thread block per SM: {why})", b.segments(worst))
+    limit = resident_limit(schedule, sms)
+    if b.segments(worst) > limit[0]:
+        raise TooManyThreadBlocks(too_many_blocks(worst, b.segments(worst), limit), b.segments(worst))
     per = io_chunks(b)[1] if schedule.collective == "allgather" else io_chunks(b)[0]
     largest = max_chunk_bytes(b) * per
     if max_bytes > largest:

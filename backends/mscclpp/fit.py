@@ -12,11 +12,13 @@ thread-block count grows with both). How many can be resident: emit.resident_lim
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
-from collsynth.backends.mscclpp.emit import TooManyThreadBlocks, fits, resident_limit
+from collsynth.backends.mscclpp.emit import TooManyThreadBlocks, fits, resident_limit, thread_blocks, too_many_blocks
 from collsynth.backends.mscclpp.emit import emit_plan as emit_plan_unfitted
 from collsynth.errors import CollsynthError
+from collsynth.synth.ir import Schedule
 from collsynth.synth.registry import algorithms, build_schedule
 
 
@@ -78,6 +80,52 @@ def fit_hint(schedule: Any, need: int = 0, limit: int = 0, **opts: Any) -> str:
         best = largest_passing(2, n - 1, lambda x: _ok(alg, x, params, **opts))
         return f"the largest GPU count that fits for {alg} is {best}" if best >= 2 else f"{alg} does not fit"
     return "use an algorithm with fewer steps per rank"
+
+
+def fit_cluster_pipeline(schedule: Schedule, params: Mapping[str, Any], **options: Any) -> tuple[Schedule, str]:
+    """For an MSCCL++ plan of a clusterstraggler late-GPU or late-node form built with ``params`` (the build's
+    keywords): ``schedule`` as it is when its plan fits the thread blocks that can be resident; else, when its
+    block count was chosen automatically (no ``pipeline`` or "auto"), the same build with the most blocks per part
+    whose plan fits and a line saying so, and when it was given, CollsynthError naming the most that fit. Other
+    schedules are returned as they are ("" for the line): emit_plan names the limit and what fits."""
+    meta = schedule.meta
+    M = meta.get("pipeline")
+    if meta.get("algorithm") != "clusterstraggler" or meta.get("form") not in ("gpu", "node") \
+            or not isinstance(M, int) or M < 2:
+        return schedule, ""
+    opts = {k: options[k] for k in ("proto", "pipeline", "gpus_per_node", "chunks") if k in options}
+    limits = resident_limit(schedule, options.get("sms"))
+    limit = limits[0]
+    try:
+        worst, need = thread_blocks(schedule, **opts)
+    except CollsynthError:
+        return schedule, ""  # emit_plan names what cannot be lowered
+    if need <= limit:
+        return schedule, ""
+    built: dict[int, Schedule] = {}
+
+    def ok(x: int) -> bool:
+        s = build_schedule("clusterstraggler", schedule.nranks, schedule.collective, **{**params, "pipeline": x})
+        if "topology" in meta:
+            s.meta["topology"] = meta["topology"]
+        built[x] = s
+        return s.meta.get("form") == meta["form"] and fits(s, **opts, sms=limit)[0]
+
+    best = largest_passing(1, M - 1, ok, guess=max(1, M * limit // need))
+    if params.get("pipeline", "auto") != "auto":
+        most = f"the largest --pipeline that fits is {best}" if best >= 1 else "no --pipeline fits"
+        raise CollsynthError(f"{too_many_blocks(worst, need, limits)}: {most}, or emit msccl-xml or nccl-cuda")
+    if best < 1:
+        return schedule, ""
+    s = built[best] if best in built else build_schedule("clusterstraggler", schedule.nranks, schedule.collective,
+                                                         **{**params, "pipeline": best})
+    if "topology" in meta:
+        s.meta["topology"] = meta["topology"]
+    before, after = meta.get("after_arrival_estimate_s"), s.meta.get("after_arrival_estimate_s")
+    cost = (f" (after the arrival, estimated {before * 1e3:.3f} -> {after * 1e3:.3f} ms)"
+            if isinstance(before, float) and isinstance(after, float) else "")
+    return s, (f"--pipeline auto: {M} blocks per part need {need} thread blocks per rank, more than the {limit} "
+               f"that can be resident; built with {best}, the most whose plan fits{cost}")
 
 
 @functools.wraps(emit_plan_unfitted, assigned=())  # same keyword options (inspect.signature sees them)
