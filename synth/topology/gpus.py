@@ -12,11 +12,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from collsynth.errors import CollsynthError
 
 MAX_SMS = 1024  # well above any GPU's SM count: a larger "sms" is a typo
+
+
+class GpuSms(TypedDict):
+    """The required part of ``GpuJson``."""
+
+    sms: int
+
+
+class GpuJson(GpuSms, total=False):
+    """A topology file's ``"gpu"`` object (``name`` optional; typing.NotRequired needs Python 3.11)."""
+
+    name: str
 
 
 @dataclass(frozen=True)
@@ -26,7 +38,7 @@ class GpuModel:
     name: str | None
     sms: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> GpuJson:
         """The topology file's ``"gpu"`` object."""
         return {"name": self.name, "sms": self.sms} if self.name else {"sms": self.sms}
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from collsynth.apitypes import Column
 from collsynth.errors import CollsynthError
-from collsynth.synth.topology.gpus import GpuModel
+from collsynth.synth.topology.gpus import GpuJson, GpuModel
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -35,7 +35,7 @@ class TopologySummary(TypedDict):
     nodes: int
     fabric: str | None
     routing: str
-    gpu: dict[str, Any] | None  # GpuModel.to_json() of the GPU the topology names
+    gpu: GpuJson | None  # GpuModel.to_json() of the GPU the topology names
 
 
 class Topology:
