@@ -15,6 +15,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
+from collsynth import progress
 from collsynth.backends.mscclpp.emit import TooManyThreadBlocks, fits, resident_limit, thread_blocks, too_many_blocks
 from collsynth.backends.mscclpp.emit import emit_plan as emit_plan_unfitted
 from collsynth.errors import CollsynthError
@@ -105,6 +106,8 @@ def fit_cluster_pipeline(schedule: Schedule, params: Mapping[str, Any], **option
     built: dict[int, Schedule] = {}
 
     def ok(x: int) -> bool:
+        progress.note(f"mscclpp-plan: {need} thread blocks per rank at {M} blocks per part, at most {limit} "
+                      f"resident: trying {x}")
         s = build_schedule("clusterstraggler", schedule.nranks, schedule.collective, **{**params, "pipeline": x})
         if "topology" in meta:
             s.meta["topology"] = meta["topology"]
