@@ -17,6 +17,7 @@ from collsynth.commands.common import add_model_args, int_arg, print_json, print
 from collsynth.commands.emit_cmds import (
     add_msccl_xml_options,
     add_mscclpp_options,
+    check_format_flags,
     msccl_xml_options,
     mscclpp_plan_options,
 )
@@ -211,6 +212,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
     params = _synth_params(args)
     if args.format not in ("json", "msccl-xml", "mscclpp-plan"):
         raise CollsynthError(f"unknown --format {args.format!r}: use json, msccl-xml or mscclpp-plan")
+    check_format_flags(args, args.format)
     if args.straggler == "all":
         return _synth_family(args, params)
     if args.format != "json":  # building, verifying and emitting, estimated before any of it

@@ -23,29 +23,52 @@ from collsynth.synth.topology.gpus import MAX_SMS, check_sms
 from collsynth.synth.verify import check
 from collsynth.units import parse_count, parse_size
 
+XML_PLAN = ("msccl-xml", "mscclpp-plan")
+# dest -> (the formats that take the flag, its default, flag by the value it sets: None for any value)
+_FLAGS: dict[str, tuple[tuple[str, ...], Any, dict[Any, str]]] = {}
+
+
+def _flag(g: Any, formats: tuple[str, ...], *names: str, **kw: Any) -> None:
+    """``g.add_argument(*names, **kw)``, noting which formats take the flag (check_format_flags)."""
+    a = g.add_argument(*names, **kw)
+    formats, default, flags = _FLAGS.setdefault(a.dest, (formats, a.default, {}))
+    flags[a.const if kw.get("action") in ("store_true", "store_false") else None] = names[0]
+
+
+def check_format_flags(args: argparse.Namespace, fmt: str) -> None:
+    """Refuse an output flag given (not at its default) that ``fmt`` does not take: it would be ignored."""
+    for dest, (formats, default, flags) in _FLAGS.items():
+        if fmt in formats or not hasattr(args, dest) or getattr(args, dest) == default:
+            continue
+        value = getattr(args, dest)
+        flag = flags.get(value, flags.get(None, f"--{dest}"))
+        raise CollsynthError(f"{flag} applies to --format {' or '.join(formats)}, not {fmt}: drop it or choose "
+                             f"such a format")
+
 
 def add_msccl_xml_options(p: argparse.ArgumentParser) -> None:
     """The options ``synth --format msccl-xml`` and ``emit --format msccl-xml`` share."""
     g = p.add_argument_group("MSCCL XML output")
-    g.add_argument("--dialect", default="executor", choices=DIALECTS,
-                   help="executor (MSCCL executor and RCCL, default) or legacy (microsoft/msccl)")
-    g.add_argument("--proto", default="Simple", choices=PROTOCOLS, help="NCCL protocol (default Simple)")
-    g.add_argument("--min-bytes", default="0", help="smallest call size the file serves (default 0)")
-    g.add_argument("--max-bytes", default="0", help="largest call size it serves, inclusive (default 0: no limit)")
-    g.add_argument("--inplace", dest="inplace", action="store_true", default=True,
-                   help="serve in-place calls (default)")
-    g.add_argument("--no-inplace", dest="inplace", action="store_false", help="do not serve in-place calls")
-    g.add_argument("--outofplace", dest="outofplace", action="store_true", default=True,
-                   help="serve out-of-place calls (default; the legacy dialect serves one mode)")
-    g.add_argument("--no-outofplace", dest="outofplace", action="store_false",
-                   help="do not serve out-of-place calls")
-    g.add_argument("--instances", default="1", help="replicate over K times the channels for bandwidth (default 1)")
-    g.add_argument("--name", default=None, help="algorithm name written in the file (default: the schedule's); "
-                                                "nccl-cuda: the C name")
-    g.add_argument("--nchunksperloop", default=None,
-                   help="MSCCL chunks per buffer: the schedule's (default), a larger number, or pow2 (a power of "
-                        "two when the schedule's count is not one; the runtime only runs calls whose element "
-                        "count is a multiple of it). Schedule chunks then get floor/ceiling shares")
+    x = ("msccl-xml",)
+    _flag(g, x, "--dialect", default="executor", choices=DIALECTS,
+          help="executor (MSCCL executor and RCCL, default) or legacy (microsoft/msccl)")
+    _flag(g, XML_PLAN, "--proto", default="Simple", choices=PROTOCOLS, help="NCCL protocol (default Simple)")
+    _flag(g, XML_PLAN, "--min-bytes", default="0", help="smallest call size the file serves (default 0)")
+    _flag(g, XML_PLAN, "--max-bytes", default="0",
+          help="largest call size it serves, inclusive (default 0: no limit)")
+    _flag(g, XML_PLAN, "--inplace", dest="inplace", action="store_true", default=True,
+          help="serve in-place calls (default)")
+    _flag(g, XML_PLAN, "--no-inplace", dest="inplace", action="store_false", help="do not serve in-place calls")
+    _flag(g, x, "--outofplace", dest="outofplace", action="store_true", default=True,
+          help="serve out-of-place calls (default; the legacy dialect serves one mode)")
+    _flag(g, x, "--no-outofplace", dest="outofplace", action="store_false", help="do not serve out-of-place calls")
+    _flag(g, x, "--instances", default="1", help="replicate over K times the channels for bandwidth (default 1)")
+    _flag(g, (*XML_PLAN, "nccl-cuda"), "--name", default=None,
+          help="algorithm name written in the file (default: the schedule's); nccl-cuda: the C name")
+    _flag(g, x, "--nchunksperloop", default=None,
+          help="MSCCL chunks per buffer: the schedule's (default), a larger number, or pow2 (a power of two when "
+               "the schedule's count is not one; the runtime only runs calls whose element count is a multiple of "
+               "it). Schedule chunks then get floor/ceiling shares")
 
 
 def add_mscclpp_options(p: argparse.ArgumentParser) -> None:
@@ -53,20 +76,21 @@ def add_mscclpp_options(p: argparse.ArgumentParser) -> None:
     --min-bytes, --max-bytes and --name with msccl-xml)."""
     g = p.add_argument_group("MSCCL++ plan output (--format mscclpp-plan; also --proto Simple|LL, --inplace/"
                              "--no-inplace, --min-bytes, --max-bytes, --name)")
-    g.add_argument("--pipeline-unit", default=None, metavar="BYTES",
-                   help="pipeline form for large messages: every thread block runs its ops once per unit of this "
-                        "many bytes of each chunk, e.g. 1MiB (Simple only; default: no pipeline)")
-    g.add_argument("--gpus-per-node", default=None, metavar="N",
-                   help="consecutive ranks per node: memory channels inside a node, port channels across nodes "
-                        "(default: the schedule's, else one node)")
-    g.add_argument("--plan-chunks", default=None, metavar="N|pow2",
-                   help="chunks the plan cuts each buffer into: the schedule's (default), a larger number, or pow2 "
-                        "(so that power-of-two messages are eligible: the executor needs the size to be a multiple "
-                        "of 16 bytes times this). Schedule chunks then get floor/ceiling shares")
-    g.add_argument("--sms", default=None, metavar="N",
-                   help="the GPU's SM count, which caps the thread blocks per rank (they wait on each other, one "
-                        "per SM; default: the GPU the schedule's topology names, e.g. 132 for h100-cluster or an "
-                        "imported H200 dump, else an A100's 108)")
+    x = ("mscclpp-plan",)
+    _flag(g, x, "--pipeline-unit", default=None, metavar="BYTES",
+          help="pipeline form for large messages: every thread block runs its ops once per unit of this many bytes "
+               "of each chunk, e.g. 1MiB (Simple only; default: no pipeline)")
+    _flag(g, x, "--gpus-per-node", default=None, metavar="N",
+          help="consecutive ranks per node: memory channels inside a node, port channels across nodes (default: "
+               "the schedule's, else one node)")
+    _flag(g, x, "--plan-chunks", default=None, metavar="N|pow2",
+          help="chunks the plan cuts each buffer into: the schedule's (default), a larger number, or pow2 (so that "
+               "power-of-two messages are eligible: the executor needs the size to be a multiple of 16 bytes times "
+               "this). Schedule chunks then get floor/ceiling shares")
+    _flag(g, x, "--sms", default=None, metavar="N",
+          help="the GPU's SM count, which caps the thread blocks per rank (they wait on each other, one per SM; "
+               "default: the GPU the schedule's topology names, e.g. 132 for h100-cluster or an imported H200 "
+               "dump, else an A100's 108)")
 
 
 def mscclpp_plan_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -149,10 +173,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                                         "(stdout when omitted)")
     add_msccl_xml_options(p)
     add_mscclpp_options(p)
-    g = p.add_argument_group("nccl-cuda, msccl-scheduler and mscclpp-selector output (-o FOLDER; --name sets the "
-                             "C name)")
-    g.add_argument("--dtypes", default="float,half,bfloat16",
-                   help="nccl-cuda: element types to compile in, comma-separated (default float,half,bfloat16)")
+    g = p.add_argument_group("nccl-cuda, msccl-scheduler and mscclpp-selector output (-o FOLDER; nccl-cuda: --name "
+                             "sets the C name)")
+    _flag(g, ("nccl-cuda",), "--dtypes", default="float,half,bfloat16",
+          help="nccl-cuda: element types to compile in, comma-separated (default float,half,bfloat16)")
     g.add_argument("--force", action="store_true",
                    help="folder formats: replace an output folder that is not empty")
     p.set_defaults(func=cmd_emit)
@@ -194,6 +218,7 @@ def _need_folder(args: argparse.Namespace, fmt: str) -> str:
 
 def cmd_emit(args: argparse.Namespace) -> int:
     fmt = get_format(args.format)
+    check_format_flags(args, fmt.name)
     check_output(args.output, flag="-o", inputs=[args.schedule], folder=fmt.writes == "folder")
     if fmt.reads == "xml-folder":
         out = _need_folder(args, fmt.name)

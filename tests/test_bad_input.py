@@ -563,3 +563,34 @@ def test_msccl_xml_lowering_of_a_split_multi_chunk_transfer_emits_a_checked_file
     code, out_text, err = run(capsys, "verify", out)
     assert code == 0 and out_text.startswith("OK reducescatter on 3 GPUs"), out_text + err
     assert "no deadlock" in out_text and "every contribution exactly once" in out_text
+
+
+# ------------------------------------------------------------------------------------------ output flags
+@pytest.mark.parametrize("argv, needle", [
+    (["emit", "{s}", "-f", "msccl-xml", "--sms", "132"], "--sms applies to --format mscclpp-plan, not msccl-xml"),
+    (["emit", "{s}", "-f", "msccl-xml", "--plan-chunks", "pow2"], "--plan-chunks applies to --format mscclpp-plan"),
+    (["emit", "{s}", "-f", "mscclpp-plan", "--dialect", "legacy"], "--dialect applies to --format msccl-xml, not "),
+    (["emit", "{s}", "-f", "mscclpp-plan", "--no-outofplace"], "--no-outofplace applies to --format msccl-xml"),
+    (["emit", "{s}", "-f", "mscclpp-plan", "--instances", "2"], "--instances applies to --format msccl-xml"),
+    (["emit", "{s}", "-f", "msccl-xml", "--dtypes", "float"], "--dtypes applies to --format nccl-cuda"),
+    (["emit", "{s}", "-f", "nccl-cuda", "--proto", "LL"], "--proto applies to --format msccl-xml or mscclpp-plan"),
+    (["synth", "-a", "ring", "-n", "4", "--proto", "LL"], "--proto applies to --format msccl-xml or mscclpp-plan, "
+                                                          "not json"),
+    (["synth", "-a", "ring", "-n", "4", "--no-inplace"], "--no-inplace applies to"),
+    (["synth", "-a", "ring", "-n", "4", "-f", "msccl-xml", "--gpus-per-node", "2"], "--gpus-per-node applies to"),
+])
+def test_an_output_flag_the_format_does_not_take_is_refused_not_ignored(capsys, tmp_path, ring4, argv, needle):
+    out = tmp_path / "out"
+    code, _, err = run(capsys, *[str(ring4) if a == "{s}" else a for a in argv], "-o", out)
+    one_line_exit_2(code, err, needle)
+    assert not out.exists()
+
+
+def test_output_flags_the_format_takes_are_accepted(capsys, tmp_path, ring4):
+    for fmt, flags in (("msccl-xml", ["--proto", "LL", "--instances", "2", "--no-outofplace", "--name", "x"]),
+                       ("mscclpp-plan", ["--proto", "LL", "--no-inplace", "--sms", "96", "--name", "x"])):
+        code, _, err = run(capsys, "emit", ring4, "-f", fmt, *flags, "-o", tmp_path / f"{fmt}.out")
+        assert code == 0, err
+    code, _, err = run(capsys, "emit", ring4, "-f", "nccl-cuda", "--name", "x", "--dtypes", "float",
+                       "-o", tmp_path / "cuda")
+    assert code == 0, err
