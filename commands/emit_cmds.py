@@ -19,7 +19,7 @@ from collsynth.commands.common import print_json, print_table
 from collsynth.errors import CollsynthError
 from collsynth.fileio import check_outdir, check_output, json_loads, read_text, write_text_atomic, write_tree
 from collsynth.synth.ir import load_schedule
-from collsynth.synth.topology.gpus import MAX_SMS, check_sms
+from collsynth.synth.topology.gpus import MAX_SMS
 from collsynth.synth.verify import check
 from collsynth.units import parse_count, parse_size
 
@@ -110,7 +110,7 @@ def mscclpp_plan_options(args: argparse.Namespace) -> dict[str, Any]:
             raise CollsynthError(f"--plan-chunks must be an integer or pow2, got {chunks!r}") from None
     sms = getattr(args, "sms", None)
     if sms is not None:
-        sms = check_sms(parse_count(str(sms), flag="--sms", lo=1, hi=MAX_SMS), "--sms")
+        sms = parse_count(str(sms), flag="--sms", lo=1, hi=MAX_SMS)
     return {"proto": args.proto, "inplace": bool(args.inplace), "min_bytes": _bytes("--min-bytes", args.min_bytes),
             "max_bytes": _bytes("--max-bytes", args.max_bytes), "name": args.name,
             "pipeline": None if unit is None else _bytes("--pipeline-unit", unit), "gpus_per_node": gpn,

@@ -105,13 +105,18 @@ def fit_cluster_pipeline(schedule: Schedule, params: Mapping[str, Any], **option
         return schedule, ""
     built: dict[int, Schedule] = {}
 
+    def rebuild(x: int) -> Schedule:
+        if x not in built:
+            s = build_schedule("clusterstraggler", schedule.nranks, schedule.collective, **{**params, "pipeline": x})
+            if "topology" in meta:
+                s.meta["topology"] = meta["topology"]
+            built[x] = s
+        return built[x]
+
     def ok(x: int) -> bool:
         progress.note(f"mscclpp-plan: {need} thread blocks per rank at {M} blocks per part, at most {limit} "
                       f"resident: trying {x}")
-        s = build_schedule("clusterstraggler", schedule.nranks, schedule.collective, **{**params, "pipeline": x})
-        if "topology" in meta:
-            s.meta["topology"] = meta["topology"]
-        built[x] = s
+        s = rebuild(x)
         return s.meta.get("form") == meta["form"] and fits(s, **opts, sms=limit)[0]
 
     best = largest_passing(1, M - 1, ok, guess=max(1, M * limit // need))
@@ -120,10 +125,7 @@ def fit_cluster_pipeline(schedule: Schedule, params: Mapping[str, Any], **option
         raise CollsynthError(f"{too_many_blocks(worst, need, limits)}: {most}, or emit msccl-xml or nccl-cuda")
     if best < 1:
         return schedule, ""
-    s = built[best] if best in built else build_schedule("clusterstraggler", schedule.nranks, schedule.collective,
-                                                         **{**params, "pipeline": best})
-    if "topology" in meta:
-        s.meta["topology"] = meta["topology"]
+    s = rebuild(best)
     before, after = meta.get("after_arrival_estimate_s"), s.meta.get("after_arrival_estimate_s")
     cost = (f" (after the arrival, estimated {before * 1e3:.3f} -> {after * 1e3:.3f} ms)"
             if isinstance(before, float) and isinstance(after, float) else "")

@@ -135,12 +135,11 @@ def import_topology(path: str, *, nodes: int = 1, fabric: str | None = None, ove
         check_sms(sms, "--sms")
         known = model.gpu_model
         model.gpu_model = GpuModel(known.name if known and known.sms == sms else None, sms)
-        model.assumptions = [a for a in model.assumptions if not a.startswith("GPU model not known")]
         if known is not None and known.sms != sms:
             model.assume(f"--sms {sms} replaces the {known.sms} SMs of the {known.name} the file names")
-    elif model.gpu_model is None and not any(a.startswith("GPU model not known") for a in model.assumptions):
-        model.assume("GPU model not named by the file: MSCCL++ plans for this topology allow an A100's 108 thread "
-                     "blocks per rank unless `topology import --sms` or `emit --sms` gives the SMs")
+    elif model.gpu_model is None:
+        model.assume(f"GPU model {model.gpu_unknown}: MSCCL++ plans for this topology allow an A100's 108 thread "
+                     f"blocks per rank unless `topology import --sms` or `emit --sms` gives the SMs")
     if nodes == 1:
         topo = node_topology_dict(model)
         assign_nics(model)

@@ -222,7 +222,7 @@ def read_nccl_xml(text: str, name: str, where: str) -> NodeModel:
 
 def _read_gpu_model(model: NodeModel, found: list[dict[str, Any]]) -> None:
     """The GPUs' model from their PCI vendor and device ids (synth.topology.gpus), when all are one known
-    model; said as an assumption otherwise."""
+    model; otherwise why not (``gpu_unknown``, which import_topology says)."""
     pcis = [f["pci"] if f["pci"].tag == "pci" else None for f in found]
     ids = sorted({(p.get("vendor") or "?", p.get("device") or "?") if p is not None else ("?", "?") for p in pcis})
     models = {gpu_of_pci_device(v, d) for v, d in ids}
@@ -230,9 +230,8 @@ def _read_gpu_model(model: NodeModel, found: list[dict[str, Any]]) -> None:
         model.gpu_model = models.pop()
         return
     known = [f"{v}:{d}" for v, d in ids if (v, d) != ("?", "?")]
-    why = f"from its PCI device id ({', '.join(known)})" if known else "(its <pci> gives no vendor and device id)"
-    model.assume(f"GPU model not known {why}: MSCCL++ plans for this topology allow an A100's 108 thread blocks per "
-                 f"rank unless `topology import --sms` or `emit --sms` gives the SMs")
+    model.gpu_unknown = (f"not known from its PCI device id ({', '.join(known)})" if known
+                         else "not known (its <pci> gives no vendor and device id)")
 
 
 def _read_nets(model: NodeModel, nets: list[tuple[ET.Element, int, tuple[str, ...], bool]],

@@ -68,6 +68,7 @@ class NodeModel:
     assumptions: list[str] = field(default_factory=list)
     pcie_note: str = ""                       # what was guessed about PCIe (said only when PCIe is used)
     gpu_model: GpuModel | None = None         # the GPUs' model (NCCL XML: PCI device id; else --sms), or None
+    gpu_unknown: str = "not named by the file"  # why gpu_model is None (said as an assumption)
 
     def assume(self, text: str) -> None:
         if text not in self.assumptions:
