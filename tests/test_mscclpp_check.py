@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 
+import numpy as np
 import pytest
 from shared_paths import vectors
 
@@ -250,3 +251,66 @@ def test_checking_at_a_given_size(tmp_path, capsys):
     assert "run at 16384-byte chunks" in capsys.readouterr().out
     assert main(["verify", str(p), "--size", "100"]) == 2
     assert "cannot be cut into 4 chunks" in capsys.readouterr().err
+
+
+def _two_releasers_plan() -> dict:
+    """Ring n = 2 plus four thread blocks on gpu 0 around device semaphore 0: A writes a scratch chunk and
+    releases it, B releases it once D has released semaphore 1, C acquires it twice and reads A's chunk after
+    the first. The executor runs B's release last, but on a GPU D and B can run first, so C's first acquire
+    may count B's release: C's read races with A's write."""
+    plan = _plan("ring", 2)
+    g = plan["gpus"][0]
+    base = g["scratch_chunks"]
+    g["scratch_chunks"] = base + 3
+    g["semaphores"] = [{"init_value": 0}, {"init_value": 0}]
+
+    def s(k: int) -> dict:
+        return {"type": "s", "index": base + k, "size": 1}
+
+    blocks = ([{"name": "copy", "src_buff": [s(1)], "dst_buff": [s(0)]}, {"name": "nop"},
+               {"name": "sem_release", "semaphore_ids": [0]}],
+              [{"name": "sem_acquire", "semaphore_ids": [1]}, {"name": "sem_release", "semaphore_ids": [0]}],
+              [{"name": "sem_acquire", "semaphore_ids": [0]}, {"name": "nop"},
+               {"name": "copy", "src_buff": [s(0)], "dst_buff": [s(2)]}, {"name": "sem_acquire", "semaphore_ids": [0]}],
+              [{"name": "sem_release", "semaphore_ids": [1]}])
+    n0 = len(g["threadblocks"])
+    for k, ops in enumerate(blocks):
+        g["threadblocks"].append({"id": n0 + k, "channels": [], "remote_buffer_refs": [], "ops": ops})
+    return plan
+
+
+def test_a_wait_counts_only_the_signals_it_is_sure_of_when_several_blocks_signal():
+    # a counter that several thread blocks signal in the whole plan: a wait is sure only of the signals that
+    # come first whatever the others do, even while only one of them has signalled so far (before: the race
+    # showed only in launch 2, once both had signalled)
+    report = _check(_two_releasers_plan())
+    assert not report.ok and report.kind == "race"
+    assert report.message.startswith("FAIL race: gpu 0 thread block 3 op 2 (copy) reads bytes 32..47 (chunk 2) of "
+                                     "gpu 0's scratch that gpu 0 thread block 1 op 0 (copy) wrote"), report.message
+    # A releases twice and B not at all: C's first acquire counts A's first release, so the read is ordered
+    plan = _two_releasers_plan()
+    tbs = plan["gpus"][0]["threadblocks"]
+    tbs[1]["ops"].append(tbs[2]["ops"].pop())
+    assert [o["name"] for o in tbs[1]["ops"]] == ["copy", "nop", "sem_release", "sem_release"]
+    assert _check(plan).ok
+
+
+def test_clocks_too_small_for_the_ticks_start_over_with_larger_ones(monkeypatch):
+    from collsynth.backends.mscclpp import execute
+
+    plan = json.dumps(_plan("ring", 4, gpus_per_node=2, pipeline=256))
+    race = json.dumps(_vector(TBG))
+    want = [check_plan_text(t, "p") for t in (plan, race)]
+    assert want[0].ok and not want[1].ok
+    used: list[type] = []
+    real = execute.Executor
+
+    def spy(*args):
+        used.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(execute, "CLOCKS", (np.int8, np.int32))
+    monkeypatch.setattr(execute, "Executor", spy)
+    got = [check_plan_text(t, "p") for t in (plan, race)]
+    assert [(r.ok, r.message, r.details) for r in got] == [(r.ok, r.message, r.details) for r in want]
+    assert used[:2] == [np.int8, np.int32]  # the plan's ticks outgrow 8 bits

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collsynth import budget
-from collsynth.backends.mscclpp.execute import ExecFailure, ExecResult, Executor
+from collsynth.backends.mscclpp.execute import ExecFailure, ExecResult, execute
 from collsynth.backends.mscclpp.load import check_offsets, choose_chunk, validate
 from collsynth.backends.mscclpp.model import FORMAT_VERSION, Plan, PlanFormatError, parse_plan
 from collsynth.fileio import json_loads, read_text
@@ -98,8 +98,7 @@ def run_plan(plan: Plan, *, size: int | None = None, launches: int | None = None
     chunk = choose_chunk(plan, size)
     check_offsets(plan, chunk)
     check_plan_work(plan, launches or launches_for(plan))
-    ex = Executor(plan, chunk, launches or launches_for(plan), meta_steps, plan.pairs or None)
-    return ex.run()
+    return execute(plan, chunk, launches or launches_for(plan), meta_steps, plan.pairs or None)
 
 
 def check_plan(plan: Plan, *, size: int | None = None) -> PlanReport:

@@ -168,11 +168,10 @@ class MemoryAccess(ExecBase):
                 if v is None or v[4] != 2 or v[5] != a.launch:
                     return None
             for _, _, v in pieces:
-                if v[6] is not None:
+                if v[6] is not None:  # a new clock: clocks are shared, never written in place
+                    kv = np.maximum(kv, v[6])
                     if who is a:
-                        np.maximum(a.vc, v[6], out=a.vc)
-                    else:
-                        np.maximum(kv, v[6], out=kv)
+                        a.vc = kv
         self.touch(rank, phys, lo, lo + span, False, who, kv, unit, lo, tick, label)
         out: list[tuple[int, int, Any]] = []
         for x0, x1, v in pieces:

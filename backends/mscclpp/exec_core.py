@@ -22,13 +22,23 @@ from collsynth.backends.mscclpp.model import SIGNAL_OPS, WAIT_OPS, Gpu, Plan, Th
 Handler = Callable[["ExecutorCore", Actor, Gpu, ThreadBlock, Inst], bool]
 
 
+def proxy_users(tb: ThreadBlock) -> set[int]:
+    """The port channels whose proxy the thread block pushes requests to or flushes (any port op but a wait)."""
+    out: set[int] = set()
+    for op in tb.ops:
+        for o in op.body if op.name == "pipeline" else (op,):
+            if o.channel_type == "port" and o.name not in WAIT_OPS:
+                out.update(tb.channels["port"][c] for c in o.channel_ids)
+    return out
+
+
 class ExecutorCore(Synchronization, MemoryAccess):
     """Runs every launch of every rank; ``handlers`` (op name -> Handler) run the data ops."""
 
     handlers: ClassVar[dict[str, Handler]] = {}
 
     def __init__(self, plan: Plan, chunk: int, launches: int, meta_steps: dict[tuple[int, int, int, int], int]
-                 | None = None, pairs: dict[tuple[int, str, int], Chan] | None = None) -> None:
+                 | None = None, pairs: dict[tuple[int, str, int], Chan] | None = None, clock: type = np.int32) -> None:
         self.plan, self.chunk, self.launches = plan, chunk, launches
         self.n = plan.nranks
         self.pairs = pairs if pairs is not None else channel_pairs(plan)
@@ -37,13 +47,16 @@ class ExecutorCore(Synchronization, MemoryAccess):
         ports = [(g.id, c) for g in plan.gpus for c in range(len(g.peers["port"]))]
         na = len(tbs) + len(ports) + self.n
         self.na = na
-        self.actors = [Actor(i, r, tb, na) for i, (r, tb) in enumerate(tbs)]
+        self.actors = [Actor(i, r, tb, na, clock) for i, (r, tb) in enumerate(tbs)]
         self.by_rank: list[list[Actor]] = [[] for _ in range(self.n)]
         for a in self.actors:
             self.by_rank[a.rank].append(a)
             a.insts = flatten(plan, a.tb, chunk)  # type: ignore[arg-type]
-        self.proxies = {key: Proxy(len(tbs) + i, key[0], key[1], na) for i, key in enumerate(ports)}
-        self.users = [Actor(len(tbs) + len(ports) + r, r, None, na) for r in range(self.n)]
+        self.proxies = {key: Proxy(len(tbs) + i, key[0], key[1], na, clock) for i, key in enumerate(ports)}
+        for a in self.actors:
+            for c in sorted(proxy_users(a.tb)):  # type: ignore[arg-type]
+                self.proxies[(a.rank, c)].pushers.append(a)
+        self.users = [Actor(len(tbs) + len(ports) + r, r, None, na, clock) for r in range(self.n)]
         self.user_tick = [0] * self.n
         self.names = {a.id: f"gpu {a.rank} thread block {a.tb.id}" for a in self.actors}  # type: ignore[union-attr]
         for (r, c), p in self.proxies.items():
@@ -119,7 +132,7 @@ class ExecutorCore(Synchronization, MemoryAccess):
             self._end_launch(r)
             return
         for a in self.by_rank[r]:
-            np.maximum(a.vc, user.vc, out=a.vc)
+            a.vc = np.maximum(a.vc, user.vc)  # a new clock (clocks are shared, never written in place)
             a.tick += 1
             a.vc[a.id] = a.tick
             a.lanes.clear()

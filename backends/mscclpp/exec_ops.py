@@ -68,12 +68,13 @@ def _h_put(ex: ExecutorCore, a: Actor, g: Gpu, tb: ThreadBlock, inst: Inst) -> b
         # the proxy reads the registered source: scratch without the launch's half, i/o from their base
         sp, sa = ex.phys(g.id, src.buf, soff + inst.offset, False, a.launch)
         label = f"(port put of {op.where} by {ex.names[a.id]})"
-        s = ex.read(a, op, g.id, sp, sa, size, p, p.vc, 0, p.tick, label)
+        pk = ex.proxy_clock(p)
+        s = ex.read(a, op, g.id, sp, sa, size, p, pk, 0, p.tick, label)
         assert s is not None
         record_landing(ex, a, inst, [s], 1)
         tag = record_send(ex, a, inst, rank, k, s, p.lv, p.mlv, buf != "s")
         dp, da = ex.phys(rank, buf, doff + inst.offset, False, a.launch)
-        ex.write(a, op, rank, dp, da, s, p, p.vc, 0, p.tick, label, tag=tag)
+        ex.write(a, op, rank, dp, da, s, p, pk, 0, p.tick, label, tag=tag)
         if op.name in ("pws", "pwsf"):
             svc, slv, smlv = ex.proxy_request(a, k, chan, vc, lv, mlv)
             key, _ = ex.chan_counter(g.id, "port", chan)

@@ -104,7 +104,8 @@ def _h_rppkt(ex: ExecutorCore, a: Actor, g: Gpu, tb: ThreadBlock, inst: Inst) ->
             p = ex.proxies[(g.id, chan)]
             tag = record_send(ex, a, inst, rank, k, s, p.lv, p.mlv, False)
             label = f"(port rppkt of {op.where} by {ex.names[a.id]})"
-            ex.write(a, op, rank, dp, da, s, p, p.vc, 0, p.tick, label, packet=True, rel=p.vc.copy(), tag=tag)
+            pk = ex.proxy_clock(p)
+            ex.write(a, op, rank, dp, da, s, p, pk, 0, p.tick, label, packet=True, rel=pk, tag=tag)
     return True
 
 

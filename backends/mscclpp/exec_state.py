@@ -55,12 +55,12 @@ class Actor:
     __slots__ = ("id", "rank", "tb", "insts", "pc", "tick", "vc", "lanes", "lv", "lane_lv", "launch", "done",
                  "blocked", "ticket", "last_send", "mlv", "lane_mlv", "passed")
 
-    def __init__(self, aid: int, rank: int, tb: ThreadBlock | None, na: int) -> None:
+    def __init__(self, aid: int, rank: int, tb: ThreadBlock | None, na: int, clock: type = np.int32) -> None:
         self.id, self.rank, self.tb = aid, rank, tb
         self.insts: list[Inst] = []
         self.pc = 0
         self.tick = 0
-        self.vc = np.full(na, -1, np.int32)
+        self.vc: np.ndarray = np.full(na, -1, clock)
         self.lanes: dict[int, np.ndarray] = {}
         self.lv = -1  # the latest level of data it knows have landed (read-back)
         self.lane_lv: dict[int, int] = {}
@@ -77,7 +77,7 @@ class Actor:
 class Counter:
     """A counting semaphore: a channel direction's inbound counter, or a device semaphore."""
 
-    __slots__ = ("init", "signals", "per_actor", "waits", "issued", "issued_by", "total", "waiting", "desc")
+    __slots__ = ("init", "signals", "per_actor", "waits", "issued", "total", "waiters", "waiting", "desc")
 
     def __init__(self, init: int, desc: str) -> None:
         self.init = init
@@ -85,23 +85,26 @@ class Counter:
         self.per_actor: dict[int, list[int]] = {}  # actor -> indexes into signals, in order
         self.waits: list[tuple[int, int]] = []  # (actor, tick) of waits that passed
         self.issued = 0  # tickets handed out (waits take them in arrival order)
-        self.issued_by: set[int] = set()  # thread blocks that took them
         self.total: dict[int, int] = {}  # actor -> signals over all launches (static count)
+        self.waiters = 0  # thread blocks that wait on it (static count)
         self.waiting: list[Actor] = []
         self.desc = desc
 
 
 class Proxy:
     """The proxy of one port channel: it serves put requests in FIFO order, with its own clock."""
-    __slots__ = ("id", "rank", "chan", "vc", "tick", "reqs", "lv", "mlv")
+    __slots__ = ("id", "rank", "chan", "vc", "tick", "reqs", "lv", "mlv", "pushers")
 
-    def __init__(self, aid: int, rank: int, chan: int, na: int) -> None:
+    def __init__(self, aid: int, rank: int, chan: int, na: int, clock: type = np.int32) -> None:
         self.id, self.rank, self.chan = aid, rank, chan
-        self.vc = np.full(na, -1, np.int32)
+        self.vc: np.ndarray = np.full(na, -1, clock)
         self.tick = 0
-        self.reqs: list[tuple[int, int, int, np.ndarray, int, int]] = []  # (tb actor, lane, op tick, snapshot, lv, mlv)
+        # (tb actor, lane, op tick, the proxy's clock then (shared while requests bring nothing new), its tick
+        # then (its own entry, kept apart), lv, mlv)
+        self.reqs: list[tuple[int, int, int, np.ndarray, int, int, int]] = []
         self.lv = -1
         self.mlv = -1
+        self.pushers: list[Actor] = []  # the thread blocks that push requests to it or flush it
 
 
 class ExecBase:

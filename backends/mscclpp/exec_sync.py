@@ -57,6 +57,7 @@ class Synchronization(ExecBase):
             c.total = {aid: k * self.launches for aid, k in sig.get(key, {}).items()}
             ns = sum(sig.get(key, {}).values())
             waiters = wt.get(key, {})
+            c.waiters = len(waiters)
             nw = sum(len(v) for v in waiters.values())
             if ns != nw:
                 self._unbalanced(key, ns, nw, sig.get(key, {}), waiters)
@@ -108,9 +109,11 @@ class Synchronization(ExecBase):
     # ------------------------------------------------------------------ threads and barriers
     def sync_threads(self, a: Actor) -> None:
         """A nop: what any lane of the thread block learned is known to all of its threads."""
+        vc = a.vc.copy()  # a new clock: the snapshots published so far share the old one
         for v in a.lanes.values():
-            np.maximum(a.vc, v, out=a.vc)
-        a.vc[a.id] = a.tick
+            np.maximum(vc, v, out=vc)
+        vc[a.id] = a.tick
+        a.vc = vc
         if a.lane_lv:
             a.lv = max(a.lv, *a.lane_lv.values())
         if a.lane_mlv:
@@ -120,17 +123,15 @@ class Synchronization(ExecBase):
         a.lane_mlv.clear()
 
     def lane_knowledge(self, a: Actor, lane: int) -> tuple[np.ndarray, int, int]:
-        """(vector clock, level, recorded level) that ``lane`` of the thread block knows."""
+        """(vector clock, level, recorded level) that ``lane`` of the thread block knows; the clock may be
+        the block's own (clocks are never written in place), so callers only read it."""
         v = a.lanes.get(lane)
-        vc = a.vc.copy() if v is None else np.maximum(a.vc, v)
+        vc = a.vc if v is None else np.maximum(a.vc, v)
         return vc, max(a.lv, a.lane_lv.get(lane, -1)), max(a.mlv, a.lane_mlv.get(lane, -1))
 
     def _acquire(self, a: Actor, lane: int, vc: np.ndarray, lv: int, mlv: int) -> None:
         cur = a.lanes.get(lane)
-        if cur is None:
-            a.lanes[lane] = vc.copy()
-        else:
-            np.maximum(cur, vc, out=cur)
+        a.lanes[lane] = vc if cur is None else np.maximum(cur, vc)
         a.lane_lv[lane] = max(a.lane_lv.get(lane, -1), lv)
         a.lane_mlv[lane] = max(a.lane_mlv.get(lane, -1), mlv)
 
@@ -162,7 +163,7 @@ class Synchronization(ExecBase):
         for x, _ in arrivals:
             np.maximum(joined, x.vc, out=joined)
         for x, _ in arrivals:
-            x.vc[:] = np.maximum(x.vc, joined)
+            x.vc = joined  # at least each one's own clock
             x.lv, x.mlv = lv, mlv
             if x is not a:
                 x.passed, x.blocked = True, None
@@ -205,7 +206,6 @@ class Synchronization(ExecBase):
             c = self.counters[lk[0]]
             if lk not in a.ticket:
                 c.issued += 1
-                c.issued_by.add(a.id)
                 a.ticket[lk] = c.issued
         for lk in lanes:
             key = lk[0]
@@ -240,24 +240,23 @@ class Synchronization(ExecBase):
             return None, -1, -1
         vc: np.ndarray | None = None
         lv = mlv = -1
-        if len(c.per_actor) == 1:  # one signalling thread block: the wait sees its first ``need`` signals
-            idxs = next(iter(c.per_actor.values()))
+        if len(c.total) == 1:  # one thread block signals it (in the whole plan): the wait sees its first ``need``
+            idxs = c.per_actor.get(next(iter(c.total)), [])
             j = min(need, len(idxs))
             if j < 1:
                 return None, -1, -1
             sig = c.signals[idxs[j - 1]]
-            if len(c.issued_by) == 1 and j >= 2:  # one waiter: later waits need later signals only
-                old = c.signals[idxs[j - 2]]
-                c.signals[idxs[j - 2]] = (old[0], None, old[2], old[3])
+            if c.waiters == 1:  # one thread block waits: its later waits need later signals only
+                c.signals[idxs[j - 1]] = (sig[0], None, sig[2], sig[3])
             return sig[1], sig[2], sig[3]
         for actor, idxs in c.per_actor.items():
             others = sum(k for x, k in c.total.items() if x != actor)
             j = min(need - others, len(idxs))
             if j >= 1:
                 _, v, l1, m1 = c.signals[idxs[j - 1]]
-                if v is None:  # released by the one-waiter path: counting less is safe (it can only add races)
+                if v is None:  # pragma: no cover - only the one-signaller path releases signals
                     continue
-                vc = v.copy() if vc is None else np.maximum(vc, v)
+                vc = v if vc is None else np.maximum(vc, v)
                 lv, mlv = max(lv, l1), max(mlv, m1)
         return vc, lv, mlv
 
@@ -267,15 +266,18 @@ class Synchronization(ExecBase):
         """Push a request: the proxy serves it after the ones before it; returns what a signal pushed now
         publishes (the pusher's knowledge and the requests ordered before it)."""
         p = self.proxies[(a.rank, chan)]
-        np.maximum(p.vc, vc, out=p.vc)
+        if vc is not p.vc and bool((vc > p.vc).any()):
+            p.vc = np.maximum(p.vc, vc)  # a new clock: the requests before keep theirs
         p.lv, p.mlv = max(p.lv, lv), max(p.mlv, mlv)
         p.tick += 1
-        p.vc[p.id] = p.tick
         snap = self._ordered_prefix(a, lane, p)
-        p.reqs.append((a.id, lane, a.tick, p.vc.copy(), p.lv, p.mlv))
+        p.reqs.append((a.id, lane, a.tick, p.vc, p.tick, p.lv, p.mlv))
+        self._settle(p)
         if snap is None:
             return vc, lv, mlv  # unchanged: callers never write into what this returns
-        return np.maximum(vc, snap[3]), max(lv, snap[4]), max(mlv, snap[5])
+        out = np.maximum(vc, snap[3])
+        out[p.id] = max(out[p.id], snap[4])
+        return out, max(lv, snap[5]), max(mlv, snap[6])
 
     def _ordered_prefix(self, a: Actor, lane: int, p: Proxy) -> Any:
         """The last request of ``p`` that was pushed before (in happens-before) a push by ``a`` on ``lane``
@@ -289,9 +291,36 @@ class Synchronization(ExecBase):
                 break
         return last
 
+    def _settle(self, p: Proxy) -> None:
+        """Forget the requests that no later push or flush can end its ordered prefix at: those before the
+        last of the leading requests that every thread block with the channel already knows of (each one's
+        clock only grows, so they stay in every prefix; the one kept gives the same answer)."""
+        reqs = p.reqs
+        k = -1
+        while k + 1 < len(reqs):
+            aid, tick = reqs[k + 1][0], reqs[k + 1][2]
+            if any(x.vc[aid] < tick for x in p.pushers):
+                break
+            k += 1
+        if k > 0:
+            del reqs[:k]
+
     def flush(self, a: Actor, lane: int, chan: int) -> None:
         """A flush of a port channel: the lane learns what the proxy has served of its requests."""
         p = self.proxies[(a.rank, chan)]
         snap = self._ordered_prefix(a, lane, p)
         if snap is not None:
-            self._acquire(a, lane, snap[3], snap[4], snap[5])
+            self._acquire(a, lane, with_tick(snap[3], p.id, snap[4]), snap[5], snap[6])
+
+    def proxy_clock(self, p: Proxy) -> np.ndarray:
+        """The clock of the proxy's access now (its own entry is its tick)."""
+        return with_tick(p.vc, p.id, p.tick)
+
+
+def with_tick(vc: np.ndarray, aid: int, tick: int) -> np.ndarray:
+    """``vc`` with actor ``aid``'s entry at least ``tick``: ``vc`` itself when it is, else a new clock."""
+    if vc[aid] >= tick:
+        return vc
+    out = vc.copy()
+    out[aid] = tick
+    return out

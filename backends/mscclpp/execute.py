@@ -12,7 +12,9 @@ the current flag.
 
 Synchronization is tracked with vector clocks, one component per actor: thread blocks, one proxy per
 port channel (it copies data asynchronously, in FIFO order with that channel's signals), and the
-caller of each rank. The rules (docs/mscclpp-plan.md, "How collsynth checks a plan"):
+caller of each rank. Clocks are shared between the snapshots that signals and proxy requests keep and
+never written in place (a change makes a new clock); entries are 16 bits while the ticks fit (CLOCKS).
+The rules (docs/mscclpp-plan.md, "How collsynth checks a plan"):
 
 - inside a thread block nothing orders two ops but a ``nop`` (or a barrier), except that a thread
   touches the same bytes in two ops that address them from the same offset with the same unit;
@@ -40,16 +42,37 @@ puts them together.
 
 from __future__ import annotations
 
+import numpy as np
+
 from collsynth.backends.mscclpp.exec_core import ExecutorCore
 from collsynth.backends.mscclpp.exec_ops import HANDLERS
 from collsynth.backends.mscclpp.exec_packets import PACKET_HANDLERS
 from collsynth.backends.mscclpp.exec_state import ExecFailure, ExecResult, Movement
+from collsynth.backends.mscclpp.load import Chan
+from collsynth.backends.mscclpp.model import Plan
 
-__all__ = ["ExecFailure", "ExecResult", "Executor", "Movement"]
+__all__ = ["CLOCKS", "ExecFailure", "ExecResult", "Executor", "Movement", "execute"]
+
+# The clock entry types tried in turn: a tick too large for one makes numpy 2 raise OverflowError (numpy 1
+# would wrap it with a warning, so it gets 32 bits at once). Every signal and proxy request keeps a clock
+# over all actors, so 16 bits halve the checker's largest memory use.
+CLOCKS: tuple[type, ...] = (np.int16, np.int32) if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else (np.int32,)
 
 
 class Executor(ExecutorCore):
-    """``Executor(plan, chunk, launches, meta_steps, pairs).run()``: an ExecResult, or ExecFailure naming the
-    first problem (races first)."""
+    """``Executor(plan, chunk, launches, meta_steps, pairs, clock).run()``: an ExecResult, or ExecFailure naming
+    the first problem (races first)."""
 
     handlers = {**HANDLERS, **PACKET_HANDLERS}
+
+
+def execute(plan: Plan, chunk: int, launches: int, meta_steps: dict[tuple[int, int, int, int], int] | None = None,
+            pairs: dict[tuple[int, str, int], Chan] | None = None) -> ExecResult:
+    """Run the plan with the smallest clock entries of CLOCKS that hold every tick (a run whose ticks
+    outgrow them starts over with the next)."""
+    for clock in CLOCKS[:-1]:
+        try:
+            return Executor(plan, chunk, launches, meta_steps, pairs, clock).run()
+        except OverflowError:
+            continue
+    return Executor(plan, chunk, launches, meta_steps, pairs, CLOCKS[-1]).run()
