@@ -11,10 +11,12 @@ bench/bench_emit.py (direct, ring, rhd and StragglAR at 16 to 256 ranks, one loa
   times ``--instances``.
 - mscclpp-plan: about 7 plan ops per transfer (put, signal, wait, reduce, flush ...); the symbolic
   execution that checks the plan (mscclpp/execute.py) keeps vector clocks over every actor (thread
-  blocks, proxies and callers), so each op costs time and memory that grow with the actor count A:
-  about (0.25 ms + 20 ns x A) and (2 KiB + 0.4 x A bytes) per op, plus 24 bytes x A per connected pair
-  of ranks (each channel's counter holds a clock). A rank needs at least two thread blocks per 8 peers
-  (sending and receiving) and one per 64 ops.
+  blocks, the proxy of each port channel, callers): about as many clocks as actors are alive at once
+  (the signals in flight, the proxy requests not yet settled), of 2-byte entries. So about 2.4 KiB per
+  op, 22 KiB per thread block and 5 bytes x A^2 (A actors), and (80 us + 2 ns x A) per op (measured
+  with bench/bench_emit.py up to 128 GPUs of h100-cluster). A rank needs at least two thread blocks per
+  8 peers (sending and receiving) and one per 64 ops; a schedule over several nodes about 2.5 port
+  channels per thread block.
 - nccl-cuda: one grouped send/receive list per step: about 0.1 ms and 2 KiB per transfer.
 """
 
@@ -28,17 +30,19 @@ from typing import Any
 import numpy as np
 
 from collsynth import budget
+from collsynth.backends.layout import nodes_of
 from collsynth.budget import Work
 from collsynth.synth.algorithms.estimate import work
 
 XML_SECONDS_PER_UNIT = 5e-4
 XML_BYTES_PER_UNIT = 4096
 PLAN_OPS_PER_TRANSFER = 7
-PLAN_SECONDS_PER_OP = 2.5e-4
-PLAN_SECONDS_PER_OP_ACTOR = 2e-8
-PLAN_BYTES_PER_OP = 2048
-PLAN_BYTES_PER_OP_ACTOR = 0.4
-PLAN_BYTES_PER_PAIR_ACTOR = 24
+PLAN_SECONDS_PER_OP = 8e-5
+PLAN_SECONDS_PER_OP_ACTOR = 2e-9
+PLAN_BYTES_PER_OP = 2400
+PLAN_BYTES_PER_TB = 22 * 1024
+PLAN_BYTES_PER_ACTOR_PAIR = 5
+PLAN_PORTS_PER_TB = 2.5
 CUDA_SECONDS_PER_TRANSFER = 1e-4
 CUDA_BYTES_PER_TRANSFER = 2048
 ESTIMATED = ("msccl-xml", "mscclpp-plan", "nccl-cuda")
@@ -47,7 +51,7 @@ ESTIMATED = ("msccl-xml", "mscclpp-plan", "nccl-cuda")
 @dataclass(frozen=True)
 class Shape:
     """What the estimates read of a schedule: ranks, transfers, chunk moves, the most transfers one rank
-    sends plus receives, and the most peers one rank has in one direction, and connected pairs."""
+    sends plus receives, and the most peers one rank has in one direction, connected pairs, and nodes."""
 
     nranks: int
     transfers: int
@@ -55,18 +59,20 @@ class Shape:
     per_rank: int
     peers: int
     pairs: int
+    nodes: int = 1
 
 
 def shape_of(s: Any) -> Shape:
     """The Shape of a Schedule (a few numpy passes over its transfer columns)."""
     n = int(s.nranks)
+    nodes = len(set(nodes_of(s, None)))
     if not s.ntransfers:
-        return Shape(n, 0, 0, 0, 0, 0)
+        return Shape(n, 0, 0, 0, 0, 0, nodes)
     src, dst = s.src.astype(np.int64), s.dst.astype(np.int64)
     per = np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)
     pair = np.unique(src * n + dst)
     peers = np.maximum(np.bincount(pair // n, minlength=n), np.bincount(pair % n, minlength=n))
-    return Shape(n, int(s.ntransfers), int(s.count.sum()), int(per.max()), int(peers.max()), len(pair))
+    return Shape(n, int(s.ntransfers), int(s.count.sum()), int(per.max()), int(peers.max()), len(pair), nodes)
 
 
 def peers_of(name: str, n: int) -> int:
@@ -105,10 +111,10 @@ def cost(fmt: str, shape: Shape, options: Mapping[str, Any] | None = None) -> tu
     if fmt == "mscclpp-plan":
         n = max(shape.nranks, 1)
         ops = PLAN_OPS_PER_TRANSFER * shape.transfers
-        tbs = max(2 * -(-shape.peers // 8), -(-PLAN_OPS_PER_TRANSFER * shape.per_rank // (2 * 64)), 1)
-        actors = n * (tbs + 2)  # thread blocks, a proxy (port channels) and the caller per rank
-        nbytes = ops * (PLAN_BYTES_PER_OP + PLAN_BYTES_PER_OP_ACTOR * actors) + \
-            PLAN_BYTES_PER_PAIR_ACTOR * shape.pairs * actors
+        tbs = n * max(2 * -(-shape.peers // 8), -(-PLAN_OPS_PER_TRANSFER * shape.per_rank // (2 * 64)), 1)
+        ports = PLAN_PORTS_PER_TB * tbs if shape.nodes > 1 else 0  # a proxy per port channel
+        actors = tbs + ports + n  # and the caller of each rank
+        nbytes = ops * PLAN_BYTES_PER_OP + tbs * PLAN_BYTES_PER_TB + PLAN_BYTES_PER_ACTOR_PAIR * actors ** 2
         return nbytes, ops * (PLAN_SECONDS_PER_OP + PLAN_SECONDS_PER_OP_ACTOR * actors)
     if fmt == "nccl-cuda":
         return CUDA_BYTES_PER_TRANSFER * shape.transfers, CUDA_SECONDS_PER_TRANSFER * shape.transfers
@@ -159,13 +165,21 @@ def check_emit(fmt: str, schedule: Any, options: Mapping[str, Any] | None = None
 
 
 def check_synth_emit(fmt: str, name: str, n: int, collective: str = "allreduce",
-                     params: Mapping[str, Any] | None = None, options: Mapping[str, Any] | None = None) -> None:
+                     params: Mapping[str, Any] | None = None, options: Mapping[str, Any] | None = None,
+                     nodes: int = 1) -> None:
     """Before building: refuse ``synth -a name -n n --format fmt`` when building, verifying and emitting
-    the schedule (synth.algorithms.estimate plus ``cost``) exceeds the budget, naming the largest n."""
+    the schedule (synth.algorithms.estimate plus ``cost``) exceeds the budget, naming the largest n. On
+    several ``nodes`` only the build is estimated here: the schedule's shape follows the topology (rings per
+    rail, blocks per part) more than the build's estimate knows (clusterstraggler at 16 x 8: 2.6 times the
+    transfers and 10 times the peers of the schedule built), so the emit is estimated on the built schedule
+    (``check_emit``, before any lowering)."""
     if fmt not in ESTIMATED:
         return
+
     def job(x: int, always: bool = False) -> Work:
         w = work(name, x, collective, params, always=always)
+        if nodes > 1:
+            return w
         nbytes, seconds = cost(fmt, shape_of_work(w, peers_of(name, x)), options)
         return dataclasses.replace(w, search_s=w.search_s + seconds, extra_bytes=max(w.extra_bytes, int(nbytes)))
 

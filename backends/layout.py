@@ -1,4 +1,5 @@
-"""Where a Schedule's data live in a runtime's buffers (shared by the MSCCL XML and MSCCL++ lowerings).
+"""Where a Schedule's data live in a runtime's buffers (shared by the MSCCL XML and MSCCL++ lowerings),
+and on which node each rank is (``nodes_of``).
 
 A location (rank, chunk) lives in the input ``i`` until it is first written, then in the output ``o``
 (reducescatter: ``o`` for the rank's own block, scratch ``s`` for partial sums of the other chunks;
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from collsynth.errors import CollsynthError
+from collsynth.synth.verify import schedule_topology
 
 Loc = tuple[str, int]  # (buffer i/o/s, chunk index)
 
@@ -97,3 +99,21 @@ def contiguous_runs(roles: list[list[Loc]]) -> list[tuple[int, int]]:
             out.append((start, k))
             start = k
     return out
+
+
+def nodes_of(schedule: Any, gpus_per_node: int | None) -> list[int]:
+    """The node of every rank: ``gpus_per_node`` consecutive ranks per node; by default the schedule's
+    ``meta["gpus_per_node"]``, else the nodes of the topology it records (synth.verify.record_topology),
+    else one node."""
+    n = schedule.nranks
+    g = gpus_per_node if gpus_per_node is not None else schedule.meta.get("gpus_per_node")
+    if g is None:
+        topology = schedule_topology(schedule)
+        if topology is None or topology.nranks != n:
+            return [0] * n
+        return [int(x) for x in topology.node_of]
+    if isinstance(g, bool) or not isinstance(g, int) or g < 1:
+        raise CollsynthError(f"--gpus-per-node must be an integer >= 1, got {g!r}")
+    if n % g:
+        raise CollsynthError(f"--gpus-per-node {g} does not divide the schedule's {n} ranks")
+    return [r // g for r in range(n)]

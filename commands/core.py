@@ -10,7 +10,7 @@ from typing import Any
 
 from collsynth.api import file_kind, load_schedule, verify_file
 from collsynth.backends import emit
-from collsynth.backends.cost import check_synth_emit
+from collsynth.backends.cost import check_emit, check_synth_emit
 from collsynth.backends.mscclpp import fit_cluster_pipeline
 from collsynth.commands.catalog import add_command_parser
 from collsynth.commands.common import add_model_args, int_arg, print_json, print_table
@@ -215,12 +215,15 @@ def cmd_synth(args: argparse.Namespace) -> int:
     check_format_flags(args, args.format)
     if args.straggler == "all":
         return _synth_family(args, params)
+    nodes = topo.node_count if topo is not None else 1
     if args.format != "json":  # building, verifying and emitting, estimated before any of it
-        check_synth_emit(args.format, args.algorithm, n, args.collective, params, _emit_options(args))
+        check_synth_emit(args.format, args.algorithm, n, args.collective, params, _emit_options(args), nodes)
     schedule = build_schedule(args.algorithm, n, args.collective, **params)
     if topo is not None and len(topo.classes) > 1:
         record_topology(schedule, topo)  # verify FILE enforces its per-class ports again
     check(schedule)
+    if args.format != "json":  # on the schedule built (emit checks it again, after any fitting)
+        check_emit(args.format, schedule, _emit_options(args))
     if args.format == "mscclpp-plan":
         schedule, note = fit_cluster_pipeline(schedule, params, **_emit_options(args))
         if note:

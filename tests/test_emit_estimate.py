@@ -75,12 +75,13 @@ def test_synth_format_beyond_the_time_budget_names_the_largest_n(capsys, tmp_pat
 def test_emit_largest_transfers_fits_and_one_more_does_not() -> None:
     s = build_schedule("direct", 12, "allreduce")
     shape = cost.shape_of(s)
-    budget.set_max_memory(2**20)
+    limit = 3 * 2**20
+    budget.set_max_memory(limit)
     try:
         t = cost.largest_transfers("mscclpp-plan", shape)
         assert 0 < t < shape.transfers
-        assert cost.cost("mscclpp-plan", cost._scaled(shape, t))[0] <= 2**20
-        assert cost.cost("mscclpp-plan", cost._scaled(shape, t + 1))[0] > 2**20
+        assert cost.cost("mscclpp-plan", cost._scaled(shape, t))[0] <= limit
+        assert cost.cost("mscclpp-plan", cost._scaled(shape, t + 1))[0] > limit
         with pytest.raises(CollsynthError, match=f"largest that fits is about {t} transfers on 12 ranks"):
             emit(s, "mscclpp-plan")
     finally:
@@ -128,9 +129,9 @@ def test_msccl_step_limit_refuses_before_lowering(no_lowering) -> None:
 
 
 def test_plan_check_estimate_counts_the_vector_clocks() -> None:
-    """The symbolic execution of a plan keeps clocks over every actor (thread blocks, proxies, callers):
-    its memory grows with ops x actors and channels x actors, not with ops alone (direct on 100 GPUs:
-    550 MB measured, where ops alone said 190 MB)."""
+    """The symbolic execution of a plan keeps clocks over every actor (thread blocks, proxies, callers),
+    about as many as actors: its memory grows with the actors squared and the thread blocks, not with ops
+    alone."""
     from collsynth.backends.mscclpp.check import OP_BYTES, check_plan_work, plan_size, read_plan_text
 
     plan = read_plan_text(emit(build_schedule("direct", 24, "allreduce"), "mscclpp-plan"), "d24.json")

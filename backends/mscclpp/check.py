@@ -45,10 +45,11 @@ def is_plan_object(obj: object) -> bool:
 
 
 TEXT_BYTES = 16  # about the bytes of decoded JSON (dicts, lists, strings) per byte of plan text
-OP_BYTES = 4096  # about the bytes per op of the parsed plan and the symbolic executor's per-op state
-OP_SECONDS = 5e-5  # about the seconds per op and launch of the symbolic execution (15 us measured, n = 32)
-OP_ACTOR_BYTES = 0.4  # per op and actor: the executor's vector clocks span every actor (backends/cost.py)
-PAIR_ACTOR_BYTES = 6  # per channel and actor: the counters keep clocks of signals (measured: direct, n = 50, 100)
+OP_BYTES = 1024  # about the bytes per op of the parsed plan and the symbolic executor's per-op state
+TB_BYTES = 16 * 1024  # per thread block: its flattened program, tables and clock
+OP_SECONDS = 2.5e-5  # about the seconds per op and launch of the symbolic execution
+OP_ACTOR_SECONDS = 1e-9  # and per actor: joining clocks (a 128-GPU cluster plan: 35 us per op and launch)
+CLOCK_BYTES = 5  # per actor squared: about as many clocks alive as actors, of 2-byte entries (backends/cost.py)
 
 
 def plan_size(plan: Plan) -> tuple[int, int]:
@@ -63,10 +64,10 @@ def check_plan_work(plan: Plan, launches: int) -> None:
     ntbs, nops = plan_size(plan)
     what = (f"checking the MSCCL++ plan {plan.source} ({len(plan.gpus)} GPUs, {ntbs} thread blocks, {nops} ops, "
             f"{launches} launches)")
-    actors = ntbs + 2 * len(plan.gpus)  # thread blocks, port-channel proxies and callers (execute.py)
-    chans = sum(len(p) for g in plan.gpus for p in g.peers.values())
-    budget.check(nops * (2 * OP_BYTES + OP_ACTOR_BYTES * actors) + PAIR_ACTOR_BYTES * chans * actors, what)
-    budget.check_seconds(OP_SECONDS * nops * launches, what)
+    # thread blocks, the proxy of each port channel and the caller of each rank (execute.py)
+    actors = ntbs + sum(len(g.peers["port"]) for g in plan.gpus) + len(plan.gpus)
+    budget.check(nops * 2 * OP_BYTES + ntbs * TB_BYTES + CLOCK_BYTES * actors ** 2, what)
+    budget.check_seconds((OP_SECONDS + OP_ACTOR_SECONDS * actors) * nops * launches, what)
 
 
 def read_plan_text(text: str, source: str = "<plan>") -> Plan:

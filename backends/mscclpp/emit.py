@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from collsynth.backends.layout import Layout, check_block_owners
+from collsynth.backends.layout import Layout, check_block_owners, nodes_of
 from collsynth.backends.mscclpp.check import check_plan_text
 from collsynth.backends.mscclpp.lower import (
     Channels,
@@ -32,7 +32,6 @@ from collsynth.backends.mscclpp.lower import (
 from collsynth.backends.mscclpp.model import FORMAT_VERSION, MAX_CHANNELS_PER_TB, MAX_ITERATIONS, MAX_OPS_PER_TB
 from collsynth.errors import CollsynthError
 from collsynth.synth.topology.gpus import A100, check_sms, gpu_of_spec
-from collsynth.synth.verify import schedule_topology
 
 PROTOCOLS = ("Simple", "LL")
 # the kernel runs one 1024-thread block per SM, and all of a rank's blocks must be resident: as many as the
@@ -49,24 +48,6 @@ class TooManyThreadBlocks(CollsynthError):
     def __init__(self, message: str, need: int) -> None:
         super().__init__(message)
         self.need = need
-
-
-def nodes_of(schedule: Any, gpus_per_node: int | None) -> list[int]:
-    """The node of every rank: ``gpus_per_node`` consecutive ranks per node; by default the schedule's
-    ``meta["gpus_per_node"]``, else the nodes of the topology it records (synth.verify.record_topology),
-    else one node."""
-    n = schedule.nranks
-    g = gpus_per_node if gpus_per_node is not None else schedule.meta.get("gpus_per_node")
-    if g is None:
-        topology = schedule_topology(schedule)
-        if topology is None or topology.nranks != n:
-            return [0] * n
-        return [int(x) for x in topology.node_of]
-    if isinstance(g, bool) or not isinstance(g, int) or g < 1:
-        raise CollsynthError(f"--gpus-per-node must be an integer >= 1, got {g!r}")
-    if n % g:
-        raise CollsynthError(f"--gpus-per-node {g} does not divide the schedule's {n} ranks")
-    return [r // g for r in range(n)]
 
 
 class _Built:
