@@ -144,3 +144,28 @@ def test_plan_check_estimate_counts_the_vector_clocks() -> None:
     finally:
         budget.set_max_memory(None)
     check_plan_work(plan, 2)
+
+
+def test_synth_on_several_nodes_estimates_the_emit_on_the_schedule_built(capsys, tmp_path, no_lowering) -> None:
+    """On several nodes the build's estimate does not know the plan's shape (blocks per part, rings per rail):
+    for clusterstraggler at 16 x 8 it said 2.6 times the transfers and 10 times the peers of the schedule
+    built, and refused a plan that needs 2 GB. synth estimates the emit on the schedule built instead, still before any lowering."""
+    params = {"topology": "h100-cluster", "arrivals": {5: 0.01}, "size": float(2**30)}
+    s = build_schedule("clusterstraggler", 32, "allreduce", **params)
+    shape = cost.shape_of(s)
+    assert shape.nodes == 4
+    real = cost.cost("mscclpp-plan", shape)[0]
+    mib = int(real * 0.8) // 2**20
+    budget.set_max_memory(mib * 2**20)
+    try:
+        cost.check_synth_emit("mscclpp-plan", "clusterstraggler", 32, "allreduce", params, nodes=4)  # the build only
+        with pytest.raises(CollsynthError):
+            cost.check_synth_emit("mscclpp-plan", "clusterstraggler", 32, "allreduce", params)
+    finally:
+        budget.set_max_memory(None)
+    out = tmp_path / "p.json"
+    code, _, err = run(capsys, "--max-memory", f"{mib}MiB", "synth", "-a", "clusterstraggler", "--topology",
+                       "h100-cluster", "-n", "32", "--arrival", "5=10ms", "--size", "1GiB", "-f", "mscclpp-plan",
+                       "-o", out)
+    one_line_exit_2(code, err, f"emitting {s.name} as mscclpp-plan (32 ranks, {s.ntransfers} transfers) needs about")
+    assert not out.exists()
