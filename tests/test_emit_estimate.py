@@ -149,7 +149,8 @@ def test_plan_check_estimate_counts_the_vector_clocks() -> None:
 def test_synth_on_several_nodes_estimates_the_emit_on_the_schedule_built(capsys, tmp_path, no_lowering) -> None:
     """On several nodes the build's estimate does not know the plan's shape (blocks per part, rings per rail):
     for clusterstraggler at 16 x 8 it said 2.6 times the transfers and 10 times the peers of the schedule
-    built, and refused a plan that needs 2 GB. synth estimates the emit on the schedule built instead, still before any lowering."""
+    built, and refused a plan that needs 2 GB. synth estimates the emit on the schedule built instead, still
+    before any lowering."""
     params = {"topology": "h100-cluster", "arrivals": {5: 0.01}, "size": float(2**30)}
     s = build_schedule("clusterstraggler", 32, "allreduce", **params)
     shape = cost.shape_of(s)

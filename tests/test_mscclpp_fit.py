@@ -9,8 +9,8 @@ import re
 import pytest
 from shared_paths import vectors
 
-from collsynth.backends.mscclpp import emit_plan, fit_cluster_pipeline
 from collsynth.backends.layout import nodes_of
+from collsynth.backends.mscclpp import emit_plan, fit_cluster_pipeline
 from collsynth.backends.mscclpp.emit import fits, plan_chunks, thread_blocks
 from collsynth.backends.mscclpp.lower import Layout, build_programs, pieces
 from collsynth.cli import main
