@@ -13,10 +13,10 @@ bench/bench_emit.py (direct, ring, rhd and StragglAR at 16 to 256 ranks, one loa
   execution that checks the plan (mscclpp/execute.py) keeps vector clocks over every actor (thread
   blocks, the proxy of each port channel, callers): about as many clocks as actors are alive at once
   (the signals in flight, the proxy requests not yet settled), of 2-byte entries. So about 2.4 KiB per
-  op, 22 KiB per thread block and 5 bytes x A^2 (A actors), and (80 us + 2 ns x A) per op (measured
-  with bench/bench_emit.py up to 128 GPUs of h100-cluster). A rank needs at least two thread blocks per
-  8 peers (sending and receiving) and one per 64 ops; a schedule over several nodes about 2.5 port
-  channels per thread block.
+  op, 22 KiB per thread block and 5 bytes x A^2 (A actors), and (80 us + 2.5 ns x A) per op (measured
+  with bench/bench_emit.py up to 256 GPUs of h100-cluster). A rank needs at least two thread blocks per
+  8 peers (sending and receiving) and one per 64 ops (of its transfers: the average rank's, since the
+  total counts); a schedule over several nodes 2-2.6 port channels per thread block (3 counted).
 - nccl-cuda: one grouped send/receive list per step: about 0.1 ms and 2 KiB per transfer.
 """
 
@@ -38,11 +38,11 @@ XML_SECONDS_PER_UNIT = 5e-4
 XML_BYTES_PER_UNIT = 4096
 PLAN_OPS_PER_TRANSFER = 7
 PLAN_SECONDS_PER_OP = 8e-5
-PLAN_SECONDS_PER_OP_ACTOR = 2e-9
+PLAN_SECONDS_PER_OP_ACTOR = 2.5e-9
 PLAN_BYTES_PER_OP = 2400
 PLAN_BYTES_PER_TB = 22 * 1024
 PLAN_BYTES_PER_ACTOR_PAIR = 5
-PLAN_PORTS_PER_TB = 2.5
+PLAN_PORTS_PER_TB = 3
 CUDA_SECONDS_PER_TRANSFER = 1e-4
 CUDA_BYTES_PER_TRANSFER = 2048
 ESTIMATED = ("msccl-xml", "mscclpp-plan", "nccl-cuda")
@@ -111,7 +111,8 @@ def cost(fmt: str, shape: Shape, options: Mapping[str, Any] | None = None) -> tu
     if fmt == "mscclpp-plan":
         n = max(shape.nranks, 1)
         ops = PLAN_OPS_PER_TRANSFER * shape.transfers
-        tbs = n * max(2 * -(-shape.peers // 8), -(-PLAN_OPS_PER_TRANSFER * shape.per_rank // (2 * 64)), 1)
+        mean = -(-2 * shape.transfers // n)  # a rank's sends plus receives, on average (the total counts)
+        tbs = n * max(2 * -(-shape.peers // 8), -(-PLAN_OPS_PER_TRANSFER * mean // (2 * 64)), 1)
         ports = PLAN_PORTS_PER_TB * tbs if shape.nodes > 1 else 0  # a proxy per port channel
         actors = tbs + ports + n  # and the caller of each rank
         nbytes = ops * PLAN_BYTES_PER_OP + tbs * PLAN_BYTES_PER_TB + PLAN_BYTES_PER_ACTOR_PAIR * actors ** 2
