@@ -311,6 +311,28 @@ def test_clocks_too_small_for_the_ticks_start_over_with_larger_ones(monkeypatch)
 
     monkeypatch.setattr(execute, "CLOCKS", (np.int8, np.int32))
     monkeypatch.setattr(execute, "Executor", spy)
+    monkeypatch.setattr(execute, "least_ticks", lambda *a: 0)  # try 8 bits: the run finds out
     got = [check_plan_text(t, "p") for t in (plan, race)]
     assert [(r.ok, r.message, r.details) for r in got] == [(r.ok, r.message, r.details) for r in want]
     assert used[:2] == [np.int8, np.int32]  # the plan's ticks outgrow 8 bits
+
+
+def test_a_plan_whose_longest_block_outgrows_the_small_clocks_starts_with_larger_ones(monkeypatch):
+    from collsynth.backends.mscclpp import execute
+    from collsynth.backends.mscclpp.load import choose_chunk
+
+    text = emit_plan(build_schedule("ring", 4), gpus_per_node=2, pipeline=256)
+    plan = read_plan_text(text, "p")
+    ticks = execute.least_ticks(plan, choose_chunk(plan), 2)
+    assert 127 < ticks < 32767  # 8 bits cannot hold them, 16 can
+    used: list[type] = []
+    real = execute.Executor
+
+    def spy(*args):
+        used.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(execute, "Executor", spy)
+    monkeypatch.setattr(execute, "CLOCKS", (np.int8, np.int16, np.int32))
+    assert check_plan_text(text, "p").ok
+    assert used == [np.int16]  # int8 not even tried: the longest block alone outgrows it

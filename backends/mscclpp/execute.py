@@ -48,10 +48,10 @@ from collsynth.backends.mscclpp.exec_core import ExecutorCore
 from collsynth.backends.mscclpp.exec_ops import HANDLERS
 from collsynth.backends.mscclpp.exec_packets import PACKET_HANDLERS
 from collsynth.backends.mscclpp.exec_state import ExecFailure, ExecResult, Movement
-from collsynth.backends.mscclpp.load import Chan
+from collsynth.backends.mscclpp.load import Chan, iterations
 from collsynth.backends.mscclpp.model import Plan
 
-__all__ = ["CLOCKS", "ExecFailure", "ExecResult", "Executor", "Movement", "execute"]
+__all__ = ["CLOCKS", "ExecFailure", "ExecResult", "Executor", "Movement", "execute", "least_ticks"]
 
 # The clock entry types tried in turn: a tick too large for one makes numpy 2 raise OverflowError (numpy 1
 # would wrap it with a warning, so it gets 32 bits at once). Every signal and proxy request keeps a clock
@@ -66,11 +66,21 @@ class Executor(ExecutorCore):
     handlers = {**HANDLERS, **PACKET_HANDLERS}
 
 
+def least_ticks(plan: Plan, chunk: int, launches: int) -> int:
+    """The ticks the longest thread block takes at least: one per op it runs (pipeline bodies once per
+    iteration) and launch."""
+    return launches * max((sum(iterations(plan, op, chunk) * len(op.body) if op.name == "pipeline" else 1
+                                for op in tb.ops) for g in plan.gpus for tb in g.tbs), default=0)
+
+
 def execute(plan: Plan, chunk: int, launches: int, meta_steps: dict[tuple[int, int, int, int], int] | None = None,
             pairs: dict[tuple[int, str, int], Chan] | None = None) -> ExecResult:
     """Run the plan with the smallest clock entries of CLOCKS that hold every tick (a run whose ticks
-    outgrow them starts over with the next)."""
+    outgrow them starts over with the next; one whose longest thread block alone would is not tried)."""
+    need = least_ticks(plan, chunk, launches)
     for clock in CLOCKS[:-1]:
+        if need > np.iinfo(clock).max:
+            continue
         try:
             return Executor(plan, chunk, launches, meta_steps, pairs, clock).run()
         except OverflowError:
