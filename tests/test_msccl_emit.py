@@ -273,3 +273,17 @@ def test_reducescatter_scratch_offsets_on_a_finer_chunk_grid(alg, n, mult, insta
     # scratch holds the partial sums in flight: at least one rank block of them
     sizes = {int(v) for v in re.findall(r's_chunks="(\d+)"', text)}
     assert min(sizes) >= M // n * instances
+
+
+def test_too_many_thread_blocks_for_a_cluster_schedule_names_fewer_blocks_per_part(monkeypatch):
+    # clusterstraggler at 16 x 8 needs 65 thread blocks on rank 0 where MSCCL allows 64: with 16 blocks per
+    # part it fits (measured), so the line names --pipeline; here the same with the limit lowered to 12
+    from collsynth.backends.msccl import emit as msccl_emit
+
+    s = build_schedule("clusterstraggler", 16, topology="h100-cluster", arrivals={5: 0.01}, size=float(2**30))
+    monkeypatch.setitem(msccl_emit.MAX_TBS, "executor", 12)
+    with pytest.raises(CollsynthError) as e:
+        emit_xml(s)
+    msg = str(e.value)
+    assert re.search(r"^rank \d+ needs \d+ thread blocks", msg), msg
+    assert f"fewer blocks per part (--pipeline below {s.meta['pipeline']})" in msg and "--format mscclpp-plan" in msg

@@ -319,9 +319,12 @@ def plan(s: Any, *, dialect: str = "executor", inplace: bool = True, instances: 
             worst = max(range(len(low.tbs)), key=lambda q: len(low.tbs[q]))
             extra = f" (on {low.nsegments} channels, to keep steps per thread block <= {max_steps})" \
                 if low.nsegments > 1 else ""
+            m = s.meta.get("pipeline") if s.meta.get("algorithm") == "clusterstraggler" else None
+            fewer = f", fewer blocks per part (--pipeline below {m})" if isinstance(m, int) and m > 1 else ""
             raise CollsynthError(f"rank {worst} needs {ntb} thread blocks{extra}; MSCCL allows at most {max_tbs} per "
                                  f"GPU (one per peer pair and channel; RCCL's limit, and all must be co-resident): "
-                                 f"use fewer ranks, fewer --instances, or an algorithm with fewer peers per rank")
+                                 f"use fewer ranks, fewer --instances{fewer}, an algorithm with fewer peers per rank, "
+                                 f"or --format mscclpp-plan")
         hazard_deps(low)  # after the thread-block count: it costs more than the lowering
         steps, r, tbi = _steps_per_tb(low)
         if steps <= max_steps:
