@@ -32,6 +32,7 @@ import numpy as np
 from collsynth import budget
 from collsynth.backends.layout import nodes_of
 from collsynth.budget import Work
+from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.estimate import work
 
 XML_SECONDS_PER_UNIT = 5e-4
@@ -65,7 +66,10 @@ class Shape:
 def shape_of(s: Any) -> Shape:
     """The Shape of a Schedule (a few numpy passes over its transfer columns)."""
     n = int(s.nranks)
-    nodes = len(set(nodes_of(s, None)))
+    try:
+        nodes = len(set(nodes_of(s, None)))
+    except CollsynthError:  # a gpus_per_node the schedule records that does not fit: the emitter that reads it says so
+        nodes = 1
     if not s.ntransfers:
         return Shape(n, 0, 0, 0, 0, 0, nodes)
     src, dst = s.src.astype(np.int64), s.dst.astype(np.int64)

@@ -170,3 +170,13 @@ def test_synth_on_several_nodes_estimates_the_emit_on_the_schedule_built(capsys,
                        "-o", out)
     one_line_exit_2(code, err, f"emitting {s.name} as mscclpp-plan (32 ranks, {s.ntransfers} transfers) needs about")
     assert not out.exists()
+
+
+def test_shape_of_a_schedule_recording_a_node_size_that_does_not_fit() -> None:
+    """Only the MSCCL++ emitter reads gpus_per_node: the estimate of another format must not refuse it."""
+    s = build_schedule("ring", 8, "allreduce")
+    s.meta["gpus_per_node"] = 3
+    assert cost.shape_of(s).nodes == 1
+    assert emit(s, "nccl-cuda")
+    with pytest.raises(CollsynthError, match="--gpus-per-node 3 does not divide the schedule's 8 ranks"):
+        emit(s, "mscclpp-plan")
