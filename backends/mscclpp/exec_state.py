@@ -1,6 +1,7 @@
 """Records of the MSCCL++ symbolic executor (execute.py): the failure it raises, the movements and
 result it leaves, its actors (thread blocks and each rank's caller), counting semaphores and port-channel
-proxies, each with a vector clock over every actor, and ExecBase, the state all its parts share."""
+proxies, each with a vector clock over every actor (shared, never written in place: a change makes a new
+one), and ExecBase, the state all its parts share."""
 
 from __future__ import annotations
 
@@ -92,7 +93,9 @@ class Counter:
 
 
 class Proxy:
-    """The proxy of one port channel: it serves put requests in FIFO order, with its own clock."""
+    """The proxy of one port channel: it serves put requests in FIFO order, with its own clock (what it
+    knows of the others; its own entry is ``tick``, kept apart so that requests bringing nothing new share
+    one clock: ``Synchronization.proxy_clock`` joins them)."""
     __slots__ = ("id", "rank", "chan", "vc", "tick", "reqs", "lv", "mlv", "pushers")
 
     def __init__(self, aid: int, rank: int, chan: int, na: int, clock: type = np.int32) -> None:
