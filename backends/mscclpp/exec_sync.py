@@ -254,8 +254,7 @@ class Synchronization(ExecBase):
             j = min(need - others, len(idxs))
             if j >= 1:
                 _, v, l1, m1 = c.signals[idxs[j - 1]]
-                if v is None:  # pragma: no cover - only the one-signaller path releases signals
-                    continue
+                assert v is not None  # only a counter with one signalling block drops its signals' clocks
                 vc = v if vc is None else np.maximum(vc, v)
                 lv, mlv = max(lv, l1), max(mlv, m1)
         return vc, lv, mlv
