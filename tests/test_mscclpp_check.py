@@ -336,3 +336,104 @@ def test_a_plan_whose_longest_block_outgrows_the_small_clocks_starts_with_larger
     monkeypatch.setattr(execute, "CLOCKS", (np.int8, np.int16, np.int32))
     assert check_plan_text(text, "p").ok
     assert used == [np.int16]  # int8 not even tried: the longest block alone outgrows it
+
+
+def _light(obj: dict) -> set:
+    """The proxies of a plan that get no clock entry (exec_proxies.light_proxies)."""
+    from collsynth.backends.mscclpp.exec_proxies import light_proxies
+    from collsynth.backends.mscclpp.load import channel_pairs, choose_chunk, flatten
+
+    plan = read_plan_text(json.dumps(obj), "p")
+    tbs = [(g.id, tb) for g in plan.gpus for tb in g.tbs]
+    return light_proxies(plan, tbs, [flatten(plan, tb, choose_chunk(plan)) for _, tb in tbs], channel_pairs(plan))
+
+
+def _relay_plan(nop_before_relay: bool = False) -> dict:
+    """Two ranks over port channels: rank 0 puts its scratch chunk to rank 1 (pws), waits for rank 1's reply
+    and then overwrites the chunk it sent; rank 1 replies on the thread that waited, before any nop. Only
+    that thread knows the put was served, so the reply publishes it (the proxy keeps its clock entry)."""
+    def ref(t: str, k: int = 0) -> dict:
+        return {"type": t, "index": k, "size": 1}
+
+    def port(name: str, **kw) -> dict:
+        return {"name": name, "channel_ids": [0], "channel_type": "port", **kw}
+
+    rank0 = [{"name": "copy", "src_buff": [ref("i")], "dst_buff": [ref("s")]}, {"name": "nop"},
+             port("pws", src_buff=[ref("s")], dst_buff=[{"buffer_id": 0, "index": 0, "size": 1}]),
+             port("wait"), {"name": "nop"}, {"name": "copy", "src_buff": [ref("i")], "dst_buff": [ref("s")]},
+             port("wait")]
+    rank1 = [port("wait"), *([{"name": "nop"}] if nop_before_relay else []), port("signal"), {"name": "nop"},
+             {"name": "copy", "src_buff": [ref("s")], "dst_buff": [ref("o")]}, {"name": "nop"}, port("signal")]
+    gpus = [{"id": r, "input_chunks": 1, "output_chunks": 1, "scratch_chunks": 1,
+             "threadblocks": [{"id": 0, "ops": ops, "channels": [{"channel_type": "port", "channel_ids": [0]}],
+                               "remote_buffer_refs": [{"access_channel_type": "port", "remote_buffer_ids": [0]}]}],
+             "channels": [{"channel_type": "port", "connected_to": [1 - r]}],
+             "remote_buffers": [{"rank": 1 - r, "type": "s", "access_channel_types": ["port"]}], "semaphores": []}
+            for r, ops in enumerate((rank0, rank1))]
+    return {"name": "relay", "collective": "sendrecv", "protocol": "Simple", "inplace": False,
+            "reuse_resources": False, "gpus": gpus}
+
+
+def test_a_wait_relayed_before_a_nop_keeps_the_proxy_clock_entry(monkeypatch):
+    # a proxy gets no clock entry when its one waiter and its one pusher publish what they learn of it only
+    # with their own tick (exec_proxies.py); rank 1 here replies from the lane that waited, before a nop
+    from collsynth.backends.mscclpp import exec_core
+
+    assert _light(_relay_plan()) == {(1, 0)}  # rank 0's proxy keeps its entry: rank 1 relays its signal
+    assert _light(_relay_plan(nop_before_relay=True)) == {(0, 0), (1, 0)}
+    assert _check(_relay_plan()).ok and _check(_relay_plan(nop_before_relay=True)).ok
+    # were rank 0's proxy light all the same, rank 0 could not know the put was served: a (false) race
+    monkeypatch.setattr(exec_core, "light_proxies", lambda plan, *a: {(0, 0), (1, 0)})
+    report = _check(_relay_plan())
+    assert not report.ok and report.kind == "race" and "gpu 0's proxy for port channel 0" in report.message, \
+        report.message
+    assert _check(_relay_plan(nop_before_relay=True)).ok
+
+
+def _port_mutants() -> list[str]:
+    """Plans with port channels (a ring over two nodes, clusterstraggler's late-GPU form on 2 x 8 H100s) and
+    mutants of each (16 and 10), spread evenly over their nops, waits, signals, flushes and puts: a nop
+    deleted, another op swapped with the next one (races, deadlocks, wrong results)."""
+    cs = build_schedule("clusterstraggler", 16, topology="h100-cluster", size=2**30, arrivals={5: 0.01})
+    out = []
+    for plan, count in ((_plan("ring", 4, gpus_per_node=2), 16), (json.loads(emit_plan(cs)), 10)):
+        out.append(json.dumps(plan))
+        where = [(g, t, i) for g, gpu in enumerate(plan["gpus"]) for t, tb in enumerate(gpu["threadblocks"])
+                 for i, op in enumerate(tb["ops"]) if op["name"] in ("nop", "wait", "signal", "flush", "put", "pws",
+                                                                      "pwsf")]
+        for k in range(count):
+            g, t, i = where[k * len(where) // count]
+            ops = plan["gpus"][g]["threadblocks"][t]["ops"]
+            kept = ops[:]
+            if ops[i]["name"] == "nop" or i + 1 == len(ops):
+                del ops[i]
+            else:
+                ops[i], ops[i + 1] = ops[i + 1], ops[i]
+            out.append(json.dumps(plan))
+            ops[:] = kept
+    return out
+
+
+def test_light_proxies_give_the_verdicts_of_proxies_with_clock_entries(monkeypatch):
+    from collsynth.backends.mscclpp import exec_core
+
+    plans = _port_mutants()
+
+    def run() -> list:
+        out = []
+        for text in plans:
+            try:
+                r = check_plan_text(text, "p")
+                out.append((r.ok, r.kind, r.message, r.details))
+            except PlanFormatError as e:
+                out.append(("format", str(e)))
+        return out
+
+    light = run()
+    monkeypatch.setattr(exec_core, "light_proxies", lambda *a: set())
+    assert run() == light
+    assert light[0][0] is True and light[17][0] is True and sum(x[1] == "race" for x in light) >= 10, light
+    for k in (0, 17):  # every proxy of the unmutated plans is light: the test runs the light path
+        plan = json.loads(plans[k])
+        assert len(_light(plan)) == sum(len(c["connected_to"]) for g in plan["gpus"] for c in g["channels"]
+                                        if c["channel_type"] == "port") > 0

@@ -123,13 +123,18 @@ class MemoryAccess(ExecBase):
                         self._race(rank, phys, x0, x1, rd, rec, True, "read")
                 out.append((x0, x1, (rec, ())))
             else:
-                keep = tuple(rd for rd in reads if kv[rd[0]] < rd[1])
+                na = self.na
+                keep = tuple(rd for rd in reads if (kv[rd[0]] < rd[1] if rd[0] < na else
+                                                    rd[0] != actor.id and not self.knows(kv, rd[0], rd[1])))
                 out.append((x0, x1, (w, keep + (rec,))))
         hist.set(lo, hi, out)
 
     def _ordered(self, rec: tuple, actor: Any, kv: np.ndarray, unit: int, base: int) -> bool:
         aid, tick = rec[0], rec[1]
-        if kv[aid] >= tick:
+        if aid < self.na:
+            if kv[aid] >= tick:
+                return True
+        elif aid == actor.id or self.knows(kv, aid, tick):  # a proxy serves its requests in order
             return True
         # otherwise only the same thread touching these bytes in both ops orders them
         return bool(aid == actor.id and unit and rec[2] == unit and (rec[3] - base) % (unit * self.plan.threads) == 0)

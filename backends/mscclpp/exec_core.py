@@ -11,6 +11,7 @@ from typing import ClassVar
 import numpy as np
 
 from collsynth.backends.mscclpp.exec_access import MemoryAccess
+from collsynth.backends.mscclpp.exec_proxies import counter_of, light_proxies
 from collsynth.backends.mscclpp.exec_state import Actor, ExecFailure, ExecResult, Proxy
 from collsynth.backends.mscclpp.exec_sync import Synchronization
 from collsynth.backends.mscclpp.exec_values import shift_value
@@ -44,19 +45,31 @@ class ExecutorCore(Synchronization, MemoryAccess):
         self.pairs = pairs if pairs is not None else channel_pairs(plan)
         self.meta_steps = meta_steps or {}
         tbs = [(g.id, tb) for g in plan.gpus for tb in g.tbs]
+        insts = [flatten(plan, tb, chunk) for _, tb in tbs]
         ports = [(g.id, c) for g in plan.gpus for c in range(len(g.peers["port"]))]
-        na = len(tbs) + len(ports) + self.n
+        light = light_proxies(plan, tbs, insts, self.pairs)
+        heavy = [key for key in ports if key not in light]
+        # clock entries: thread blocks, the proxies that need one, the callers; light proxies' ids follow
+        na = len(tbs) + len(heavy) + self.n
         self.na = na
         self.actors = [Actor(i, r, tb, na, clock) for i, (r, tb) in enumerate(tbs)]
         self.by_rank: list[list[Actor]] = [[] for _ in range(self.n)]
-        for a in self.actors:
+        for a, prog in zip(self.actors, insts):
             self.by_rank[a.rank].append(a)
-            a.insts = flatten(plan, a.tb, chunk)  # type: ignore[arg-type]
-        self.proxies = {key: Proxy(len(tbs) + i, key[0], key[1], na, clock) for i, key in enumerate(ports)}
+            a.insts = prog
+        ids = {key: len(tbs) + i for i, key in enumerate(heavy)}
+        ids.update((key, na + i) for i, key in enumerate(key for key in ports if key in light))
+        self.proxies = {key: Proxy(ids[key], key[0], key[1], na, clock, key in light) for key in ports}
+        self.light = [p for p in self.proxies.values() if p.light]  # index: id - na
+        self.light_counter = {}
+        for p in self.light:
+            counter = counter_of(self.pairs, p.rank, p.chan)
+            if counter is not None:
+                self.light_counter[counter] = p
         for a in self.actors:
             for c in sorted(proxy_users(a.tb)):  # type: ignore[arg-type]
                 self.proxies[(a.rank, c)].pushers.append(a)
-        self.users = [Actor(len(tbs) + len(ports) + r, r, None, na, clock) for r in range(self.n)]
+        self.users = [Actor(len(tbs) + len(heavy) + r, r, None, na, clock) for r in range(self.n)]
         self.user_tick = [0] * self.n
         self.names = {a.id: f"gpu {a.rank} thread block {a.tb.id}" for a in self.actors}  # type: ignore[union-attr]
         for (r, c), p in self.proxies.items():

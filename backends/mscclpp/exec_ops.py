@@ -76,7 +76,7 @@ def _h_put(ex: ExecutorCore, a: Actor, g: Gpu, tb: ThreadBlock, inst: Inst) -> b
         dp, da = ex.phys(rank, buf, doff + inst.offset, False, a.launch)
         ex.write(a, op, rank, dp, da, s, p, pk, 0, p.tick, label, tag=tag)
         if op.name in ("pws", "pwsf"):
-            svc, slv, smlv = ex.proxy_request(a, k, chan, vc, lv, mlv)
+            svc, slv, smlv = ex.proxy_request(a, k, chan, vc, lv, mlv, signal=True)
             key, _ = ex.chan_counter(g.id, "port", chan)
             ex.post(key, a, svc, slv, smlv)
         if op.name == "pwsf":

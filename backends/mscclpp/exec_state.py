@@ -5,6 +5,7 @@ one), and ExecBase, the state all its parts share."""
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,10 +96,12 @@ class Counter:
 class Proxy:
     """The proxy of one port channel: it serves put requests in FIFO order, with its own clock (what it
     knows of the others; its own entry is ``tick``, kept apart so that requests bringing nothing new share
-    one clock: ``Synchronization.proxy_clock`` joins them)."""
-    __slots__ = ("id", "rank", "chan", "vc", "tick", "reqs", "lv", "mlv", "pushers")
+    one clock: ``Synchronization.proxy_clock`` joins them). A *light* proxy (exec_proxies.py) has no entry
+    in anyone's clock: what is known of it is read from its waiter's waits and its pusher's flushes."""
+    __slots__ = ("id", "rank", "chan", "vc", "tick", "reqs", "lv", "mlv", "pushers", "light", "waiter",
+                 "sig_cover", "waits", "wait_cover", "flushes", "flush_cover")
 
-    def __init__(self, aid: int, rank: int, chan: int, na: int, clock: type = np.int32) -> None:
+    def __init__(self, aid: int, rank: int, chan: int, na: int, clock: type = np.int32, light: bool = False) -> None:
         self.id, self.rank, self.chan = aid, rank, chan
         self.vc: np.ndarray = np.full(na, -1, clock)
         self.tick = 0
@@ -108,6 +111,13 @@ class Proxy:
         self.lv = -1
         self.mlv = -1
         self.pushers: list[Actor] = []  # the thread blocks that push requests to it or flush it
+        self.light = light
+        self.waiter = -1  # light: the one thread block that waits on its signals (set by the first wait)
+        self.sig_cover: list[int] = []  # light: per signal, the last request served before it (its tick)
+        self.waits: list[int] = []  # light: the waiter's tick at each wait, and the requests each wait and
+        self.wait_cover: list[int] = []  # the ones before it cover (a running maximum)
+        self.flushes: list[int] = []  # light: the pusher's tick at each flush, and what it and the ones
+        self.flush_cover: list[int] = []  # before it cover
 
 
 class ExecBase:
@@ -118,6 +128,8 @@ class ExecBase:
     chunk: int
     launches: int
     n: int
+    na: int  # clock entries (actors with ids below it)
+    light: list[Proxy]  # proxies without an entry (exec_proxies.py), by id - na
     pairs: dict[tuple[int, str, int], Chan]
     meta_steps: dict[tuple[int, int, int, int], int]
     actors: list[Actor]
@@ -125,6 +137,22 @@ class ExecBase:
     ready: deque[Actor]
     result: ExecResult
     trace: bool
+
+    def knows(self, kv: np.ndarray, aid: int, tick: int) -> bool:
+        """Whether clock ``kv`` knows actor ``aid``'s op at ``tick`` (a light proxy's request: a wait or a
+        flush it knows of covered it)."""
+        if aid < self.na:
+            return bool(kv[aid] >= tick)
+        p = self.light[aid - self.na]
+        if p.waits:
+            k = bisect_right(p.waits, kv[p.waiter])
+            if k and p.wait_cover[k - 1] >= tick:
+                return True
+        if p.flushes:
+            k = bisect_right(p.flushes, kv[p.pushers[0].id])
+            if k and p.flush_cover[k - 1] >= tick:
+                return True
+        return False
 
     def block(self, a: Actor, why: Any) -> bool:
         """Block ``a`` (``why``: (kind, what it waits for) for the deadlock report); False."""

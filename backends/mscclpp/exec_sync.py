@@ -20,6 +20,7 @@ class Synchronization(ExecBase):
     counters: dict[Any, Counter]
     barriers: dict[tuple[int, int], list[tuple[Actor, int]]]
     proxies: dict[tuple[int, int], Proxy]
+    light_counter: dict[Any, Proxy]  # the counter a light proxy's signals increment -> the proxy
 
     # ------------------------------------------------------------------ static counts
     def _counter(self, key: Any, init: int = 0, desc: str = "") -> Counter:
@@ -178,7 +179,7 @@ class Synchronization(ExecBase):
         gc = tb.channels[ct][c]
         vc, lv, mlv = self.lane_knowledge(a, lane)
         if ct == "port":
-            vc, lv, mlv = self.proxy_request(a, lane, gc, vc, lv, mlv)
+            vc, lv, mlv = self.proxy_request(a, lane, gc, vc, lv, mlv, signal=True)
         key, _ = self.chan_counter(g.id, ct, gc)
         self.post(key, a, vc, lv, mlv)
 
@@ -220,6 +221,12 @@ class Synchronization(ExecBase):
             c = self.counters[lk[0]]
             tk = a.ticket.pop(lk)
             vc, lv, mlv = self._guaranteed(c, a, tk)
+            p = self.light_counter.get(lk[0])
+            if p is not None:  # its one waiter: the k-th wait sees the k-th signal
+                p.waiter = a.id
+                cover = p.sig_cover[len(p.waits)]
+                p.wait_cover.append(max(cover, p.wait_cover[-1]) if p.wait_cover else cover)
+                p.waits.append(a.tick)
             c.waits.append((a.id, a.tick))
             if vc is not None:
                 self._acquire(a, lane, vc, lv, mlv)
@@ -260,10 +267,11 @@ class Synchronization(ExecBase):
         return vc, lv, mlv
 
     # ------------------------------------------------------------------ proxies
-    def proxy_request(self, a: Actor, lane: int, chan: int, vc: np.ndarray, lv: int, mlv: int
-                       ) -> tuple[np.ndarray, int, int]:
+    def proxy_request(self, a: Actor, lane: int, chan: int, vc: np.ndarray, lv: int, mlv: int,
+                      signal: bool = False) -> tuple[np.ndarray, int, int]:
         """Push a request: the proxy serves it after the ones before it; returns what a signal pushed now
-        publishes (the pusher's knowledge and the requests ordered before it)."""
+        publishes (the pusher's knowledge and the requests ordered before it: a light proxy records the
+        last of those for the wait that will count the signal)."""
         p = self.proxies[(a.rank, chan)]
         if vc is not p.vc and bool((vc > p.vc).any()):
             p.vc = np.maximum(p.vc, vc)  # a new clock: the requests before keep theirs
@@ -272,10 +280,13 @@ class Synchronization(ExecBase):
         snap = self._ordered_prefix(a, lane, p)
         p.reqs.append((a.id, lane, a.tick, p.vc, p.tick, p.lv, p.mlv))
         self._settle(p)
+        if signal and p.light:
+            p.sig_cover.append(0 if snap is None else snap[4])
         if snap is None:
             return vc, lv, mlv  # unchanged: callers never write into what this returns
         out = np.maximum(vc, snap[3])
-        out[p.id] = max(out[p.id], snap[4])
+        if not p.light:
+            out[p.id] = max(out[p.id], snap[4])
         return out, max(lv, snap[5]), max(mlv, snap[6])
 
     def _ordered_prefix(self, a: Actor, lane: int, p: Proxy) -> Any:
@@ -308,12 +319,18 @@ class Synchronization(ExecBase):
         """A flush of a port channel: the lane learns what the proxy has served of its requests."""
         p = self.proxies[(a.rank, chan)]
         snap = self._ordered_prefix(a, lane, p)
-        if snap is not None:
+        if snap is None:
+            return
+        if p.light:  # known to whoever knows the pusher's tick now
+            self._acquire(a, lane, snap[3], snap[5], snap[6])
+            p.flush_cover.append(max(snap[4], p.flush_cover[-1]) if p.flush_cover else snap[4])
+            p.flushes.append(a.tick)
+        else:
             self._acquire(a, lane, with_tick(snap[3], p.id, snap[4]), snap[5], snap[6])
 
     def proxy_clock(self, p: Proxy) -> np.ndarray:
-        """The clock of the proxy's access now (its own entry is its tick)."""
-        return with_tick(p.vc, p.id, p.tick)
+        """The clock of the proxy's access now (its own entry is its tick; a light proxy has none)."""
+        return p.vc if p.light else with_tick(p.vc, p.id, p.tick)
 
 
 def with_tick(vc: np.ndarray, aid: int, tick: int) -> np.ndarray:
