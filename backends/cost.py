@@ -11,12 +11,14 @@ bench/bench_emit.py (direct, ring, rhd and StragglAR at 16 to 256 ranks, one loa
   times ``--instances``.
 - mscclpp-plan: about 7 plan ops per transfer (put, signal, wait, reduce, flush ...); the symbolic
   execution that checks the plan (mscclpp/execute.py) keeps vector clocks over every actor (thread
-  blocks, the proxy of each port channel, callers): about as many clocks as actors are alive at once
-  (the signals in flight, the proxy requests not yet settled), of 2-byte entries. So about 2.4 KiB per
-  op, 22 KiB per thread block and 5 bytes x A^2 (A actors), and (80 us + 2.5 ns x A) per op (measured
-  with bench/bench_emit.py up to 256 GPUs of h100-cluster). A rank needs at least two thread blocks per
-  8 peers (sending and receiving) and one per 64 ops (of its transfers: the average rank's, since the
-  total counts); a schedule over several nodes 2-2.6 port channels per thread block (3 counted).
+  blocks, callers, and the proxies of port channels that need an entry: those that write LL packets,
+  exec_proxies.py): about as many clocks as actors (proxies included) are alive at once (the signals in
+  flight, the proxy requests not yet settled), of 2-byte entries. So about 2.4 KiB per op, 22 KiB per
+  thread block and 5 bytes x A x E (A actors, E clock entries), and (90 us + 2.5 ns x E) per op
+  (measured with bench/bench_emit.py up to 256 GPUs of h100-cluster). A rank needs at least two thread
+  blocks per 8 peers (sending and receiving) and one per 64 ops (of its transfers: the average rank's,
+  since the total counts); a schedule over several nodes 2-2.6 port channels per thread block (3
+  counted).
 - nccl-cuda: one grouped send/receive list per step: about 0.1 ms and 2 KiB per transfer.
 """
 
@@ -38,7 +40,7 @@ from collsynth.synth.algorithms.estimate import work
 XML_SECONDS_PER_UNIT = 5e-4
 XML_BYTES_PER_UNIT = 4096
 PLAN_OPS_PER_TRANSFER = 7
-PLAN_SECONDS_PER_OP = 8e-5
+PLAN_SECONDS_PER_OP = 9e-5
 PLAN_SECONDS_PER_OP_ACTOR = 2.5e-9
 PLAN_BYTES_PER_OP = 2400
 PLAN_BYTES_PER_TB = 22 * 1024
@@ -119,8 +121,11 @@ def cost(fmt: str, shape: Shape, options: Mapping[str, Any] | None = None) -> tu
         tbs = n * max(2 * -(-shape.peers // 8), -(-PLAN_OPS_PER_TRANSFER * mean // (2 * 64)), 1)
         ports = PLAN_PORTS_PER_TB * tbs if shape.nodes > 1 else 0  # a proxy per port channel
         actors = tbs + ports + n  # and the caller of each rank
-        nbytes = ops * PLAN_BYTES_PER_OP + tbs * PLAN_BYTES_PER_TB + PLAN_BYTES_PER_ACTOR_PAIR * actors ** 2
-        return nbytes, ops * (PLAN_SECONDS_PER_OP + PLAN_SECONDS_PER_OP_ACTOR * actors)
+        # clock entries: the emitter's proxies need none (one pusher, one waiter: exec_proxies.py) but those
+        # that write LL packets (about half of them: all counted)
+        entries = tbs + n + (ports if options.get("proto") == "LL" else 0)
+        nbytes = ops * PLAN_BYTES_PER_OP + tbs * PLAN_BYTES_PER_TB + PLAN_BYTES_PER_ACTOR_PAIR * actors * entries
+        return nbytes, ops * (PLAN_SECONDS_PER_OP + PLAN_SECONDS_PER_OP_ACTOR * entries)
     if fmt == "nccl-cuda":
         return CUDA_BYTES_PER_TRANSFER * shape.transfers, CUDA_SECONDS_PER_TRANSFER * shape.transfers
     return 0.0, 0.0

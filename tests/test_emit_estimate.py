@@ -146,6 +146,23 @@ def test_plan_check_estimate_counts_the_vector_clocks() -> None:
     check_plan_work(plan, 2)
 
 
+def test_plan_check_estimate_counts_the_clock_entries_not_the_light_proxies(monkeypatch) -> None:
+    """Proxies without a clock entry (exec_proxies.py) widen no clock: on a plan over two nodes the estimate
+    is the one with their entries only where they need one."""
+    from collsynth.backends.mscclpp import check
+
+    plan = check.read_plan_text(emit(build_schedule("ring", 16, "allreduce"), "mscclpp-plan", gpus_per_node=8),
+                                "r16.json")
+    assert sum(len(g.peers["port"]) for g in plan.gpus) > 0
+
+    seen: list[float] = []
+    monkeypatch.setattr(check.budget, "check", lambda nbytes, what: seen.append(nbytes))
+    check.check_plan_work(plan, 2)
+    monkeypatch.setattr(check, "proxies_with_entries", lambda plan, *a: sum(len(g.peers["port"]) for g in plan.gpus))
+    check.check_plan_work(plan, 2)
+    assert len(seen) == 4 and seen[0] == seen[2] < seen[1] < seen[3]
+
+
 def test_synth_on_several_nodes_estimates_the_emit_on_the_schedule_built(capsys, tmp_path, no_lowering) -> None:
     """On several nodes the build's estimate does not know the plan's shape (blocks per part, rings per rail):
     for clusterstraggler at 16 x 8 it said 2.6 times the transfers and 10 times the peers of the schedule

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collsynth import budget
+from collsynth.backends.mscclpp.exec_proxies import proxies_with_entries
 from collsynth.backends.mscclpp.execute import ExecFailure, ExecResult, execute
-from collsynth.backends.mscclpp.load import check_offsets, choose_chunk, validate
+from collsynth.backends.mscclpp.load import channel_pairs, check_offsets, choose_chunk, validate
 from collsynth.backends.mscclpp.model import FORMAT_VERSION, Plan, PlanFormatError, parse_plan
 from collsynth.fileio import json_loads, read_text
 
@@ -48,8 +49,8 @@ TEXT_BYTES = 16  # about the bytes of decoded JSON (dicts, lists, strings) per b
 OP_BYTES = 1024  # about the bytes per op of the parsed plan and the symbolic executor's per-op state
 TB_BYTES = 16 * 1024  # per thread block: its flattened program, tables and clock
 OP_SECONDS = 2.5e-5  # about the seconds per op and launch of the symbolic execution
-OP_ACTOR_SECONDS = 1e-9  # and per actor: joining clocks (a 128-GPU cluster plan: 35 us per op and launch)
-CLOCK_BYTES = 5  # per actor squared: about as many clocks alive as actors, of 2-byte entries (backends/cost.py)
+OP_ACTOR_SECONDS = 1e-9  # and per clock entry: joining clocks
+CLOCK_BYTES = 5  # per actor and clock entry: about as many clocks alive as actors, of 2-byte entries
 
 
 def plan_size(plan: Plan) -> tuple[int, int]:
@@ -58,16 +59,21 @@ def plan_size(plan: Plan) -> tuple[int, int]:
     return len(tbs), sum(len(tb.ops) + sum(len(op.body) for op in tb.ops) for tb in tbs)
 
 
-def check_plan_work(plan: Plan, launches: int) -> None:
+def check_plan_work(plan: Plan, launches: int, chunk: int | None = None) -> None:
     """Refuse (budget: --max-memory, --max-time) a plan whose symbolic execution is estimated beyond the
-    budget: thread blocks x ops x launches."""
+    budget: thread blocks x ops x launches, and clocks over the actors with a clock entry."""
     ntbs, nops = plan_size(plan)
     what = (f"checking the MSCCL++ plan {plan.source} ({len(plan.gpus)} GPUs, {ntbs} thread blocks, {nops} ops, "
             f"{launches} launches)")
-    # thread blocks, the proxy of each port channel and the caller of each rank (execute.py)
-    actors = ntbs + sum(len(g.peers["port"]) for g in plan.gpus) + len(plan.gpus)
-    budget.check(nops * 2 * OP_BYTES + ntbs * TB_BYTES + CLOCK_BYTES * actors ** 2, what)
-    budget.check_seconds((OP_SECONDS + OP_ACTOR_SECONDS * actors) * nops * launches, what)
+    budget.check(nops * 2 * OP_BYTES + ntbs * TB_BYTES, what)  # before the proxies are looked at
+    # clock entries: thread blocks, the port-channel proxies that need one (exec_proxies.py), the callers;
+    # about as many clocks alive as actors, proxies included
+    ports = sum(len(g.peers["port"]) for g in plan.gpus)
+    entries = ntbs + proxies_with_entries(plan, chunk or choose_chunk(plan), plan.pairs or channel_pairs(plan)) \
+        + len(plan.gpus)
+    actors = ntbs + ports + len(plan.gpus)
+    budget.check(nops * 2 * OP_BYTES + ntbs * TB_BYTES + CLOCK_BYTES * actors * entries, what)
+    budget.check_seconds((OP_SECONDS + OP_ACTOR_SECONDS * entries) * nops * launches, what)
 
 
 def read_plan_text(text: str, source: str = "<plan>") -> Plan:
@@ -98,7 +104,7 @@ def run_plan(plan: Plan, *, size: int | None = None, launches: int | None = None
     """Execute symbolically; ExecFailure on the first problem, PlanFormatError if the size is invalid."""
     chunk = choose_chunk(plan, size)
     check_offsets(plan, chunk)
-    check_plan_work(plan, launches or launches_for(plan))
+    check_plan_work(plan, launches or launches_for(plan), chunk)
     return execute(plan, chunk, launches or launches_for(plan), meta_steps, plan.pairs or None)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from collsynth.backends.mscclpp.load import Chan, Inst
+from collsynth.backends.mscclpp.load import Chan, Inst, flatten
 from collsynth.backends.mscclpp.model import PACKET_OPS, SIGNAL_OPS, WAIT_OPS, Plan, ThreadBlock
 
 # ops whose packets publish the writer's clock with its current tick (exec_packets.release_clock)
@@ -87,3 +87,10 @@ def light_proxies(plan: Plan, tbs: list[tuple[int, ThreadBlock]], insts: list[li
                 continue
             out.add(key)
     return out
+
+
+def proxies_with_entries(plan: Plan, chunk: int, pairs: dict[tuple[int, str, int], Chan]) -> int:
+    """How many port-channel proxies keep a clock entry of their own (for the check's estimate)."""
+    tbs = [(g.id, tb) for g in plan.gpus for tb in g.tbs]
+    light = light_proxies(plan, tbs, [flatten(plan, tb, chunk) for _, tb in tbs], pairs)
+    return sum(len(g.peers["port"]) for g in plan.gpus) - len(light)

@@ -12,8 +12,10 @@ the current flag.
 
 Synchronization is tracked with vector clocks, one component per actor: thread blocks, one proxy per
 port channel (it copies data asynchronously, in FIFO order with that channel's signals), and the
-caller of each rank. Clocks are shared between the snapshots that signals and proxy requests keep and
-never written in place (a change makes a new clock); entries are 16 bits while the ticks fit (CLOCKS).
+caller of each rank. A proxy with one pusher and one waiter needs no component of its own: what is
+known of it follows from the waiter's waits and the pusher's flushes (exec_proxies.py). Clocks are
+shared between the snapshots that signals and proxy requests keep and never written in place (a change
+makes a new clock); entries are 16 bits while the ticks fit (CLOCKS).
 The rules (docs/mscclpp-plan.md, "How collsynth checks a plan"):
 
 - inside a thread block nothing orders two ops but a ``nop`` (or a barrier), except that a thread
@@ -34,10 +36,10 @@ Problems raise ``ExecFailure`` naming rank, thread block and op (the checker tur
 
 The executor lives in small modules: exec_state.py (failures, results, actors, counters, proxies),
 exec_values.py (symbolic values and their sums), exec_access.py (buffers, addressing, bounds, the race
-detector), exec_sync.py (semaphores, barriers, proxies), exec_core.py (launches, scheduling, result and
-deadlock reports), exec_trace.py (launch 1's movements across ranks, for the read-back), exec_ops.py
-(handlers of the plain data and switch ops) and exec_packets.py (of the LL packet ops); ``Executor``
-puts them together.
+detector), exec_sync.py (semaphores, barriers, proxies), exec_proxies.py (which proxies need a clock
+component), exec_core.py (launches, scheduling, result and deadlock reports), exec_trace.py (launch 1's
+movements across ranks, for the read-back), exec_ops.py (handlers of the plain data and switch ops) and
+exec_packets.py (of the LL packet ops); ``Executor`` puts them together.
 """
 
 from __future__ import annotations
