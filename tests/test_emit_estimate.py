@@ -4,6 +4,8 @@ the largest size that fits (exit 2); MSCCL XML's per-rank limits are checked bef
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -161,6 +163,11 @@ def test_plan_check_estimate_counts_the_clock_entries_not_the_light_proxies(monk
     monkeypatch.setattr(check, "proxies_with_entries", lambda plan, *a: sum(len(g.peers["port"]) for g in plan.gpus))
     check.check_plan_work(plan, 2)
     assert len(seen) == 4 and seen[0] == seen[2] < seen[1] < seen[3]
+    # before emitting, the estimate assumes the emitter's plans: Simple proxies need no entry, LL ones do
+    shape = cost.shape_of(build_schedule("ring", 16, "allreduce"))
+    several = dataclasses.replace(shape, nodes=2)
+    assert cost.cost("mscclpp-plan", several, {"proto": "LL"})[0] > cost.cost("mscclpp-plan", several)[0]
+    assert cost.cost("mscclpp-plan", shape, {"proto": "LL"}) == cost.cost("mscclpp-plan", shape)  # no port channel
 
 
 def test_synth_on_several_nodes_estimates_the_emit_on_the_schedule_built(capsys, tmp_path, no_lowering) -> None:

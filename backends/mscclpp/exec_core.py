@@ -61,6 +61,7 @@ class ExecutorCore(Synchronization, MemoryAccess):
         ids.update((key, na + i) for i, key in enumerate(key for key in ports if key in light))
         self.proxies = {key: Proxy(ids[key], key[0], key[1], na, clock, key in light) for key in ports}
         self.light = [p for p in self.proxies.values() if p.light]  # index: id - na
+        assert all(p.id == na + i for i, p in enumerate(self.light))
         self.light_counter = {}
         for p in self.light:
             counter = counter_of(self.pairs, p.rank, p.chan)
