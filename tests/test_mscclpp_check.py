@@ -377,13 +377,13 @@ def _relay_plan(nop_before_relay: bool = False) -> dict:
 def test_a_wait_relayed_before_a_nop_keeps_the_proxy_clock_entry(monkeypatch):
     # a proxy gets no clock entry when its one waiter and its one pusher publish what they learn of it only
     # with their own tick (exec_proxies.py); rank 1 here replies from the lane that waited, before a nop
-    from collsynth.backends.mscclpp import exec_core
+    from collsynth.backends.mscclpp import check
 
     assert _light(_relay_plan()) == {(1, 0)}  # rank 0's proxy keeps its entry: rank 1 relays its signal
     assert _light(_relay_plan(nop_before_relay=True)) == {(0, 0), (1, 0)}
     assert _check(_relay_plan()).ok and _check(_relay_plan(nop_before_relay=True)).ok
     # were rank 0's proxy light all the same, rank 0 could not know the put was served: a (false) race
-    monkeypatch.setattr(exec_core, "light_proxies", lambda plan, *a: {(0, 0), (1, 0)})
+    monkeypatch.setattr(check, "plan_light_proxies", lambda plan, *a: {(0, 0), (1, 0)})
     report = _check(_relay_plan())
     assert not report.ok and report.kind == "race" and "gpu 0's proxy for port channel 0" in report.message, \
         report.message
@@ -415,7 +415,7 @@ def _port_mutants() -> list[str]:
 
 
 def test_light_proxies_give_the_verdicts_of_proxies_with_clock_entries(monkeypatch):
-    from collsynth.backends.mscclpp import exec_core
+    from collsynth.backends.mscclpp import check
 
     plans = _port_mutants()
 
@@ -430,7 +430,7 @@ def test_light_proxies_give_the_verdicts_of_proxies_with_clock_entries(monkeypat
         return out
 
     light = run()
-    monkeypatch.setattr(exec_core, "light_proxies", lambda *a: set())
+    monkeypatch.setattr(check, "plan_light_proxies", lambda *a: set())
     assert run() == light
     assert light[0][0] is True and light[17][0] is True and sum(x[1] == "race" for x in light) >= 10, light
     for k in (0, 17):  # every proxy of the unmutated plans is light: the test runs the light path

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collsynth import budget
-from collsynth.backends.mscclpp.exec_proxies import proxies_with_entries
+from collsynth.backends.mscclpp.exec_proxies import plan_light_proxies, proxies_with_entries
 from collsynth.backends.mscclpp.execute import ExecFailure, ExecResult, execute
 from collsynth.backends.mscclpp.load import channel_pairs, check_offsets, choose_chunk, validate
 from collsynth.backends.mscclpp.model import FORMAT_VERSION, Plan, PlanFormatError, parse_plan
@@ -59,9 +59,11 @@ def plan_size(plan: Plan) -> tuple[int, int]:
     return len(tbs), sum(len(tb.ops) + sum(len(op.body) for op in tb.ops) for tb in tbs)
 
 
-def check_plan_work(plan: Plan, launches: int, chunk: int | None = None) -> None:
+def check_plan_work(plan: Plan, launches: int, chunk: int | None = None,
+                    light: set[tuple[int, int]] | None = None) -> None:
     """Refuse (budget: --max-memory, --max-time) a plan whose symbolic execution is estimated beyond the
-    budget: thread blocks x ops x launches, and clocks over the actors with a clock entry."""
+    budget: thread blocks x ops x launches, and clocks over the actors with a clock entry (``light``: the
+    proxies without one, exec_proxies.py; found here when not given)."""
     ntbs, nops = plan_size(plan)
     what = (f"checking the MSCCL++ plan {plan.source} ({len(plan.gpus)} GPUs, {ntbs} thread blocks, {nops} ops, "
             f"{launches} launches)")
@@ -69,8 +71,9 @@ def check_plan_work(plan: Plan, launches: int, chunk: int | None = None) -> None
     # clock entries: thread blocks, the port-channel proxies that need one (exec_proxies.py), the callers;
     # about as many clocks alive as actors, proxies included
     ports = sum(len(g.peers["port"]) for g in plan.gpus)
-    entries = ntbs + proxies_with_entries(plan, chunk or choose_chunk(plan), plan.pairs or channel_pairs(plan)) \
-        + len(plan.gpus)
+    if light is None:
+        light = plan_light_proxies(plan, chunk or choose_chunk(plan), plan.pairs or channel_pairs(plan))
+    entries = ntbs + proxies_with_entries(plan, light) + len(plan.gpus)
     actors = ntbs + ports + len(plan.gpus)
     budget.check(nops * 2 * OP_BYTES + ntbs * TB_BYTES + CLOCK_BYTES * actors * entries, what)
     budget.check_seconds((OP_SECONDS + OP_ACTOR_SECONDS * entries) * nops * launches, what)
@@ -104,8 +107,10 @@ def run_plan(plan: Plan, *, size: int | None = None, launches: int | None = None
     """Execute symbolically; ExecFailure on the first problem, PlanFormatError if the size is invalid."""
     chunk = choose_chunk(plan, size)
     check_offsets(plan, chunk)
-    check_plan_work(plan, launches or launches_for(plan), chunk)
-    return execute(plan, chunk, launches or launches_for(plan), meta_steps, plan.pairs or None)
+    pairs = plan.pairs or channel_pairs(plan)
+    light = plan_light_proxies(plan, chunk, pairs)  # once, for the estimate and the run
+    check_plan_work(plan, launches or launches_for(plan), chunk, light)
+    return execute(plan, chunk, launches or launches_for(plan), meta_steps, pairs, light)
 
 
 def check_plan(plan: Plan, *, size: int | None = None) -> PlanReport:

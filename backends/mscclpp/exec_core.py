@@ -39,7 +39,8 @@ class ExecutorCore(Synchronization, MemoryAccess):
     handlers: ClassVar[dict[str, Handler]] = {}
 
     def __init__(self, plan: Plan, chunk: int, launches: int, meta_steps: dict[tuple[int, int, int, int], int]
-                 | None = None, pairs: dict[tuple[int, str, int], Chan] | None = None, clock: type = np.int32) -> None:
+                 | None = None, pairs: dict[tuple[int, str, int], Chan] | None = None,
+                 light: set[tuple[int, int]] | None = None, clock: type = np.int32) -> None:
         self.plan, self.chunk, self.launches = plan, chunk, launches
         self.n = plan.nranks
         self.pairs = pairs if pairs is not None else channel_pairs(plan)
@@ -47,7 +48,8 @@ class ExecutorCore(Synchronization, MemoryAccess):
         tbs = [(g.id, tb) for g in plan.gpus for tb in g.tbs]
         insts = [flatten(plan, tb, chunk) for _, tb in tbs]
         ports = [(g.id, c) for g in plan.gpus for c in range(len(g.peers["port"]))]
-        light = light_proxies(plan, tbs, insts, self.pairs)
+        if light is None:
+            light = light_proxies(plan, tbs, insts, self.pairs)
         heavy = [key for key in ports if key not in light]
         # clock entries: thread blocks, the proxies that need one, the callers; light proxies' ids follow
         na = len(tbs) + len(heavy) + self.n

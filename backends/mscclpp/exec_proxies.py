@@ -89,8 +89,12 @@ def light_proxies(plan: Plan, tbs: list[tuple[int, ThreadBlock]], insts: list[li
     return out
 
 
-def proxies_with_entries(plan: Plan, chunk: int, pairs: dict[tuple[int, str, int], Chan]) -> int:
-    """How many port-channel proxies keep a clock entry of their own (for the check's estimate)."""
+def plan_light_proxies(plan: Plan, chunk: int, pairs: dict[tuple[int, str, int], Chan]) -> set[tuple[int, int]]:
+    """``light_proxies`` of a whole plan at ``chunk``-byte chunks (its thread blocks flattened here)."""
     tbs = [(g.id, tb) for g in plan.gpus for tb in g.tbs]
-    light = light_proxies(plan, tbs, [flatten(plan, tb, chunk) for _, tb in tbs], pairs)
+    return light_proxies(plan, tbs, [flatten(plan, tb, chunk) for _, tb in tbs], pairs)
+
+
+def proxies_with_entries(plan: Plan, light: set[tuple[int, int]]) -> int:
+    """How many port-channel proxies keep a clock entry of their own, ``light`` the others."""
     return sum(len(g.peers["port"]) for g in plan.gpus) - len(light)

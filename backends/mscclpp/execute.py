@@ -62,8 +62,8 @@ CLOCKS: tuple[type, ...] = (np.int16, np.int32) if np.lib.NumpyVersion(np.__vers
 
 
 class Executor(ExecutorCore):
-    """``Executor(plan, chunk, launches, meta_steps, pairs, clock).run()``: an ExecResult, or ExecFailure naming
-    the first problem (races first)."""
+    """``Executor(plan, chunk, launches, meta_steps, pairs, light, clock).run()``: an ExecResult, or
+    ExecFailure naming the first problem (races first)."""
 
     handlers = {**HANDLERS, **PACKET_HANDLERS}
 
@@ -76,15 +76,17 @@ def least_ticks(plan: Plan, chunk: int, launches: int) -> int:
 
 
 def execute(plan: Plan, chunk: int, launches: int, meta_steps: dict[tuple[int, int, int, int], int] | None = None,
-            pairs: dict[tuple[int, str, int], Chan] | None = None) -> ExecResult:
+            pairs: dict[tuple[int, str, int], Chan] | None = None, light: set[tuple[int, int]] | None = None
+            ) -> ExecResult:
     """Run the plan with the smallest clock entries of CLOCKS that hold every tick (a run whose ticks
-    outgrow them starts over with the next; one whose longest thread block alone would is not tried)."""
+    outgrow them starts over with the next; one whose longest thread block alone would is not tried).
+    ``light``: the proxies without a clock entry (exec_proxies.py), when already known."""
     need = least_ticks(plan, chunk, launches)
     for clock in CLOCKS[:-1]:
         if need > np.iinfo(clock).max:
             continue
         try:
-            return Executor(plan, chunk, launches, meta_steps, pairs, clock).run()
+            return Executor(plan, chunk, launches, meta_steps, pairs, light, clock).run()
         except OverflowError:
             continue
-    return Executor(plan, chunk, launches, meta_steps, pairs, CLOCKS[-1]).run()
+    return Executor(plan, chunk, launches, meta_steps, pairs, light, CLOCKS[-1]).run()
