@@ -4,14 +4,17 @@ mscclpp-plan` fits clusterstraggler's automatic block count to the limit (backen
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 from shared_paths import vectors
 
 from collsynth.backends.layout import nodes_of
+from collsynth.backends.mscclpp import emit as emit_module
 from collsynth.backends.mscclpp import emit_plan, fit_cluster_pipeline
 from collsynth.backends.mscclpp.emit import fits, plan_chunks, thread_blocks
+from collsynth.backends.mscclpp.fit import largest_within
 from collsynth.backends.mscclpp.lower import Layout, build_programs, pieces
 from collsynth.cli import main
 from collsynth.errors import CollsynthError
@@ -28,9 +31,12 @@ def run(capsys, *argv):
     return code, out, err
 
 
-def test_fits_counts_the_thread_blocks_the_emitter_needs(tmp_path):
-    """Four H200 nodes sharing one NIC each: at 16 blocks per part the channel tables overflow with 8 peers per
-    thread block, so the emitter uses fewer and needs far more blocks; fits() used to count the first try."""
+def test_only_the_ranks_that_overflow_get_smaller_thread_blocks(tmp_path, monkeypatch):
+    """Four H200 nodes sharing one NIC each, 16 blocks per part: cut with 8 peers per thread block, one rank's
+    block renders more than 64 ops (its channels to a peer outnumber the handshake estimate). The emitter
+    used to halve every rank's peers until none overflowed (23 -> 139 thread blocks, more than 132 SMs); it
+    now keeps ops free on that rank only, so the plan needs as many blocks as the first cut and emits. fits()
+    and thread_blocks() report the emitter's own count."""
     path = tmp_path / "h200x4.json"
     path.write_text(dumps_topology(import_topology(H200_XML, nodes=4, fabric="rail").topology))
     t = make_topology(str(path), 32)
@@ -38,14 +44,38 @@ def test_fits_counts_the_thread_blocks_the_emitter_needs(tmp_path):
     lay = Layout(s.collective, s.nranks, s.nchunks)
     M = plan_chunks(s, None)
     pcs, _ = pieces(s, lay, nodes_of(s, None), M)
-    first_try = max(p.seg + 1 for p in build_programs(s, pcs, packets=False, pipeline=False, budget_peers=8,
-                                                         allgather_copy=False, M=M))
+
+    def cut(budget):
+        return [p.seg + 1 for p in build_programs(s, pcs, packets=False, pipeline=False, budget_peers=budget,
+                                                  allgather_copy=False, M=M)]
+
+    first_try = cut(8)
+    calls = []
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs)
+        return build_programs(*args, **kwargs)
+
+    monkeypatch.setattr(emit_module, "build_programs", recording)
     worst, need = thread_blocks(s)
-    assert first_try <= 132 < need  # the case this test is about
-    ok, why = fits(s)
+    assert len(calls) >= 2 and calls[0].get("only") is None
+    again = set().union(*(c["only"] for c in calls[1:]))
+    assert 1 <= len(again) < s.nranks // 4  # the first cut overflowed, on a few ranks only, which are cut again
+    assert all(c["slack"][r] > 0 for c in calls[1:] for r in c["only"])  # with ops kept free, not fewer peers
+    assert all(b == 8 for c in calls for b in c["budget_peers"])
+    monkeypatch.undo()
+    assert max(first_try) <= need < max(cut(4)) < 132 < max(cut(2))  # the case this test is about
+    plan = json.loads(emit_plan(s))  # checked by the emitter
+    counts = [len(g["threadblocks"]) for g in plan["gpus"]]
+    assert max(counts) == need and counts.index(need) == worst
+    for g in plan["gpus"]:
+        for tb in g["threadblocks"]:
+            assert len(tb["ops"]) <= 64 and all(len(c["channel_ids"]) <= 16 for c in tb["channels"])
+    assert fits(s)[0]
+    ok, why = fits(s, sms=need - 1)
     assert not ok and f"rank {worst} needs {need} thread blocks" in why
     with pytest.raises(CollsynthError) as e:
-        emit_plan(s)
+        emit_plan(s, sms=need - 1)
     assert f"rank {worst} needs {need} thread blocks" in str(e.value)
 
 
@@ -89,3 +119,30 @@ def test_a_late_node_is_fitted_too_and_other_schedules_are_left_alone():
     assert fit_cluster_pipeline(ring, {}, sms=1) == (ring, "")  # emit_plan names the limit for the rest
     with pytest.raises(CollsynthError, match="the largest --pipeline that fits is"):
         fit_cluster_pipeline(s, {**params, "pipeline": s.meta["pipeline"]}, sms=6)
+
+
+@pytest.mark.parametrize("shape", ["linear", "offset", "steps", "unusable", "none"])
+def test_largest_within_matches_a_scan_and_probes_linear_counts_a_few_times(shape):
+    counts = {"linear": lambda x: 6 * x + 4, "offset": lambda x: 40 + 2 * x,
+              "steps": lambda x: 10 * x + (300 if x >= 17 else 0),
+              "unusable": lambda x: None if 12 <= x <= 14 else 5 * x, "none": lambda x: 500 + x}[shape]
+    for limit in (60, 100, 132, 400):
+        probes = []
+
+        def count(x):
+            probes.append(x)
+            return counts(x)
+
+        M = 70  # the block count the build chose, whose count is over the limit
+        if counts(M) <= limit:
+            continue
+        best = largest_within(1, M - 1, count, limit, (M, counts(M)))
+        ok = [x for x in range(1, M) if counts(x) is not None and counts(x) <= limit]
+        expected = max(ok) if ok and shape != "unusable" else (max(ok, default=0))
+        if shape == "unusable":  # the search treats unusable counts as too many, like a bisection would
+            assert best in ok or best == 0
+        else:
+            assert best == expected
+        assert len(probes) == len(set(probes)) and all(1 <= x < M for x in probes)
+        if shape == "linear":
+            assert len(probes) <= 3, probes

@@ -6,7 +6,8 @@ its peers), so all of them must be resident: one 1024-thread block per SM. When 
 and the largest size of the same family that fits: the largest ``--pipeline`` for a pipelined StragglAR
 schedule, fewer blocks per part for clusterstraggler (its shape follows its arrivals and topology), else the
 largest GPU count for the schedule's algorithm. Found by a proportional guess and bisection (the
-thread-block count grows with both). How many can be resident: emit.resident_limit.
+thread-block count grows with both); the block count of clusterstraggler by interpolating the counts
+(``largest_within``: each probe lowers the schedule, 30 s at 512 GPUs). How many can be resident: emit.resident_limit.
 """
 
 from __future__ import annotations
@@ -58,6 +59,31 @@ def largest_passing(lo: int, hi: int, ok: Any, guess: int | None = None) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+def largest_within(lo: int, hi: int, count: Any, limit: int, above: tuple[int, int]) -> int:
+    """The largest x in [lo, hi] whose ``count(x)`` (a thread-block count growing with x, or None where x is
+    unusable) is at most ``limit``; lo - 1 when none. ``above`` is a known (x > hi, count > limit). Each probe
+    interpolates linearly between the nearest counts known on either side (from 0 at x = 0 while none is
+    below: the first probe is the proportional guess), and bisects after two probes on the same side, so a
+    count that grows about linearly is found in two or three lowerings instead of a bisection's log2(hi)."""
+    a, na = lo - 1, 0 if lo == 1 else None
+    b, nb = above
+    sides: list[bool] = []
+    while b - a > 1:
+        if na is not None and nb is not None and nb > na and sides[-2:] not in ([True, True], [False, False]):
+            x = a + (limit - na) * (b - a) // (nb - na)
+        else:
+            x = (a + b) // 2
+        x = min(max(x, a + 1), b - 1)
+        n = count(x)
+        ok = n is not None and n <= limit
+        if ok:
+            a, na = x, n
+        else:
+            b, nb = x, n
+        sides.append(ok)
+    return a
 
 
 def fit_hint(schedule: Any, need: int = 0, limit: int = 0, **opts: Any) -> str:
@@ -113,13 +139,18 @@ def fit_cluster_pipeline(schedule: Schedule, params: Mapping[str, Any], **option
             built[x] = s
         return built[x]
 
-    def ok(x: int) -> bool:
+    def count(x: int) -> int | None:
         progress.note(f"mscclpp-plan: {need} thread blocks per rank at {M} blocks per part, at most {limit} "
                       f"resident: trying {x}")
         s = rebuild(x)
-        return s.meta.get("form") == meta["form"] and fits(s, **opts, sms=limit)[0]
+        if s.meta.get("form") != meta["form"]:
+            return None
+        try:
+            return thread_blocks(s, **opts)[1]
+        except CollsynthError:
+            return None
 
-    best = largest_passing(1, M - 1, ok, guess=max(1, M * limit // need))
+    best = largest_within(1, M - 1, count, limit, (M, need))
     if params.get("pipeline", "auto") != "auto":
         most = f"the largest --pipeline that fits is {best}" if best >= 1 else "no --pipeline fits"
         raise CollsynthError(f"{too_many_blocks(worst, need, limits)}: {most}, or emit msccl-xml or nccl-cuda")

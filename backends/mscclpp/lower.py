@@ -150,11 +150,12 @@ def pieces(s: Any, lay: Layout, node_of: list[int], M: int | None = None) -> tup
 class Program:
     """One rank's ops in order, cut into segments (thread blocks) as they are appended."""
 
-    def __init__(self, rank: int, budget_peers: int, packets: bool, pipeline: bool) -> None:
+    def __init__(self, rank: int, budget_peers: int, packets: bool, pipeline: bool, slack: int = 0) -> None:
         self.rank = rank
         self.items: list[Item] = []
         self.seg = 0
         self.budget_peers = budget_peers
+        self.slack = slack  # ops kept free in every segment (where the handshake estimate fell short)
         self.packets, self.pipeline = packets, pipeline
         self._open()
 
@@ -173,7 +174,7 @@ class Program:
 
     def _reserved(self, peers: dict[str, set[int]]) -> int:
         """Ops a segment needs besides its body: handshake (Simple), chain release, pipeline op."""
-        extra = 2 + (1 if self.pipeline else 0)  # nop + sem_release at the end, the pipeline op
+        extra = 2 + (1 if self.pipeline else 0) + self.slack  # nop + sem_release at the end, the pipeline op
         if not self.packets:
             hs = 0
             for t in ("memory", "port"):
@@ -282,26 +283,32 @@ def _group(xs: list[Any], size: int) -> list[list[Any]]:
     return [xs[i:i + size] for i in range(0, len(xs), size)]
 
 
-def build_programs(s: Any, pcs: list[Piece], *, packets: bool, pipeline: bool, budget_peers: int,
-                   allgather_copy: bool, M: int | None = None) -> list[Program]:
-    """Every rank's ops (items) in step order, segmented."""
+def build_programs(s: Any, pcs: list[Piece], *, packets: bool, pipeline: bool, budget_peers: int | list[int],
+                   allgather_copy: bool, M: int | None = None, previous: list[Program] | None = None,
+                   only: set[int] | None = None, slack: list[int] | None = None) -> list[Program]:
+    """Every rank's ops (items) in step order, segmented with at most ``budget_peers`` peers per thread block
+    (one count, or one per rank) and ``slack[r]`` ops kept free in each of rank r's. A rank's program depends
+    on its own pieces only: with ``previous`` and ``only``, the ranks outside ``only`` keep their previous
+    programs."""
     n = s.nranks
-    progs = [Program(r, budget_peers, packets, pipeline) for r in range(n)]
-    sends: dict[tuple[int, int], list[Piece]] = {}
-    recvs: dict[tuple[int, int], list[Piece]] = {}
+    budgets = [budget_peers] * n if isinstance(budget_peers, int) else list(budget_peers)
+    slacks = slack or [0] * n
+    todo = range(n) if only is None or previous is None else sorted(only)
+    progs = list(previous) if previous is not None and only is not None else [Program(r, budgets[r], packets, pipeline,
+                                                                                     slacks[r]) for r in range(n)]
+    events: dict[int, dict[int, tuple[list[Piece], list[Piece]]]] = {r: {} for r in todo}
     for p in pcs:
-        sends.setdefault((p.src, p.step), []).append(p)
-        recvs.setdefault((p.dst, p.step), []).append(p)
-    if allgather_copy:
-        m = (M or s.nchunks) // n
-        for r in range(n):
-            progs[r].add(Item("copy", src=[("l", "i", 0, m)], dst=[("l", "o", r * m, m)],
-                              prologue=True))
-    for k in range(s.nsteps):
-        for r in range(n):
-            prog = progs[r]
-            out = sends.get((r, k), [])
-            inc = recvs.get((r, k), [])
+        if p.src in events:
+            events[p.src].setdefault(p.step, ([], []))[0].append(p)
+        if p.dst in events:
+            events[p.dst].setdefault(p.step, ([], []))[1].append(p)
+    for r in todo:
+        prog = progs[r] = Program(r, budgets[r], packets, pipeline, slacks[r])
+        if allgather_copy:
+            m = (M or s.nchunks) // n
+            prog.add(Item("copy", src=[("l", "i", 0, m)], dst=[("l", "o", r * m, m)], prologue=True))
+        for k in sorted(events[r]):
+            out, inc = events[r][k]
             if out:
                 _emit_sends(prog, out, packets)
             if inc:
