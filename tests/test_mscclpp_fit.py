@@ -146,3 +146,30 @@ def test_largest_within_matches_a_scan_and_probes_linear_counts_a_few_times(shap
         assert len(probes) == len(set(probes)) and all(1 <= x < M for x in probes)
         if shape == "linear":
             assert len(probes) <= 3, probes
+
+
+def test_the_lowering_that_counted_the_thread_blocks_is_the_one_emitted(monkeypatch):
+    """synth counts a clusterstraggler schedule's thread blocks before it emits it: one lowering, not two (30 s
+    at 512 GPUs). The memo holds one lowering, of the same schedule object with the same options."""
+    lowerings = []
+    real = emit_module.pieces
+
+    def counting(s, *args, **kwargs):
+        lowerings.append(s.nranks)
+        return real(s, *args, **kwargs)
+
+    monkeypatch.setattr(emit_module, "pieces", counting)
+    s = build_schedule("clusterstraggler", 16, arrivals={5: 0.05}, size=2**30, topology="h100-cluster")
+    need = thread_blocks(s)[1]
+    text = emit_plan(s)
+    assert len(lowerings) == 1
+    plan = json.loads(text)
+    assert max(len(g["threadblocks"]) for g in plan["gpus"]) == need
+    assert emit_plan(s) == text and len(lowerings) == 2  # emitting took the memo: lowered again, same text
+    assert fits(s)[0] and len(lowerings) == 3
+    assert emit_plan(s, proto="LL") and len(lowerings) == 4  # other options: not the memo's lowering
+    ring = build_schedule("ring", 16)
+    thread_blocks(s)
+    thread_blocks(ring)  # the memo now holds the ring's
+    emit_plan(s)
+    assert len(lowerings) == 7
