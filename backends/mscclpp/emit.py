@@ -15,7 +15,6 @@ SM), and byte offsets past 4 GiB (uint32 on the device) for the message sizes as
 from __future__ import annotations
 
 import json
-import weakref
 from typing import Any
 
 from collsynth.backends.layout import Layout, check_block_owners, nodes_of
@@ -77,26 +76,27 @@ class _Built:
         return self.progs[r].seg + 1
 
 
-# The last lowering thread_blocks() made, for emit_plan to take when it is asked for the same schedule with
-# the same options (fit_cluster_pipeline counts the blocks of the schedule synth then emits: one lowering,
-# 30 s at 512 GPUs, instead of two). One slot, emptied by every lowering and by emit_plan.
-_last_lowering: list[tuple[weakref.ref[Any], tuple[Any, ...], _Built]] = []
+# The last lowering thread_blocks() made, for emit_plan to take when it is asked for the same schedule object
+# with the same options (fit_cluster_pipeline counts the blocks of the schedule synth then emits: one lowering,
+# 30 s at 512 GPUs, instead of two). One slot, emptied by every lowering and by emit_plan; what it holds
+# (the lowering and its schedule) stays alive until then.
+_last_lowering: list[tuple[tuple[Any, ...], _Built]] = []
 
 
 def _lowered(s: Any, *, packets: bool, pipeline: int, node_of: list[int], M: int, keep: bool) -> _Built:
     """``_build``'s lowering, taken from the one-slot memo when it holds the same schedule and options; kept
     there (``keep``) for the next call."""
-    key = (packets, pipeline, tuple(node_of), M)
+    key = (id(s), packets, pipeline, tuple(node_of), M)
     if _last_lowering:
-        ref, k, b = _last_lowering.pop()
-        if ref() is s and k == key:
+        k, b = _last_lowering.pop()
+        if k == key and b.s is s:
             if keep:
-                _last_lowering.append((ref, k, b))
+                _last_lowering.append((k, b))
             return b
-        del ref, k, b
+        del k, b
     b = _build(s, packets=packets, pipeline=pipeline, node_of=node_of, M=M)
     if keep:
-        _last_lowering.append((weakref.ref(s), key, b))
+        _last_lowering.append((key, b))
     return b
 
 
