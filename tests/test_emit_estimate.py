@@ -204,3 +204,47 @@ def test_shape_of_a_schedule_recording_a_node_size_that_does_not_fit() -> None:
     assert emit(s, "nccl-cuda")
     with pytest.raises(CollsynthError, match="--gpus-per-node 3 does not divide the schedule's 8 ranks"):
         emit(s, "mscclpp-plan")
+
+
+def test_a_plan_too_large_to_check_is_refused_before_it_is_parsed(tmp_path, monkeypatch, capsys) -> None:
+    """`verify` of a plan whose check needs more memory than the budget even at its least (no proxy with a
+    clock entry) is refused once the JSON is decoded, without parsing it; the bound never exceeds the full
+    estimate, so a plan the budget holds is parsed and checked."""
+    from collsynth.backends.mscclpp import check
+    from collsynth.cli import main
+
+    text = emit(build_schedule("ring", 16, "allreduce"), "mscclpp-plan", gpus_per_node=8)
+    path = tmp_path / "r16.json"
+    path.write_text(text)
+    plan = check.read_plan_text(text, "r16.json")
+    ntbs, nops = check.plan_size(plan)
+    ports = sum(len(g.peers["port"]) for g in plan.gpus)
+    assert ports > 0  # every port channel is an actor, with no clock entry of its own at the least
+    least = (nops * 2 * check.OP_BYTES + ntbs * check.TB_BYTES
+             + check.CLOCK_BYTES * (ntbs + 16 + ports) * (ntbs + 16))
+    parsed: list[str] = []
+    real = check.parse_plan
+
+    def recording(obj, source):
+        parsed.append(source)
+        return real(obj, source)
+
+    monkeypatch.setattr(check, "parse_plan", recording)
+    budget.set_max_memory(least - 1)
+    try:
+        assert main(["verify", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        assert f"(16 GPUs, {ntbs} thread blocks, {nops} ops, before its proxies are counted)" in err, err
+        assert parsed == []  # refused before the parser built the plan
+        budget.set_max_memory(least - 1)  # main() sets the budget of its own command line
+        with pytest.raises(CollsynthError, match="before its proxies are counted"):
+            check.check_plan_text(text, "r16.json")
+        assert check.read_plan_text(text, "r16.json") and parsed == ["r16.json"]  # reading alone needs no clocks
+    finally:
+        budget.set_max_memory(None)
+    budget.set_max_memory(least * 2)  # above the least: the proxies and the real estimate decide
+    try:
+        assert check.check_plan_text(text, "r16.json").ok
+    finally:
+        budget.set_max_memory(None)

@@ -79,21 +79,43 @@ def check_plan_work(plan: Plan, launches: int, chunk: int | None = None,
     budget.check_seconds((OP_SECONDS + OP_ACTOR_SECONDS * entries) * nops * launches, what)
 
 
-def read_plan_text(text: str, source: str = "<plan>") -> Plan:
+def read_plan_text(text: str, source: str = "<plan>", *, checking: bool = False) -> Plan:
     """Parse and validate plan text; PlanFormatError (exit 2) when the executor would refuse or misread it.
-    The text's size is checked against the memory budget before it is decoded (about TEXT_BYTES per byte)."""
+    The text's size is checked against the memory budget before it is decoded (about TEXT_BYTES per byte);
+    ``checking``: the least memory its check needs too, once it is decoded (``check_raw_work``)."""
     budget.check(TEXT_BYTES * len(text), f"reading the MSCCL++ plan {source} ({len(text)} bytes of JSON)")
     try:
         obj = json_loads(text)
     except json.JSONDecodeError as e:
         raise PlanFormatError(f"{source}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    if checking:
+        check_raw_work(obj, source)
     plan = parse_plan(obj, source)
     validate(plan)
     return plan
 
 
-def read_plan_file(path: str) -> Plan:
-    return read_plan_text(read_text(path, error=PlanFormatError), path)
+def check_raw_work(obj: Any, source: str) -> None:
+    """Refuse a decoded plan whose check needs more memory than the budget even at its least (check_plan_work's
+    estimate with no proxy keeping a clock entry), before it is parsed: at 512 GPUs parsing and finding the
+    proxies take most of the time a refusal takes. Shapes the format does not allow are left to the parser."""
+    gpus = obj.get("gpus") if isinstance(obj, dict) else None
+    if not isinstance(gpus, list):
+        return
+    gs = [g for g in gpus if isinstance(g, dict)]
+    tbs = [tb for g in gs if isinstance(g.get("threadblocks"), list) for tb in g["threadblocks"]]
+    ntbs = len(tbs)
+    nops = sum(len(tb["ops"]) for tb in tbs if isinstance(tb, dict) and isinstance(tb.get("ops"), list))
+    ports = sum(len(c["connected_to"]) for g in gs if isinstance(g.get("channels"), list) for c in g["channels"]
+                if isinstance(c, dict) and c.get("channel_type") == "port" and isinstance(c.get("connected_to"), list))
+    entries = ntbs + len(gpus)
+    budget.check(nops * 2 * OP_BYTES + ntbs * TB_BYTES + CLOCK_BYTES * (entries + ports) * entries,
+                 f"checking the MSCCL++ plan {source} ({len(gpus)} GPUs, {ntbs} thread blocks, {nops} ops, before its "
+                 f"proxies are counted)")
+
+
+def read_plan_file(path: str, *, checking: bool = False) -> Plan:
+    return read_plan_text(read_text(path, error=PlanFormatError), path, checking=checking)
 
 
 def launches_for(plan: Plan) -> int:
@@ -139,9 +161,9 @@ def check_plan(plan: Plan, *, size: int | None = None) -> PlanReport:
 
 def check_plan_text(text: str, source: str = "<plan>", *, size: int | None = None) -> PlanReport:
     """Check plan text: PlanFormatError (exit 2) when unreadable, else a report (ok False: exit 1)."""
-    return check_plan(read_plan_text(text, source), size=size)
+    return check_plan(read_plan_text(text, source, checking=True), size=size)
 
 
 def check_plan_file(path: str, *, size: int | None = None) -> PlanReport:
     """Check a plan file: PlanFormatError (exit 2) when unreadable, else a report (ok False: exit 1)."""
-    return check_plan(read_plan_file(path), size=size)
+    return check_plan(read_plan_file(path, checking=True), size=size)
