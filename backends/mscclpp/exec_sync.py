@@ -274,7 +274,9 @@ class Synchronization(ExecBase):
         last of those for the wait that will count the signal)."""
         p = self.proxies[(a.rank, chan)]
         if vc is not p.vc and bool((vc > p.vc).any()):
-            p.vc = np.maximum(p.vc, vc)  # a new clock: the requests before keep theirs
+            # the pusher's clock itself where it knows all the proxy knew (one pusher: always), else a new one;
+            # the requests before keep theirs (clocks are never written in place)
+            p.vc = vc if bool((vc >= p.vc).all()) else np.maximum(p.vc, vc)
         p.lv, p.mlv = max(p.lv, lv), max(p.mlv, mlv)
         p.tick += 1
         snap = self._ordered_prefix(a, lane, p)
