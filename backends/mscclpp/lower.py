@@ -293,9 +293,9 @@ def build_programs(s: Any, pcs: list[Piece], *, packets: bool, pipeline: bool, b
     n = s.nranks
     budgets = [budget_peers] * n if isinstance(budget_peers, int) else list(budget_peers)
     slacks = slack or [0] * n
-    todo = range(n) if only is None or previous is None else sorted(only)
-    progs = list(previous) if previous is not None and only is not None else [Program(r, budgets[r], packets, pipeline,
-                                                                                     slacks[r]) for r in range(n)]
+    partial = previous is not None and only is not None
+    todo = sorted(only) if only is not None and partial else range(n)
+    progs: list[Program] = list(previous) if previous is not None and partial else []
     events: dict[int, dict[int, tuple[list[Piece], list[Piece]]]] = {r: {} for r in todo}
     for p in pcs:
         if p.src in events:
@@ -303,7 +303,11 @@ def build_programs(s: Any, pcs: list[Piece], *, packets: bool, pipeline: bool, b
         if p.dst in events:
             events[p.dst].setdefault(p.step, ([], []))[1].append(p)
     for r in todo:
-        prog = progs[r] = Program(r, budgets[r], packets, pipeline, slacks[r])
+        prog = Program(r, budgets[r], packets, pipeline, slacks[r])
+        if partial:
+            progs[r] = prog
+        else:
+            progs.append(prog)  # ranks in order
         if allgather_copy:
             m = (M or s.nchunks) // n
             prog.add(Item("copy", src=[("l", "i", 0, m)], dst=[("l", "o", r * m, m)], prologue=True))
