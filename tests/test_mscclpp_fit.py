@@ -173,3 +173,25 @@ def test_the_lowering_that_counted_the_thread_blocks_is_the_one_emitted(monkeypa
     thread_blocks(ring)  # the memo now holds the ring's
     emit_plan(s)
     assert len(lowerings) == 7
+
+
+def test_a_rank_whose_channel_table_overflows_gets_fewer_peers_per_thread_block(monkeypatch):
+    """8 x 8 H100s, 4 blocks per part: cut with 8 peers per thread block, one block of one rank has more than
+    16 channels (one per peer and peer's segment): that rank alone is cut again with 4 peers per block, and
+    the plan (checked by the emitter) keeps every table within 16."""
+    s = build_schedule("clusterstraggler", 64, arrivals={5: 0.05}, size=2**30, topology="h100-cluster", pipeline=4)
+    calls = []
+    real = emit_module.build_programs
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(emit_module, "build_programs", recording)
+    need = thread_blocks(s)[1]
+    assert len(calls) == 2
+    halved = [r for r, b in enumerate(calls[1]["budget_peers"]) if b != 8]
+    assert len(halved) == 1 and calls[1]["budget_peers"][halved[0]] == 4 and calls[1]["only"] == set(halved)
+    plan = json.loads(emit_plan(s))
+    assert max(len(g["threadblocks"]) for g in plan["gpus"]) == need
+    assert all(len(c["channel_ids"]) <= 16 for g in plan["gpus"] for tb in g["threadblocks"] for c in tb["channels"])
