@@ -1,5 +1,5 @@
 """MSCCL++ plans that need more thread blocks than can be resident: the count ``fits`` and ``thread_blocks``
-report is the emitter's own (fewer peers per block where channel tables overflow), and `synth --format
+report is the emitter's own (the ranks whose blocks overflow cut again, alone), and `synth --format
 mscclpp-plan` fits clusterstraggler's automatic block count to the limit (backends/mscclpp/fit.py)."""
 
 from __future__ import annotations

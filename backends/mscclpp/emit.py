@@ -391,8 +391,8 @@ def _check_options(proto: str, min_bytes: int, max_bytes: int, name: str, pipeli
 def thread_blocks(schedule: Any, *, proto: str = "Simple", pipeline: int | None = None,
                   gpus_per_node: int | None = None, chunks: int | str | None = None) -> tuple[int, int]:
     """(the rank needing the most thread blocks, how many) when the schedule is lowered as ``emit_plan`` lowers
-    it (fewer peers per thread block where the channel tables or ops overflow), without the plan text;
-    CollsynthError when it cannot be lowered."""
+    it (the ranks whose thread blocks overflow cut again: ``_build``), without the plan text; CollsynthError
+    when it cannot be lowered. The lowering stays in a one-slot memo for ``emit_plan`` of the same schedule."""
     check_block_owners(schedule, "an MSCCL++ plan")
     b = _lowered(schedule, packets=proto == "LL", pipeline=pipeline or 0, node_of=nodes_of(schedule, gpus_per_node),
                  M=plan_chunks(schedule, chunks), keep=True)
