@@ -394,7 +394,7 @@ def _port_mutants() -> list[str]:
     """Plans with port channels (a ring over two nodes, clusterstraggler's late-GPU form on 2 x 8 H100s) and
     mutants of each (16 and 10), spread evenly over their nops, waits, signals, flushes and puts: a nop
     deleted, another op swapped with the next one (races, deadlocks, wrong results)."""
-    cs = build_schedule("clusterstraggler", 16, topology="h100-cluster", size=2**30, arrivals={5: 0.01})
+    cs = build_schedule("clusterstraggler", 16, topology="h100-cluster", size=2**26, arrivals={5: 0.01})
     out = []
     for plan, count in ((_plan("ring", 4, gpus_per_node=2), 16), (json.loads(emit_plan(cs)), 10)):
         out.append(json.dumps(plan))
