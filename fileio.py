@@ -30,7 +30,9 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))  # the installed packag
 def _atomic_target(path: str, *, suffix: str = ".tmp") -> Iterator[str]:
     """Yield a temporary path beside ``path``; on success it replaces ``path``, on failure it goes."""
     check_output(path)
-    directory = os.path.dirname(os.path.abspath(path))
+    target = os.path.realpath(path)  # through a symlink: the link stays, the file it names is replaced
+    stream = _is_stream(target)  # a character device or named pipe (/dev/null, a FIFO) is written into
+    directory = tempfile.gettempdir() if stream else os.path.dirname(target)
     try:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".collsynth-", suffix=suffix)
     except OSError as e:
@@ -38,14 +40,28 @@ def _atomic_target(path: str, *, suffix: str = ".tmp") -> Iterator[str]:
     os.close(fd)
     try:
         yield tmp
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
+        if stream:
+            with open(tmp, "rb") as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            _unlink_quietly(tmp)
+        else:
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, target)
     except OSError as e:
         _unlink_quietly(tmp)
         raise CollsynthError(f"cannot write {path}: {e.strerror or e}") from None
     except BaseException:
         _unlink_quietly(tmp)
         raise
+
+
+def _is_stream(path: str) -> bool:
+    """An existing character device or named pipe: written into, never replaced by a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
 
 
 def _unlink_quietly(path: str) -> None:
@@ -69,8 +85,9 @@ def check_output(path: str | None, *, flag: str = "-o", inputs: Sequence[str | N
     Checked: an empty name; a name longer than the file system allows; a parent folder that is missing,
     is a regular file, or is not writable; an existing directory where a file goes (``folder`` False)
     or a file where a folder goes; the same file as one of ``inputs`` (symlinks and hard links
-    included); for a folder, an input inside it (``--force`` would replace it). ``None`` and "-"
-    (stdout) pass. Raises CollsynthError naming ``flag``."""
+    included); for a folder, an input inside it (``--force`` would replace it); a device or socket. A file
+    is written through a symlink (the file it names is checked and replaced) and into a character device
+    or named pipe (/dev/null). ``None`` and "-" (stdout) pass. Raises CollsynthError naming ``flag``."""
     if path is None or path == "-":
         return
     if not path.strip():
@@ -78,6 +95,15 @@ def check_output(path: str | None, *, flag: str = "-o", inputs: Sequence[str | N
     if "\0" in path:
         raise CollsynthError(f"{flag} {path!r}: a path cannot contain a NUL character")
     full = os.path.abspath(path)
+    if not folder and os.path.islink(full):
+        full = os.path.realpath(full)  # a file is written through a symlink: check what it names
+    if not folder and os.path.exists(full) and not os.path.isdir(full) and not os.path.isfile(full):
+        if not _is_stream(full):
+            raise CollsynthError(f"{flag} {path} is a device or socket, not a regular file: choose another path")
+        if not os.access(full, os.W_OK):
+            raise CollsynthError(f"{flag} {path}: cannot write it (permission denied): choose another path")
+        _check_not_input(path, full, flag, inputs, folder)
+        return
     parent = os.path.dirname(full.rstrip(os.sep)) or os.sep
     base = os.path.basename(full.rstrip(os.sep))
     if len(full.encode(errors="surrogateescape")) >= 4096:
@@ -108,6 +134,11 @@ def check_output(path: str | None, *, flag: str = "-o", inputs: Sequence[str | N
             raise CollsynthError(f"{flag} {path} exists and is not a directory: choose another path")
     elif os.path.isdir(full):
         raise CollsynthError(f"{flag} {path} is a directory: give a file name")
+    _check_not_input(path, full, flag, inputs, folder)
+
+
+def _check_not_input(path: str, full: str, flag: str, inputs: Sequence[str | None], folder: bool) -> None:
+    """Refuse an output that is one of ``inputs`` (or, for a folder, contains one)."""
     real = os.path.realpath(full)
     for inp in inputs:
         if not inp or inp == "-":

@@ -9,7 +9,7 @@ import os
 from collsynth.commands.catalog import add_command_parser, show_help
 from collsynth.commands.common import int_arg, number_arg, print_json
 from collsynth.errors import CollsynthError
-from collsynth.fileio import check_output, write_text_atomic
+from collsynth.fileio import check_output, read_bytes, write_text_atomic
 from collsynth.synth.topology import Topology, load_topology, make_topology, topology_from_dict, topology_presets
 from collsynth.synth.topology_import import (
     FABRICS,
@@ -104,13 +104,12 @@ def cmd_list(args: argparse.Namespace) -> int:
 def _load(spec: str, gpus: int | None, alpha: str | None, bandwidth: str | None
           ) -> tuple[Topology, ImportResult | None]:
     """(topology, the import result when the file was NCCL XML or nvidia-smi text) for `topology show`."""
-    if spec in topology_presets():
+    if spec.split(":", 1)[0] in topology_presets() and not os.path.exists(spec):  # a preset, maybe with options
         return make_topology(spec, 8 if gpus is None else gpus, alpha=alpha, bandwidth=bandwidth), None
-    if not os.path.exists(spec):
+    if not os.path.lexists(spec):
         raise CollsynthError(f"unknown topology {spec!r}: give a preset ({', '.join(topology_presets())}) or an "
                              "existing file")
-    with open(spec, "rb") as f:
-        head = f.read(4096).lstrip()
+    head = read_bytes(spec, what="topology ")[:4096].lstrip()  # a directory or named pipe: one line, exit 2
     if not head.startswith(b"{"):  # NCCL XML or nvidia-smi text: import it
         res = import_topology(spec)
         topo = topology_from_dict(res.topology, gpus, alpha=alpha, bandwidth=bandwidth, source=spec)
@@ -121,7 +120,7 @@ def _load(spec: str, gpus: int | None, alpha: str | None, bandwidth: str | None
 def cmd_show(args: argparse.Namespace) -> int:
     if args.plot is not None and not args.plot.lower().endswith(".png"):
         raise CollsynthError(f"--plot writes PNG: give a file name ending in .png, got {args.plot!r}")
-    check_output(args.plot, flag="--plot")
+    check_output(args.plot, flag="--plot", inputs=[args.topology])
     topo, imported = _load(args.topology, args.gpus, args.alpha, args.bandwidth)
     d = describe(topo)
     note = plot_topology(topo, args.plot) if args.plot is not None else None

@@ -113,12 +113,37 @@ def test_output_equal_to_input_is_refused_and_the_input_kept(capsys, tmp_path, r
         ["reproduce", "stragglar", "-n", "4", "-t", topo, "--plot", topo.with_suffix(".png")],
         ["train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "1ms", "--steps", "3", "-t", topo,
          "--plot", topo.with_suffix(".png")],
+        ["topology", "show", topo, "--plot", topo.with_suffix(".png")],  # the link to the topology
     ]
     (tmp_path / "topo.png").symlink_to(topo)
     for argv in cases:
         code, _, err = run(capsys, *argv)
         one_line_exit_2(code, err, "input")
         assert ring4.read_bytes() == original and topo.read_bytes() == topo_before
+
+
+def test_output_through_a_symlink_a_fifo_or_dev_null_keeps_what_the_path_is(capsys, tmp_path, ring4):
+    """-o writes through a symlink (the link stays, the file it names is replaced), into a named pipe and into
+    /dev/null; none of them is replaced by a regular file (they were, with exit 0)."""
+    import stat
+    import threading
+
+    target = tmp_path / "target.json"
+    target.write_text("old")
+    link = tmp_path / "link.xml"
+    link.symlink_to(target)
+    fifo = tmp_path / "fifo.xml"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    for out in (link, fifo, os.devnull):
+        code, _, err = run(capsys, "emit", ring4, "--format", "msccl-xml", "-o", out)
+        assert code == 0, err
+    reader.join(timeout=30)
+    assert link.is_symlink() and "<algo name=" in target.read_text()
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and got and got[0] == target.read_bytes()
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
 
 
 def test_train_sim_trace_is_not_overwritten_by_plot(capsys, tmp_path):
@@ -266,6 +291,11 @@ def test_topology_and_trace_files_are_read_with_the_same_rules(capsys, tmp_path)
     one_line_exit_2(code, err, "named pipe")
     code, _, err = run(capsys, "train-sim", "-n", "4", "--grad-bytes", "1MB", "--trace", "/dev/zero")
     one_line_exit_2(code, err)
+    for path, needle in ((fifo, "named pipe"), (tmp_path, "directory")):  # topology show: a hang, an exit 3
+        code, _, err = run(capsys, "topology", "show", path)
+        one_line_exit_2(code, err, needle)
+    code, out, err = run(capsys, "topology", "show", "h100-cluster:fabric=fat-tree", "--gpus", "16")
+    assert code == 0 and "fat-tree fabric" in out, err
 
 
 @pytest.mark.parametrize("field,change,needle", [
