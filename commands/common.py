@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -13,8 +14,19 @@ from collsynth.units import INT_MAX, parse_count, parse_number
 
 
 def print_json(obj: Any) -> None:
-    """Deterministic JSON on stdout."""
-    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    """Deterministic JSON on stdout; an infinite or NaN number (a speedup over a time of 0) is null, which JSON
+    has, not Infinity, which it has not."""
+    sys.stdout.write(json.dumps(_finite(obj), indent=2, sort_keys=False, allow_nan=False) + "\n")
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str], headers: Sequence[str] | None = None) -> None:

@@ -298,6 +298,9 @@ def cmd_schedules_regenerate(args: argparse.Namespace) -> int:
     out = default_dir() if args.out is None else args.out
     if not args.check:
         check_output(out, flag="--out", folder=True)
+    elif not os.path.isdir(out):  # nothing to compare: bad input (exit 2), not an out-of-date folder (exit 1)
+        what = "is not a directory" if os.path.lexists(out) else "does not exist"
+        raise CollsynthError(f"--out {out} {what}: give the schedule folder to check, or drop --check to write it")
     files, manifest = build_files()
     if args.check:
         diffs = compare_folder(out, files)

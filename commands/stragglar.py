@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from collsynth.commands.catalog import add_command_parser, show_help
-from collsynth.commands.common import print_json, print_table
+from collsynth.commands.common import int_arg, print_json, print_table
 from collsynth.errors import CollsynthError, require_extra
 from collsynth.fileio import check_output
 from collsynth.synth.algorithms.stragglar.analysis import DEFAULT_NS, plot, reproduce
@@ -66,7 +66,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="GPUs per node (default 8, what h100-cluster has; for topology files)")
     c.add_argument("--delay", default="50ms", help="how late the late GPU or node is (default 50ms: hides the work "
                                                    "before its arrival)")
-    c.add_argument("--seed", type=int, default=15, help="seed of the random arrival vectors (default 15)")
+    c.add_argument("--seed", type=int_arg("--seed", lo=0, hi=2**32 - 1), default=15,
+                   help="seed of the random arrival vectors (default 15)")
     c.add_argument("--json", action="store_true", help="print JSON instead of a table")
     c.add_argument("--plot", metavar="FILE.png", default=None,
                    help="also plot the times after the last arrival against the node count")

@@ -624,3 +624,24 @@ def test_output_flags_the_format_takes_are_accepted(capsys, tmp_path, ring4):
     code, _, err = run(capsys, "emit", ring4, "-f", "nccl-cuda", "--name", "x", "--dtypes", "float",
                        "-o", tmp_path / "cuda")
     assert code == 0, err
+
+
+def test_cli_audit_of_session_45(capsys, tmp_path, monkeypatch, ring4):
+    """Bad input that was an internal error (exit 3), an exit 1 or invalid JSON."""
+    import pulp
+
+    code, _, err = run(capsys, "reproduce", "cluster", "--nodes", "2", "--seed", "-1")  # numpy's ValueError
+    one_line_exit_2(code, err, "--seed")
+    monkeypatch.setattr(pulp.HiGHS, "available", lambda self: False)  # HiGHS missing: was PulpSolverError
+    code, _, err = run(capsys, "solve-rounds", "--gpus", "4", "--solver", "highs", "--no-below")
+    one_line_exit_2(code, err, "highspy")
+    for out in (ring4, tmp_path / "nodir"):  # nothing to compare is bad input, not "out of date" (exit 1)
+        code, _, err = run(capsys, "schedules", "regenerate", "--check", "--out", out)
+        one_line_exit_2(code, err, "--out")
+    # a rank so late that the others' time after it rounds to 0: the speedup is null, not Infinity
+    code, out, err = run(capsys, "compare", "--gpus", "4", "--size", "1MiB", "--alpha", "0", "--arrival", "3=1e9s",
+                         "--json")
+    assert code == 0, err
+    rows = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in --json output"))
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    assert None in [r["speedup_vs_ring"] for r in rows]

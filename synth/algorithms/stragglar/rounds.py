@@ -129,6 +129,8 @@ def solve_rounds(n: int, rounds: int, time_limit: float = 60.0, solver: str = "c
                              "the stragglar algorithm builds n-2+ceil(log2 n) rounds for every n")
     if solver not in SOLVERS:
         raise CollsynthError(f"unknown --solver {solver!r}: use one of {', '.join(SOLVERS)}")
+    if solver == "highs" and not pulp.HiGHS(msg=False).available():
+        raise CollsynthError("--solver highs needs the highspy package (pip install highspy); or use --solver cbc")
     t0 = time.monotonic()
     if rounds < n - 1:  # S alone needs n-1 sends: no solver needed
         return RoundsResult(n, rounds, "infeasible", time.monotonic() - t0)
