@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from collsynth import budget
 from collsynth.errors import CollsynthError
 from collsynth.fileio import save_figure
 from collsynth.synth.topology import Topology
@@ -58,7 +59,10 @@ def describe(topo: Topology, *, bisection: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = dict(topo.summary())
     out["switches"] = len(topo.switches)
     out["gpus_per_node"] = sorted({len(topo.node_gpus(k)) for k in range(topo.node_count)})
-    if bisection:
+    if bisection:  # about 3 KB and up to 100 us per link (measured 6-80 us)
+        what = f"the bisection bandwidth of {topo.name} ({topo.nlinks} links)"
+        budget.check(3000.0 * topo.nlinks, what, hint="give fewer GPUs")
+        budget.check_seconds(1e-4 * topo.nlinks, what, hint="give fewer GPUs")
         value, how = bisection_bandwidth(topo)
         out["bisection_Bps"] = value
         out["bisection_halves"] = how

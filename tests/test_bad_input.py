@@ -645,3 +645,11 @@ def test_cli_audit_of_session_45(capsys, tmp_path, monkeypatch, ring4):
     rows = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in --json output"))
     rows = rows["rows"] if isinstance(rows, dict) else rows
     assert None in [r["speedup_vs_ring"] for r in rows]
+
+
+def test_a_topology_too_large_for_memory_is_refused_before_it_is_built(capsys):
+    """`topology show nvswitch --gpus 100000000` was killed by the kernel after 47 s (24 GB)."""
+    code, _, err = run(capsys, "topology", "show", "nvswitch", "--gpus", "100000000")
+    one_line_exit_2(code, err, "give fewer GPUs")
+    code, _, err = run(capsys, "--max-memory", "64MiB", "topology", "show", "nvswitch", "--gpus", "40000")
+    one_line_exit_2(code, err, "bisection")  # built (8 MB), but its bisection would take about 120 MB

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from collsynth import budget
 from collsynth.apitypes import ClassRates, ClassTimes
 from collsynth.errors import CollsynthError
 from collsynth.synth.topology.cluster import (
@@ -218,6 +219,8 @@ def make_topology(spec: str, n: int, alpha: ClassTimes = None, bandwidth: ClassR
     base, opts = _preset_options(spec) if ":" in spec and spec.partition(":")[0] in _PRESETS else (spec, {})
     if base in _PRESETS:
         build, da, db = _PRESETS[base]
+        links = n * (n - 1) if base == "full-mesh" else 8 * n  # at most; about 200 bytes each once built
+        budget.check(200.0 * links, f"the {base} topology of {n} GPUs", hint="give fewer GPUs")
         if opts and set(da) != {"nvlink", "net"}:
             raise CollsynthError(f"topology {base} takes no options; fabric, routing and oversubscription apply to "
                                  f"the cluster presets (e.g. h100-cluster:fabric=fat-tree)")
