@@ -653,3 +653,17 @@ def test_a_topology_too_large_for_memory_is_refused_before_it_is_built(capsys):
     one_line_exit_2(code, err, "give fewer GPUs")
     code, _, err = run(capsys, "--max-memory", "64MiB", "topology", "show", "nvswitch", "--gpus", "40000")
     one_line_exit_2(code, err, "bisection")  # built (8 MB), but its bisection would take about 120 MB
+
+
+@pytest.mark.parametrize("argv", [
+    ["bench", "--ranks", "2", "--size", "100GiB"],
+    ["calibrate", "--ranks", "2", "--sizes", "1KiB,100GiB", "--iters", "1"],
+    ["train-bench", "--grad-bytes", "100GiB", "--ranks", "2", "--steps", "3", "--warmup", "0", "--alpha", "3us",
+     "--bandwidth", "1GB/s", "--runs", "ddp:torch"],
+    ["train-bench", "--ranks", "100000", "--runs", "ddp:torch"],  # started spawning 100,000 processes
+])
+def test_real_runs_too_large_for_memory_are_refused_before_any_process_starts(capsys, argv):
+    """Were exit 1 (torch's allocator, or a worker killed for memory, read as a failed run)."""
+    pytest.importorskip("torch")
+    code, _, err = run(capsys, *argv)
+    one_line_exit_2(code, err, "memory")

@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 from collsynth.backends.torch.bench import fit_alpha_beta, format_alpha, format_rate
-from collsynth.backends.torch.launch import check_backend, launch
+from collsynth.backends.torch.launch import check_backend, check_memory, launch
 from collsynth.errors import CollsynthError
 from collsynth.synth.registry import algorithms
 from collsynth.synth.topology import make_topology
@@ -194,6 +194,11 @@ def run_train_bench(spec: TrainSpec, *, alpha: float | None = None, bandwidth: f
     """Run (each run calibrated first unless alpha and bandwidth are given), measure and predict;
     JSON-ready."""
 
+    # parameters, gradients, optimizer state, ACCO's extra gradient copies and the collective's buffers: about
+    # 10 copies of the fp32 parameters, and the calibration's largest message 5 times
+    need = 10.0 * 4 * spec.params + 5.0 * max((*spec.calib_sizes, *spec.torch_sizes), default=0)
+    check_memory(spec.nranks, need, f"train-bench of {4 * spec.params} gradient bytes",
+                 "use a smaller --grad-bytes or fewer --ranks")
     fixed = alpha is not None and bandwidth is not None
     if fixed:
         spec = replace(spec, calib_sizes=(), torch_sizes=())

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collsynth.backends.torch.executor import allreduce
-from collsynth.backends.torch.launch import check_backend, launch
+from collsynth.backends.torch.launch import check_backend, check_memory, launch
 from collsynth.backends.torch.straggler import StragglerAwareAllReduce
 from collsynth.errors import CollsynthError
 from collsynth.synth.ir import Schedule
@@ -85,6 +85,9 @@ def prepare_bench(backend: str, nranks: int, size_bytes: int, delays: dict[int, 
                      progress=progress)
     if spec.numel < 1:
         raise CollsynthError(f"--size {size_bytes} B holds no {dtype} element: use a larger size")
+    # input, output, reference and the executor's scratch: about 5 buffers per rank (measured 4.7 at 256 MiB)
+    check_memory(nranks, 5.0 * size_bytes, f"bench of {size_bytes} bytes per rank",
+                 "use a smaller --size or fewer --ranks")
     late = [r for r, t in delays.items() if t > 0]
     spec.straggler = max(late, key=lambda r: (delays[r], r)) if late else None
     spec.timeout = timeout if timeout is not None else 60.0 + max(delays.values(), default=0.0)
@@ -368,6 +371,7 @@ def run_calibrate(backend: str, nranks: int, *, sizes: Sequence[int] = DEFAULT_S
         raise CollsynthError("--sizes needs at least two different sizes of 4 bytes or more")
     if reps < 1:
         raise CollsynthError(f"--iters must be >= 1, got {reps}")
+    check_memory(nranks, 5.0 * sizes[-1], f"calibrate up to {sizes[-1]} bytes", "use smaller --sizes or fewer --ranks")
     results = launch(calibrate_in_group, nranks, (backend, sizes, reps, pattern, progress), backend=backend,
                      timeout=600.0)
     med = []

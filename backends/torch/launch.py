@@ -13,6 +13,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from collsynth import budget
 from collsynth.errors import CollsynthError
 
 BACKENDS = ("gloo", "nccl")
@@ -46,6 +47,16 @@ def check_backend(backend: str, nranks: int) -> None:
         if torch.cuda.device_count() < nranks:
             raise CollsynthError(f"--backend nccl runs one rank per GPU: {nranks} ranks need {nranks} GPUs, "
                                  f"this machine has {torch.cuda.device_count()}; lower --ranks")
+
+
+PROCESS_BYTES = 400 * 2**20  # one worker process with torch imported (measured about 350 MB resident)
+
+
+def check_memory(nranks: int, bytes_per_rank: float, what: str, hint: str) -> None:
+    """Refuse (exit 2) a launch of ``nranks`` worker processes that would each hold ``bytes_per_rank`` of
+    tensors when all of them together exceed the memory budget, before any process starts (a worker killed
+    for memory used to read as a failed run, exit 1)."""
+    budget.check(nranks * (PROCESS_BYTES + float(bytes_per_rank)), f"{what} on {nranks} processes", hint=hint)
 
 
 def _entry(worker: Callable[..., Any], rank: int, nranks: int, port: int, backend: str, args: Sequence[Any],
