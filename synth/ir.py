@@ -345,6 +345,9 @@ class Schedule:
                 if len(a) and a.dtype.kind != "b" and (int(a.min()) < -INT_FIELD_MAX or int(a.max()) > INT_FIELD_MAX):
                     bad = int(a.max()) if int(a.max()) > INT_FIELD_MAX else int(a.min())
                     raise ValueError(f"column {k!r} holds {bad}, outside -{INT_FIELD_MAX}..{INT_FIELD_MAX}")
+                if k == "reduce" and len(a) and a.dtype.kind != "b" and (int(a.min()) < 0 or int(a.max()) > 1):
+                    raise ValueError("column 'reduce' must hold true/false (or 1/0), got "
+                                     f"{int(a.max()) if int(a.max()) > 1 else int(a.min())}")
                 arrays[k] = a
             phases = _read_phases(d.get("phases", []))
             owner = d.get("owner")
@@ -359,6 +362,9 @@ class Schedule:
                 v = d.get(key, 1)
                 if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= INT_FIELD_MAX:
                     raise ValueError(f"{key!r} must be an integer in 0..{INT_FIELD_MAX}, got {v!r}")
+            bad = next((o for o in owner or () if not 0 <= o < d["nranks"]), None)
+            if bad is not None:  # an AllReduce has no owner map, but a file's must still make sense
+                raise ValueError(f"owner map names rank {bad}; ranks are 0..{d['nranks'] - 1}")
             return cls(str(d["collective"]), int(d["nranks"]), int(d["nchunks"]), int(d["nsteps"]),
                        **arrays, phases=phases,
                        owner=None if owner is None else tuple(int(o) for o in owner),

@@ -667,3 +667,16 @@ def test_real_runs_too_large_for_memory_are_refused_before_any_process_starts(ca
     pytest.importorskip("torch")
     code, _, err = run(capsys, *argv)
     one_line_exit_2(code, err, "memory")
+
+
+def test_schedule_files_with_a_reduce_flag_of_2_or_an_owner_outside_the_ranks_are_malformed(capsys, tmp_path, ring4):
+    """Both passed verify and emit (reduce 2 read as true; an AllReduce's owner map ignored)."""
+    d = json.loads(ring4.read_text())
+    bad_reduce = {**d, "transfers": {**d["transfers"], "reduce": [2] + d["transfers"]["reduce"][1:]}}
+    bad_owner = {**d, "owner": [99] * d["nchunks"]}
+    for name, doc, needle in (("r.json", bad_reduce, "'reduce'"), ("o.json", bad_owner, "rank 99")):
+        path = tmp_path / name
+        path.write_text(json.dumps(doc))
+        for argv in (["verify", path], ["emit", path, "--format", "msccl-xml"]):
+            code, _, err = run(capsys, *argv)
+            one_line_exit_2(code, err, needle)
