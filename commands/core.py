@@ -214,6 +214,9 @@ def cmd_synth(args: argparse.Namespace) -> int:
         raise CollsynthError(f"unknown --format {args.format!r}: use json, msccl-xml or mscclpp-plan")
     check_format_flags(args, args.format)
     if args.straggler == "all":
+        if args.format != "json":  # the family folder holds JSON schedules; its emitters are emit's
+            raise CollsynthError(f"--straggler all writes JSON schedules, not {args.format}: drop -f/--format "
+                                 "(and its options), then `collsynth emit` the schedule of the straggler wanted")
         return _synth_family(args, params)
     nodes = topo.node_count if topo is not None else 1
     if args.format != "json":  # building, verifying and emitting, estimated before any of it

@@ -680,3 +680,12 @@ def test_schedule_files_with_a_reduce_flag_of_2_or_an_owner_outside_the_ranks_ar
         for argv in (["verify", path], ["emit", path, "--format", "msccl-xml"]):
             code, _, err = run(capsys, *argv)
             one_line_exit_2(code, err, needle)
+
+
+def test_straggler_all_refuses_a_format_it_would_ignore(capsys, tmp_path):
+    """`synth --straggler all -f msccl-xml` wrote JSON schedules, exit 0."""
+    out = tmp_path / "fam"
+    code, _, err = run(capsys, "synth", "-a", "stragglar", "-n", "4", "--straggler", "all", "-f", "msccl-xml",
+                       "-o", out)
+    one_line_exit_2(code, err, "--straggler all")
+    assert not out.exists()
