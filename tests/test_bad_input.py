@@ -689,3 +689,17 @@ def test_straggler_all_refuses_a_format_it_would_ignore(capsys, tmp_path):
                        "-o", out)
     one_line_exit_2(code, err, "--straggler all")
     assert not out.exists()
+
+
+def test_msccl_xml_with_a_size_window_the_runtime_never_selects_is_bad_input(capsys, tmp_path, ring4):
+    """minBytes above maxBytes (with maxBytes not 0) or a negative bound verified OK."""
+    xml = tmp_path / "r4.xml"
+    assert run(capsys, "emit", ring4, "--format", "msccl-xml", "-o", xml)[0] == 0
+    text = xml.read_text()
+    assert 'minBytes="0" maxBytes="0"' in text
+    for window, needle in (('minBytes="100" maxBytes="10"', "never selects"),
+                           ('minBytes="-5" maxBytes="0"', "0 or more")):
+        bad = tmp_path / "bad.xml"
+        bad.write_text(text.replace('minBytes="0" maxBytes="0"', window))
+        code, _, err = run(capsys, "verify", bad)
+        one_line_exit_2(code, err, needle)

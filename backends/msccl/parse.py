@@ -229,6 +229,12 @@ def _algo_header(node: _Node, source: str) -> dict[str, Any]:
         out["min_bytes"] = parse_int(a["minBytes"], f"{at}: attribute minBytes")
     if "maxBytes" in a:
         out["max_bytes"] = parse_int(a["maxBytes"], f"{at}: attribute maxBytes")
+    for k, attr in (("min_bytes", "minBytes"), ("max_bytes", "maxBytes")):
+        if out[k] is not None and out[k] < 0:
+            raise XmlFormatError(f"{at}: {attr} must be 0 or more, got {out[k]} (the runtime reads it unsigned)")
+    if out["min_bytes"] is not None and out["max_bytes"] and out["min_bytes"] > out["max_bytes"]:
+        raise XmlFormatError(f"{at}: minBytes {out['min_bytes']} is above maxBytes {out['max_bytes']}, so the runtime "
+                             "never selects this algorithm: lower minBytes, or set maxBytes=\"0\" (no upper limit)")
     known = set(ALGO_EXECUTOR) | {"name"}
     out["extra"] = {k: v for k, v in a.items() if k not in known}
     if ngpus < 1:
