@@ -362,9 +362,9 @@ class Schedule:
                 v = d.get(key, 1)
                 if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= INT_FIELD_MAX:
                     raise ValueError(f"{key!r} must be an integer in 0..{INT_FIELD_MAX}, got {v!r}")
-            bad = next((o for o in owner or () if not 0 <= o < d["nranks"]), None)
-            if bad is not None:  # an AllReduce has no owner map, but a file's must still make sense
-                raise ValueError(f"owner map names rank {bad}; ranks are 0..{d['nranks'] - 1}")
+            stray = next((o for o in owner or () if not 0 <= o < d["nranks"]), None)
+            if stray is not None:  # an AllReduce has no owner map, but a file's must still make sense
+                raise ValueError(f"owner map names rank {stray}; ranks are 0..{d['nranks'] - 1}")
             return cls(str(d["collective"]), int(d["nranks"]), int(d["nchunks"]), int(d["nsteps"]),
                        **arrays, phases=phases,
                        owner=None if owner is None else tuple(int(o) for o in owner),
