@@ -90,3 +90,19 @@ def test_highs_rounds_when_installed(capfd):
     code = main(["solve-rounds", "--gpus", "5", "--solver", "highs", "--json"])
     out, _ = capfd.readouterr()  # file-descriptor level: HiGHS's C++ banner would land here
     assert code == 0 and json.loads(out)["rows"][0]["status"] == "optimal"  # stdout is pure JSON
+
+
+def test_cbc_killed_at_the_time_limit_is_unknown(monkeypatch):
+    """solve-rounds runs CBC with the solver's hard deadline (its own limit was overshot: 27 s for --time-limit
+    2s at 13 GPUs); a run killed there answers unknown, never infeasible."""
+    from collsynth.synth.algorithms.stragglar import rounds
+
+    calls = []
+
+    def killed(prob, limit, *a, **k):
+        calls.append(limit)
+        return None, "killed at the time limit"
+
+    monkeypatch.setattr(rounds, "run_cbc", killed)
+    r = rounds.solve_rounds(6, 6 - 2 + 2, time_limit=3.0)
+    assert r.status == "unknown" and calls == [3.0]

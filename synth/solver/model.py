@@ -381,7 +381,13 @@ class SolveResult:
 
 
 def _run_cbc(model: Model, time_limit: float, warm: bool, threads: int) -> tuple[str | None, str]:
-    """Run pulp's bundled CBC on the model with a hard deadline; (solution file text or None, log)."""
+    return run_cbc(model.prob, time_limit, warm, threads)
+
+
+def run_cbc(prob: Any, time_limit: float, warm: bool = False, threads: int = 1) -> tuple[str | None, str]:
+    """Run pulp's bundled CBC on a pulp problem with a hard deadline (CBC's own time limit is overshot, e.g. in
+    its root LP); ("ok" or None when it was killed or wrote no solution, its log). The solution, if any, is
+    assigned to the problem's variables and status."""
     import subprocess
 
     import pulp
@@ -391,10 +397,10 @@ def _run_cbc(model: Model, time_limit: float, warm: bool, threads: int) -> tuple
         raise CollsynthError("CBC is not available (it ships with pulp): reinstall pulp or use --solver highs")
     with tempfile.TemporaryDirectory(prefix="collsynth-cbc-") as tmp:
         mps, mst, sol, log = (os.path.join(tmp, f) for f in ("m.mps", "m.mst", "m.sol", "m.log"))
-        vs, vnames, cnames, _ = model.prob.writeMPS(mps, rename=1)
+        vs, vnames, cnames, _ = prob.writeMPS(mps, rename=1)
         args = [solver.path, mps]
         if warm:
-            solver.writesol(mst, model.prob, vs, vnames, cnames)
+            solver.writesol(mst, prob, vs, vnames, cnames)
             args += ["-mips", mst]
         soft = max(1.0, 0.85 * time_limit)
         args += ["-sec", f"{soft:.1f}", "-threads", str(threads), "-timeMode", "elapsed", "-solve",
@@ -411,9 +417,9 @@ def _run_cbc(model: Model, time_limit: float, warm: bool, threads: int) -> tuple
             text = f.read()
         if not os.path.exists(sol):
             return None, text
-        status, values, _, _, _, sol_status = solver.readsol_MPS(sol, model.prob, vs, vnames, cnames)
-        model.prob.assignVarsVals(values)
-        model.prob.assignStatus(status, sol_status)
+        status, values, _, _, _, sol_status = solver.readsol_MPS(sol, prob, vs, vnames, cnames)
+        prob.assignVarsVals(values)
+        prob.assignStatus(status, sol_status)
         return "ok", text
 
 
