@@ -28,7 +28,8 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))  # the installed packag
 
 @contextmanager
 def _atomic_target(path: str, *, suffix: str = ".tmp") -> Iterator[str]:
-    """Yield a temporary path beside ``path``; on success it replaces ``path``, on failure it goes."""
+    """Yield a temporary path beside ``path`` (or the file a symlink names); on success it replaces that file
+    (a character device or named pipe gets the finished bytes written into it), on failure it goes."""
     check_output(path)
     target = os.path.realpath(path)  # through a symlink: the link stays, the file it names is replaced
     stream = _is_stream(target)  # a character device or named pipe (/dev/null, a FIFO) is written into
