@@ -148,7 +148,10 @@ class Schedule:
             if bad is not None:
                 raise CollsynthError(f"owner map names rank {bad}; ranks are 0..{self.nranks - 1}")
             object.__setattr__(self, "owner", tuple(int(o) for o in owner))
-        else:
+        else:  # an AllReduce has no owner map, but one given must still name ranks that exist
+            bad = next((o for o in self.owner or () if not 0 <= int(o) < self.nranks), None)
+            if bad is not None:
+                raise CollsynthError(f"owner map names rank {bad}; ranks are 0..{self.nranks - 1}")
             object.__setattr__(self, "owner", None)
         for ph in self.phases:
             if not (0 <= ph.start <= ph.stop <= self.nsteps):
@@ -362,9 +365,6 @@ class Schedule:
                 v = d.get(key, 1)
                 if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= INT_FIELD_MAX:
                     raise ValueError(f"{key!r} must be an integer in 0..{INT_FIELD_MAX}, got {v!r}")
-            stray = next((o for o in owner or () if not 0 <= o < d["nranks"]), None)
-            if stray is not None:  # an AllReduce has no owner map, but a file's must still make sense
-                raise ValueError(f"owner map names rank {stray}; ranks are 0..{d['nranks'] - 1}")
             return cls(str(d["collective"]), int(d["nranks"]), int(d["nchunks"]), int(d["nsteps"]),
                        **arrays, phases=phases,
                        owner=None if owner is None else tuple(int(o) for o in owner),

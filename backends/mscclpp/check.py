@@ -59,6 +59,11 @@ def plan_size(plan: Plan) -> tuple[int, int]:
     return len(tbs), sum(len(tb.ops) + sum(len(op.body) for op in tb.ops) for tb in tbs)
 
 
+def _check_bytes(nops: int, ntbs: int, actors: int, entries: int) -> int:
+    """About the check's memory: its ops and thread blocks, and a clock of ``entries`` per actor."""
+    return nops * 2 * OP_BYTES + ntbs * TB_BYTES + CLOCK_BYTES * actors * entries
+
+
 def check_plan_work(plan: Plan, launches: int, chunk: int | None = None,
                     light: set[tuple[int, int]] | None = None) -> None:
     """Refuse (budget: --max-memory, --max-time) a plan whose symbolic execution is estimated beyond the
@@ -67,7 +72,7 @@ def check_plan_work(plan: Plan, launches: int, chunk: int | None = None,
     ntbs, nops = plan_size(plan)
     what = (f"checking the MSCCL++ plan {plan.source} ({len(plan.gpus)} GPUs, {ntbs} thread blocks, {nops} ops, "
             f"{launches} launches)")
-    budget.check(nops * 2 * OP_BYTES + ntbs * TB_BYTES, what)  # before the proxies are looked at
+    budget.check(_check_bytes(nops, ntbs, 0, 0), what)  # before the proxies are looked at
     # clock entries: thread blocks, the port-channel proxies that need one (exec_proxies.py), the callers;
     # about as many clocks alive as actors, proxies included
     ports = sum(len(g.peers["port"]) for g in plan.gpus)
@@ -75,7 +80,7 @@ def check_plan_work(plan: Plan, launches: int, chunk: int | None = None,
         light = plan_light_proxies(plan, chunk or choose_chunk(plan), plan.pairs or channel_pairs(plan))
     entries = ntbs + proxies_with_entries(plan, light) + len(plan.gpus)
     actors = ntbs + ports + len(plan.gpus)
-    budget.check(nops * 2 * OP_BYTES + ntbs * TB_BYTES + CLOCK_BYTES * actors * entries, what)
+    budget.check(_check_bytes(nops, ntbs, actors, entries), what)
     budget.check_seconds((OP_SECONDS + OP_ACTOR_SECONDS * entries) * nops * launches, what)
 
 
@@ -109,7 +114,7 @@ def check_raw_work(obj: Any, source: str) -> None:
     ports = sum(len(c["connected_to"]) for g in gs if isinstance(g.get("channels"), list) for c in g["channels"]
                 if isinstance(c, dict) and c.get("channel_type") == "port" and isinstance(c.get("connected_to"), list))
     entries = ntbs + len(gpus)
-    budget.check(nops * 2 * OP_BYTES + ntbs * TB_BYTES + CLOCK_BYTES * (entries + ports) * entries,
+    budget.check(_check_bytes(nops, ntbs, entries + ports, entries),
                  f"checking the MSCCL++ plan {source} ({len(gpus)} GPUs, {ntbs} thread blocks, {nops} ops, before its "
                  f"proxies are counted)")
 

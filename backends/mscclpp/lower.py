@@ -30,6 +30,7 @@ How the IR's semantics map onto the executor (synth/ir.py; docs/mscclpp-plan.md,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -294,8 +295,10 @@ def build_programs(s: Any, pcs: list[Piece], *, packets: bool, pipeline: bool, b
     budgets = [budget_peers] * n if isinstance(budget_peers, int) else list(budget_peers)
     slacks = slack or [0] * n
     partial = previous is not None and only is not None
-    todo = sorted(only) if only is not None and partial else range(n)
-    progs: list[Program] = list(previous) if previous is not None and partial else []
+    todo: Sequence[int] = range(n)
+    progs: list[Program] = []
+    if previous is not None and only is not None:
+        todo, progs = sorted(only), list(previous)
     events: dict[int, dict[int, tuple[list[Piece], list[Piece]]]] = {r: {} for r in todo}
     for p in pcs:
         if p.src in events:

@@ -380,10 +380,6 @@ class SolveResult:
     bound: float | None  # proven lower bound on the objective
 
 
-def _run_cbc(model: Model, time_limit: float, warm: bool, threads: int) -> tuple[str | None, str]:
-    return run_cbc(model.prob, time_limit, warm, threads)
-
-
 def run_cbc(prob: Any, time_limit: float, warm: bool = False, threads: int = 1) -> tuple[str | None, str]:
     """Run pulp's bundled CBC on a pulp problem with a hard deadline (CBC's own time limit is overshot, e.g. in
     its root LP); ("ok" or None when it was killed or wrote no solution, its log). The solution, if any, is
@@ -425,7 +421,7 @@ def run_cbc(prob: Any, time_limit: float, warm: bool = False, threads: int = 1) 
 
 def _cbc(model: Model, time_limit: float, warm: bool, threads: int) -> SolveResult:
     import pulp
-    ok, text = _run_cbc(model, time_limit, warm, threads)
+    ok, text = run_cbc(model.prob, time_limit, warm, threads)
     bound = None
     m = re.search(r"Lower bound:\s*([-0-9.eE+]+)", text)
     if m:
