@@ -24,12 +24,22 @@ from collsynth.errors import CollsynthError
 _FALLBACK = 4 * 2**30
 _override: int | None = None
 _seconds_override: float | None = None
+_sources = {"memory": "--max-memory", "time": "--max-time"}  # what set each budget, for the hint
 
 
-def set_max_memory(nbytes: int | None) -> None:
-    """Set the budget in bytes (the CLI's --max-memory); None restores the default."""
+def set_max_memory(nbytes: int | None, source: str = "--max-memory") -> None:
+    """Set the budget in bytes (the CLI's --max-memory, or COLLSYNTH_MAX_MEMORY as ``source``); None restores
+    the default."""
     global _override
     _override = None if nbytes is None else int(nbytes)
+    _sources["memory"] = "--max-memory" if nbytes is None else source
+
+
+def _raise_hint(kind: str, flag: str, value: str) -> str:
+    """How to raise a budget, naming the environment variable when that is what set it."""
+    how = f"raise it with `collsynth {flag} {value} ...`"
+    source = _sources[kind]
+    return how if source == flag else f"{how} or {source}, which set it"
 
 
 def available_bytes() -> int:
@@ -92,7 +102,7 @@ def check(nbytes: float, what: str, *, largest: str = "", hint: str = "") -> Non
     if nbytes > budget:
         more = f"; the largest that fits is {largest}" if largest else ""
         raise CollsynthError(f"{what} needs about {_gib(nbytes)} of memory, more than the {_gib(budget)} budget"
-                             f"{more}{': ' + hint if hint else ''} (raise it with `collsynth --max-memory SIZE ...`)")
+                             f"{more}{': ' + hint if hint else ''} ({_raise_hint('memory', '--max-memory', 'SIZE')})")
 
 
 MAX_SECONDS = 600.0  # the default time budget: estimated work above it is refused (10 minutes)
@@ -101,10 +111,12 @@ SECONDS_PER_MOVE = 2e-6  # build + verify + simulate + JSON, per chunk move (mea
 SECONDS_PER_STEP = 2e-5  # per step: the verifier's and simulator's per-step work
 
 
-def set_max_seconds(seconds: float | None) -> None:
-    """Set the time budget in seconds (the CLI's --max-time); None restores the default."""
+def set_max_seconds(seconds: float | None, source: str = "--max-time") -> None:
+    """Set the time budget in seconds (the CLI's --max-time, or COLLSYNTH_MAX_TIME as ``source``); None
+    restores the default."""
     global _seconds_override
     _seconds_override = None if seconds is None else float(seconds)
+    _sources["time"] = "--max-time" if seconds is None else source
 
 
 def max_seconds() -> float:
@@ -118,7 +130,7 @@ def check_seconds(seconds: float, what: str, *, largest: str = "", hint: str = "
     if seconds > limit:
         more = f"; the largest that fits is {largest}" if largest else ""
         raise CollsynthError(f"{what} would run for about {seconds:.3g} s, more than the {limit:g} s limit{more}"
-                             f"{': ' + hint if hint else ''} (raise it with `collsynth --max-time TIME ...`)")
+                             f"{': ' + hint if hint else ''} ({_raise_hint('time', '--max-time', 'TIME')})")
 
 
 @dataclass(frozen=True)
@@ -178,11 +190,12 @@ def _totals(w: Work | Sequence[Work]) -> tuple[int, float]:
 
 
 def check_work(work: WorkFn, n: int, what: str, *, unit: str = "ranks", monotone: WorkFn | None = None,
-               hint: str = "") -> None:
+               hint: str = "", knobs: Sequence[str] = ()) -> None:
     """Refuse ``what`` (n ``unit``) when ``work(n)`` (a Work, or several run one after the other)
     exceeds the memory or the time budget, naming the largest n that fits both and the flag that raises
     the budget. The largest is searched on ``monotone`` (default ``work``), a non-decreasing bound of
-    ``work`` (e.g. counting a search at every n)."""
+    ``work`` (e.g. counting a search at every n). ``knobs`` are the user's options that also scale the work
+    ("--pipeline 1000000"): the largest n is named at them, and the error offers smaller values."""
     nbytes, seconds = _totals(work(n))
     if nbytes <= max_memory() and seconds <= max_seconds():
         return
@@ -204,10 +217,12 @@ def check_work(work: WorkFn, n: int, what: str, *, unit: str = "ranks", monotone
             else:
                 hi = mid - 1
         fit = lo
-    largest = (f"{fit} {unit}" if fit >= 2 else "") + (f" ({hint})" if hint and fit >= 2 else "")
+    at = f" at {', '.join(knobs)}" if knobs else ""
+    largest = (f"{fit} {unit}{at}" if fit >= 2 else "") + (f" ({hint})" if hint and fit >= 2 else "")
+    smaller = f"give a smaller {' or '.join(k.split()[0] for k in knobs)}" if knobs else ""
     if nbytes > max_memory():
-        check(nbytes, what, largest=largest)
-    check_seconds(seconds, what, largest=largest)
+        check(nbytes, what, largest=largest, hint=smaller)
+    check_seconds(seconds, what, largest=largest, hint=smaller)
 
 
 def largest_fitting(cost: Callable[[int], float], lo: int = 1, hi: int = 2**62) -> int:

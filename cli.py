@@ -13,6 +13,7 @@ import re
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import Any
 
 from collsynth import __version__, budget, fileio, progress, workers
 from collsynth.commands import add_commands_for
@@ -34,6 +35,14 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"collsynth: error: {message} (see `{self.prog} --help`)\n")
         raise SystemExit(2)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """A command's parser refuses what it does not know itself, so that the error names its --help
+        (`collsynth compare --help`), not the top level's."""
+        ns, extras = super().parse_known_args(args, namespace)
+        if extras and self.prog != "collsynth":
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns, extras
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -110,9 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "max_file_size", None):
             fileio.set_max_read_bytes(parse_size(args.max_file_size, flag="--max-file-size"))
         if getattr(args, "max_memory", None):
-            budget.set_max_memory(parse_size(args.max_memory, flag="--max-memory"))
+            flag = _budget_source(args_in, "--max-memory", "COLLSYNTH_MAX_MEMORY")
+            budget.set_max_memory(parse_size(args.max_memory, flag=flag), source=flag)
         if getattr(args, "max_time", None):
-            budget.set_max_seconds(parse_time(args.max_time, allow_zero=False, flag="--max-time"))
+            flag = _budget_source(args_in, "--max-time", "COLLSYNTH_MAX_TIME")
+            budget.set_max_seconds(parse_time(args.max_time, allow_zero=False, flag=flag), source=flag)
         if getattr(args, "jobs", None):
             workers.set_jobs(workers.parse_jobs(args.jobs))
         if progress.wanted():
@@ -144,6 +155,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         budget.set_max_seconds(None)
         workers.set_jobs(None)
         fileio.set_max_read_bytes(fileio.DEFAULT_MAX_READ_BYTES)
+
+
+def _budget_source(args_in: list[str], flag: str, env: str) -> str:
+    """The flag when the command line gives it, else the environment variable its default came from."""
+    return flag if any(a == flag or a.startswith(flag + "=") for a in args_in) else env
 
 
 if __name__ == "__main__":

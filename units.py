@@ -14,8 +14,8 @@ T = TypeVar("T")
 
 _SIZE_UNITS = {
     "": 1, "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15, "eb": 10**18,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50, "eib": 2**60,
     "k": 2**10, "m": 2**20, "g": 2**30,
 }
 _TIME_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
@@ -99,8 +99,8 @@ def parse_size(text: str | int | float, *, flag: str | None = None) -> int:
         value, unit = _split(text, "size", "1GiB or 32MB", flag)
     factor = _SIZE_UNITS.get(unit.lower())
     if factor is None:
-        raise CollsynthError(_prefixed(flag, f"unknown size unit {unit!r} in {text!r}: use B, KB, MB, GB, KiB, MiB "
-                                             "or GiB"))
+        raise CollsynthError(_prefixed(flag, f"unknown size unit {unit!r} in {text!r}: use B, KB, MB, GB, TB, KiB, "
+                                             "MiB, GiB or TiB (up to EB/EiB)"))
     if value <= 0:
         raise CollsynthError(_prefixed(flag, f"size {text!r} must be positive"))
     nbytes = value * factor
@@ -142,7 +142,8 @@ def parse_time(text: str | float, *, allow_zero: bool = True, flag: str | None =
 
 
 def parse_rate(text: str | float, *, flag: str | None = None) -> float:
-    """Bytes per second in `text` ('450GiB/s', '25GB/s'); positive and finite."""
+    """Bytes per second in `text` ('450GiB/s', '25GB/s', '1e9B/s'); positive and finite. A bare number in
+    text is refused (write the unit); a Python number is bytes per second."""
     if isinstance(text, bool):
         raise CollsynthError(_prefixed(flag, f"bandwidth must be a rate such as 450GiB/s, not {text!r}"))
     if isinstance(text, (int, float)):
@@ -157,6 +158,9 @@ def parse_rate(text: str | float, *, flag: str | None = None) -> float:
     if s.lower().endswith("/s"):
         s = s[:-2]
     value, unit = _split(s, "bandwidth", "450GiB/s", flag) if s else (Fraction(-1), "")
+    if unit == "" and not str(text).strip().lower().endswith("/s") and value > 0:
+        t = str(text).strip()  # `--bandwidth 450` would silently mean 450 B/s, like `--alpha 3` 3 s
+        raise CollsynthError(_prefixed(flag, f"bandwidth {t!r} has no unit: write {t}GB/s, {t}GiB/s or {t}B/s"))
     factor = _SIZE_UNITS.get(unit.lower())
     if factor is None:
         raise CollsynthError(_prefixed(flag, f"unknown bandwidth unit in {text!r}: write e.g. 450GiB/s or 25GB/s"))

@@ -35,7 +35,7 @@ from collsynth import budget
 from collsynth.backends.layout import nodes_of
 from collsynth.budget import Work
 from collsynth.errors import CollsynthError
-from collsynth.synth.algorithms.estimate import work
+from collsynth.synth.algorithms.estimate import size_knobs, work
 
 XML_SECONDS_PER_UNIT = 5e-4
 XML_BYTES_PER_UNIT = 4096
@@ -193,7 +193,12 @@ def check_synth_emit(fmt: str, name: str, n: int, collective: str = "allreduce",
         nbytes, seconds = cost(fmt, shape_of_work(w, peers_of(name, x)), options)
         return dataclasses.replace(w, search_s=w.search_s + seconds, extra_bytes=max(w.extra_bytes, int(nbytes)))
 
-    budget.check_work(job, n, f"synth -a {name} -n {n} --format {fmt}", monotone=lambda x: job(x, always=True))
+    knobs = size_knobs([params or {}])
+    instances = (options or {}).get("instances", 1)
+    if isinstance(instances, int) and instances > 1:
+        knobs.append(f"--instances {instances}")
+    budget.check_work(job, n, f"synth -a {name} -n {n} --format {fmt}", monotone=lambda x: job(x, always=True),
+                      knobs=knobs)
 
 
 __all__ = ["ESTIMATED", "Shape", "check_emit", "check_synth_emit", "cost", "largest_transfers", "peers_of", "shape_of",

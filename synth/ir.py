@@ -340,6 +340,13 @@ class Schedule:
                                     f"this collsynth reads version {VERSION}: regenerate the file")
         try:
             cols = d["transfers"]
+            if not isinstance(cols, dict):
+                raise ValueError("field 'transfers' must be an object of equal-length columns "
+                                 f"({', '.join(_COLUMNS)}), got {_short(cols)}")
+            lacking = [k for k in _COLUMNS if k not in cols]
+            if lacking:
+                raise ValueError(f"field 'transfers' lacks the column(s) {', '.join(lacking)} (a schedule has all "
+                                 f"of {', '.join(_COLUMNS)})")
             arrays = {}
             for k in _COLUMNS:
                 a = np.asarray(cols[k])

@@ -10,7 +10,7 @@ from collsynth import budget, progress
 from collsynth.apitypes import Seconds
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import CONSTRUCTIVE, Algorithm
-from collsynth.synth.algorithms.estimate import SEARCH_HINT, needs_search, work
+from collsynth.synth.algorithms.estimate import SEARCH_HINT, needs_search, size_knobs, work
 from collsynth.synth.ir import Schedule
 from collsynth.synth.solver import solve as solver
 from collsynth.synth.topology import Topology, make_topology
@@ -69,7 +69,8 @@ def check_works(jobs: Sequence[tuple[str, Mapping[str, object]]], n: int, collec
     their seconds add up, their memory does not."""
     budget.check_work(lambda x: [work(a, x, collective, p) for a, p in jobs], n, what,
                       monotone=lambda x: [work(a, x, collective, p, always=True) for a, p in jobs],
-                      hint=SEARCH_HINT if any(a in _SEARCHING for a, _ in jobs) and needs_search(n) else "")
+                      hint=SEARCH_HINT if any(a in _SEARCHING for a, _ in jobs) and needs_search(n) else "",
+                      knobs=size_knobs(p for _, p in jobs))
 
 
 def build_schedule(name: str, n: int, collective: str = "allreduce", **params: BuildParam) -> Schedule:

@@ -703,3 +703,63 @@ def test_msccl_xml_with_a_size_window_the_runtime_never_selects_is_bad_input(cap
         bad.write_text(text.replace('minBytes="0" maxBytes="0"', window))
         code, _, err = run(capsys, "verify", bad)
         one_line_exit_2(code, err, needle)
+
+
+def test_transfers_of_the_wrong_shape_are_named_not_quoted_from_python(capsys, tmp_path, ring4):
+    """`"transfers": []` said "list indices must be integers or slices, not str"."""
+    for name, value, needle in (("l.json", [], "field 'transfers' must be an object of equal-length columns"),
+                                ("d.json", {"step": []}, "lacks the column(s) src, dst, chunk, count, reduce")):
+        path = _mutated(ring4, tmp_path, name, lambda d, v=value: d.__setitem__("transfers", v))
+        code, _, err = run(capsys, "verify", path)
+        one_line_exit_2(code, err, needle)
+        assert "list indices" not in err and "KeyError" not in err
+
+
+def test_a_bandwidth_without_a_unit_is_refused_and_large_units_are_read(capsys):
+    """`--bandwidth 450` meant 450 B/s silently; `--size 1EiB` was "unknown unit" under a "4 EiB" limit."""
+    code, _, err = run(capsys, "compare", "-n", "4", "--size", "1MiB", "--bandwidth", "450")
+    one_line_exit_2(code, err, "bandwidth '450' has no unit: write 450GB/s, 450GiB/s or 450B/s")
+    code, _, err = run(capsys, "compare", "-n", "4", "--size", "1MiB", "--bandwidth", "nvlink=450")
+    one_line_exit_2(code, err, "no unit")
+    from collsynth.units import parse_rate, parse_size
+    assert parse_rate("450B/s") == 450.0 and parse_rate(450) == 450.0
+    assert parse_size("1EiB") == 2**60 and parse_size("2PB") == 2 * 10**15 and parse_size("1PiB") == 2**50
+    code, _, err = run(capsys, "compare", "-n", "4", "--size", "5EiB")
+    one_line_exit_2(code, err, "too large")
+
+
+def test_budget_errors_name_the_option_that_grew_the_work(capsys, tmp_path):
+    """`--pipeline 1000000` and `--instances 100000` were told "the largest that fits is 7 ranks", as if the
+    GPU count were the problem; `--sms 1` did not say which --sms would do."""
+    out = tmp_path / "x.json"
+    code, _, err = run(capsys, "--max-memory", "1GiB", "synth", "-a", "stragglar", "-n", "8", "--pipeline",
+                       "1000000", "-o", out)
+    one_line_exit_2(code, err, "at --pipeline 1000000: give a smaller --pipeline")
+    code, _, err = run(capsys, "--max-memory", "1GiB", "synth", "-a", "stragglar", "-n", "8", "--instances",
+                       "100000", "-f", "msccl-xml", "-o", out)
+    one_line_exit_2(code, err, "give a smaller --instances")
+    code, _, err = run(capsys, "synth", "-a", "ring", "-n", "8", "--sms", "1", "-f", "mscclpp-plan", "-o", out)
+    one_line_exit_2(code, err, "--sms 2 or more would fit it")
+    assert not out.exists()
+
+
+def test_budget_errors_name_the_environment_variable_that_set_the_budget(capsys, monkeypatch):
+    monkeypatch.setenv("COLLSYNTH_MAX_MEMORY", "1KB")
+    code, _, err = run(capsys, "compare", "-n", "8", "--size", "1MiB")
+    one_line_exit_2(code, err, "or COLLSYNTH_MAX_MEMORY, which set it")
+    monkeypatch.setenv("COLLSYNTH_MAX_MEMORY", "abc")
+    code, _, err = run(capsys, "compare", "-n", "8", "--size", "1MiB")
+    one_line_exit_2(code, err, "COLLSYNTH_MAX_MEMORY: cannot read size 'abc'")
+    code, _, err = run(capsys, "--max-memory", "abc", "compare", "-n", "8", "--size", "1MiB")
+    one_line_exit_2(code, err, "--max-memory: cannot read size 'abc'")
+    monkeypatch.delenv("COLLSYNTH_MAX_MEMORY")
+    monkeypatch.setenv("COLLSYNTH_MAX_TIME", "1ms")
+    code, _, err = run(capsys, "compare", "-n", "8", "--size", "1MiB")
+    one_line_exit_2(code, err, "or COLLSYNTH_MAX_TIME, which set it")
+
+
+def test_an_unknown_option_of_a_command_points_at_that_commands_help(capsys):
+    code, _, err = run(capsys, "compare", "-n", "4", "--size", "1MiB", "--bogus")
+    one_line_exit_2(code, err, "unrecognized arguments: --bogus (see `collsynth compare --help`)")
+    code, _, err = run(capsys, "topology", "show", "nvswitch", "-n", "4", "--bogus")
+    one_line_exit_2(code, err, "(see `collsynth topology show --help`)")

@@ -416,8 +416,9 @@ def fits(schedule: Any, *, proto: str = "Simple", pipeline: int | None = None, g
 
 def too_many_blocks(worst: int, need: int, limit: tuple[int, str]) -> str:
     """The line saying that rank ``worst`` needs ``need`` thread blocks, more than ``limit`` (resident_limit)."""
+    more = f"; --sms {need} or more would fit it" if limit[1].startswith("--sms") else ""
     return (f"rank {worst} needs {need} thread blocks of at most {MAX_OPS_PER_TB} ops; at most {limit[0]} can be "
-            f"resident at once (they wait on each other, one 1024-thread block per SM: {limit[1]})")
+            f"resident at once (they wait on each other, one 1024-thread block per SM: {limit[1]}{more})")
 
 
 def resident_limit(schedule: Any, sms: int | None = None) -> tuple[int, str]:

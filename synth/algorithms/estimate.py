@@ -39,7 +39,7 @@ tests/test_estimate.py checks them against built schedules):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -250,6 +250,12 @@ def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
     return 2 * (len(late) + 1) + 4 + len(stragglar_waves.funnel_choices(n, N)) + 1 + alone
 
 
+def size_knobs(params: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The build options given that scale the work besides n ("--pipeline 64"), for budget errors."""
+    return sorted({f"--pipeline {p['pipeline']}" for p in params
+                   if isinstance(p.get("pipeline"), int) and not isinstance(p.get("pipeline"), bool)})
+
+
 def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, Any] | None = None,
          always: bool = False) -> Work:
     """About the work of ``build_schedule(name, n, collective, **params)`` (budget.Work); ``always``:
@@ -303,4 +309,4 @@ def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, 
     return _ring(n, collective)  # the solver and anything new: ring-shaped
 
 
-__all__ = ["SEARCH_HINT", "SEARCH_S_PER_N2", "needs_search", "stragglar_search_seconds", "work"]
+__all__ = ["SEARCH_HINT", "SEARCH_S_PER_N2", "needs_search", "size_knobs", "stragglar_search_seconds", "work"]
