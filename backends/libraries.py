@@ -10,10 +10,14 @@ stray file in either is found, and a rewrite replaces them all at once.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 from typing import Any
 
 from collsynth.backends.msccl import library as msccl_library
 from collsynth.backends.mscclpp import library as mscclpp_library
+from collsynth.errors import CollsynthError
 
 MANAGED = msccl_library.MANAGED + mscclpp_library.MANAGED
 
@@ -31,5 +35,30 @@ def compare_folder(out: str, files: dict[str, bytes]) -> list[str]:
 
 
 def write(out: str, files: dict[str, bytes]) -> dict[str, int]:
-    """Write both libraries into ``out`` (their folders replaced all at once; other files kept)."""
-    return msccl_library.write(out, files, MANAGED)
+    """Write both libraries into ``out`` (their folders replaced all at once; other files kept). If the write
+    fails, a folder ``out`` that this call created is removed again, so nothing half-written is left."""
+    created = not os.path.lexists(out)
+    try:
+        return msccl_library.write(out, files, MANAGED)
+    except BaseException as e:
+        if created:
+            _remove_created(out)
+        if isinstance(e, CollsynthError):
+            gone = f" ({out}, created by this run, was removed)" if created and not os.path.lexists(out) else ""
+            raise CollsynthError(f"{e}; nothing was written{gone}: fix that and run again, or give another "
+                                 f"--out") from None
+        raise
+
+
+def _remove_created(out: str) -> None:
+    """Remove what ``write`` put into the folder ``out`` it created, then the folder if it is empty (a file
+    someone else put there meanwhile is kept)."""
+    for top in MANAGED:
+        path = os.path.join(out, top)
+        with contextlib.suppress(OSError):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            elif os.path.lexists(path):
+                os.unlink(path)
+    with contextlib.suppress(OSError):
+        os.rmdir(out)

@@ -371,8 +371,8 @@ def test_largest_fitting_size_is_within_the_budget():
 
 # ------------------------------------------------------------------------------------------ MSCCL XML setup limits
 @pytest.mark.parametrize("change,code_expected,needle", [
-    (('nchannels="1"', 'nchannels="33"'), 1, "MAXCHANNELS"),
-    (('nchannels="1"', 'nchannels="1000000000000"'), 1, "MAXCHANNELS"),
+    (('nchannels="1"', 'nchannels="33"'), 2, "MAXCHANNELS"),
+    (('nchannels="1"', 'nchannels="1000000000000"'), 2, "MAXCHANNELS"),
     (('ngpus="4"', 'ngpus="1000000000"'), 2, "no <gpu> element"),
     (('nchunksperloop="4"', 'nchunksperloop="1000000000000"'), 2, "memory"),
     (('s_chunks="0"', 's_chunks="1000000000000"'), 2, "memory"),

@@ -7,6 +7,11 @@ start offset outside its declared buffer, ``hasdep`` not 0/1, a send or receive 
 without that peer, more than 32 sending (or receiving) thread blocks on one channel, and the
 nop-chain rule. The old runtime also checks i_chunks/o_chunks against nchunksperloop.
 
+What the runtime loads but misreads raises XmlFormatError too: a ``chan`` >= ``nchannels`` (setup
+connects channels 0..nchannels-1 only), and step numbers ``s`` that are not 0,1,2,... in document
+order, or that differ from the counter the kernel publishes (a ``nop`` without a dependency): the
+kernel counts steps and never reads ``s``, so dependencies would wait for the wrong step (2.3).
+
 ``resolve`` then builds what the interpreter runs: ``nop`` dependencies are attached to the next real
 step, consecutive ``re`` steps with the same destination and source buffer (the later ones without a
 dependency, at most 16) are fused, and each transmission gets the step counter the kernel publishes
@@ -92,17 +97,25 @@ def validate_load(algo: XAlgo, source: str = "") -> None:
                     raise XmlFormatError(f"{pre}{tw}: {what} peer {peer} outside -1..{n - 1}")
             if not 0 <= tb.chan < MAX_CHANNELS:
                 raise XmlFormatError(f"{pre}{tw}: chan {tb.chan} outside 0..{MAX_CHANNELS - 1}")
+            if tb.chan >= algo.nchannels:  # setup connects channels 0..nchannels-1 only (msccl_setup.cc)
+                raise XmlFormatError(f"{pre}{tw}: chan {tb.chan} but nchannels={algo.nchannels}: the runtime connects "
+                                     f"channels 0..nchannels-1 only; set nchannels to the largest chan + 1")
             if tb.send >= 0:
                 senders[tb.chan] = senders.get(tb.chan, 0) + 1
             if tb.recv >= 0:
                 receivers[tb.chan] = receivers.get(tb.chan, 0) + 1
-            for st in tb.steps:
+            lines: dict[int, int] = {}  # s -> line of the step that has it
+            for i, st in enumerate(tb.steps):
                 sw = where(g.id, tb.id, st.s, st.line)
                 if not 0 <= st.s < max_steps:
                     raise XmlFormatError(f"{pre}{sw}: s={st.s} outside 0..{max_steps - 1} (at most {max_steps} "
                                          f"steps per thread block in the {algo.dialect} runtime)")
+                if st.s != i:
+                    raise XmlFormatError(f"{pre}{sw}: {_misnumbered(st.s, i, lines)}")
+                lines[st.s] = st.line
                 if not 0 <= st.cnt < MAX_COUNT:
-                    raise XmlFormatError(f"{pre}{sw}: cnt={st.cnt} outside 0..{MAX_COUNT - 1}")
+                    raise XmlFormatError(f"{pre}{sw}: cnt={st.cnt} outside 0..{MAX_COUNT - 1}: the runtime refuses "
+                                         f"the file; give a real step cnt 1..{MAX_COUNT - 1} (and a nop cnt 0)")
                 if st.hasdep not in (0, 1):
                     raise XmlFormatError(f"{pre}{sw}: hasdep={st.hasdep} must be 0 or 1")
                 kind = STEP_TYPES[st.type]
@@ -124,6 +137,24 @@ def validate_load(algo: XAlgo, source: str = "") -> None:
                 if k > MAX_TB_PER_CHANNEL:
                     raise XmlFormatError(f"{pre}{where(g.id)}: {k} thread blocks {what} on channel {chan} "
                                          f"(the runtime allows {MAX_TB_PER_CHANNEL})")
+
+
+def _misnumbered(s: int, index: int, lines: dict[int, int]) -> str:
+    """Why step ``index`` of a thread block may not say ``s`` (the kernel counts steps, docs/msccl-xml.md 2.3)."""
+    what = (f"s={s} is used twice in this thread block (first on line {lines[s]})" if s in lines
+            else f"s={s} but this is step {index} of the thread block in document order")
+    return (f"{what}; s must run 0,1,2,... in document order: the runtime counts steps and ignores s, so "
+            f"dependencies on this thread block would wait for the wrong step")
+
+
+def _check_counters(gpu: int, tb: PTb, pre: str) -> None:
+    """Each transmission's published counter must equal its ``s`` (else the runtime misreads dependencies)."""
+    for tx in tb.txs:
+        if tx.counter != tx.s:
+            raise XmlFormatError(f"{pre}{where(gpu, tb.id, tx.s, tx.line)}: the runtime counts this step as "
+                                 f"{tx.counter}; every nop must carry a dependency (depid >= 0), or the steps after "
+                                 f"it are counted differently from their s and dependencies on this thread block "
+                                 f"wait for the wrong step")
 
 
 def resolve(algo: XAlgo, source: str = "") -> Program:
@@ -181,6 +212,7 @@ def resolve(algo: XAlgo, source: str = "") -> Program:
                 else:
                     chain, chain_len = None, 0
             out.append(PTb(g.id, tb.id, tb.send, tb.recv, tb.chan, txs, len(tb.steps), tb.line))
+            _check_counters(g.id, out[-1], pre)
         tbs[g.id] = out
     return Program(algo, tbs)
 

@@ -22,6 +22,7 @@ from collsynth.backends.msccl.model import (
     EXECUTOR_COLLS,
     LEGACY_COLLS,
     MAX_ATTRS,
+    MAX_CHANNELS,
     MAX_CHILDREN,
     MAX_TOKEN,
     PROTOCOLS,
@@ -241,6 +242,11 @@ def _algo_header(node: _Node, source: str) -> dict[str, Any]:
         raise XmlFormatError(f"{at}: ngpus must be at least 1, got {ngpus}")
     if ncpl < 1:
         raise XmlFormatError(f"{at}: nchunksperloop must be at least 1, got {ncpl}")
+    if not 1 <= nch <= MAX_CHANNELS:  # the executor fails setup ("channels available less than required"),
+        # RCCL drops the algorithm (docs/msccl-xml.md 2.1)
+        raise XmlFormatError(f"{at}: nchannels={nch} outside 1..{MAX_CHANNELS}: the runtime sets up at most "
+                             f"MAXCHANNELS={MAX_CHANNELS} channels and refuses the algorithm; set nchannels to the "
+                             f"largest chan + 1")
     for k in ("inplace", "outofplace"):
         if out[k] is not None and out[k] not in (0, 1):
             raise XmlFormatError(f"{at}: {k} must be 0 or 1, got {out[k]}")

@@ -9,6 +9,10 @@ member declares alike, and the shape each op needs (what its handler reads). Pro
 ``PlanFormatError`` naming gpu, thread block and op; the executor would refuse them or run something
 other than what the plan says.
 
+A ``protocol`` other than "LL" or "Simple" loads and runs as Simple (the executor's rule: any string
+but "LL"); ``validate`` logs a one-line warning for it on the ``collsynth.mscclpp`` logger, which Python
+prints on stderr when the application configures no logging (the CLI).
+
 ``Layout.at_size(plan, chunk_bytes)`` resolves byte offsets for one message size, and
 ``flatten`` expands each thread block into the ops the kernel runs (pipeline bodies once per
 iteration, with their offsets).
@@ -16,6 +20,8 @@ iteration, with their offsets).
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 from dataclasses import dataclass
 
@@ -40,6 +46,8 @@ from collsynth.backends.mscclpp.model import (
 )
 
 MEMORY_ONLY = ("get", "rre", "rres", "res", "respkt", "recspkt")  # remote access through mapped pointers
+PROTOCOLS = ("LL", "Simple")  # what a plan should say; the executor reads anything but "LL" as Simple
+_log = logging.getLogger("collsynth.mscclpp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +87,21 @@ def channel_pairs(plan: Plan) -> dict[tuple[int, str, int], Chan]:
     return out
 
 
+def protocol_warning(plan: Plan) -> str | None:
+    """One line when the plan's protocol is neither "LL" nor "Simple" (it runs as Simple), else None."""
+    if plan.protocol in PROTOCOLS:
+        return None
+    said = json.dumps(plan.protocol[:40]) + ("..." if len(plan.protocol) > 40 else "")
+    return (f"collsynth: warning: {plan.source}: protocol {said} is neither \"LL\" nor \"Simple\": the MSCCL++ "
+            f"executor runs it as Simple (write \"Simple\", or \"LL\" for packets)")
+
+
 def validate(plan: Plan) -> dict[tuple[int, str, int], Chan]:
-    """Every cross-reference and limit the loader relies on; returns the channel pairing."""
+    """Every cross-reference and limit the loader relies on; returns the channel pairing. A protocol
+    that runs as Simple without saying so is logged (``protocol_warning``)."""
+    note = protocol_warning(plan)
+    if note:
+        _log.warning(note)
     n = plan.nranks
     src = plan.source
     for g in plan.gpus:
