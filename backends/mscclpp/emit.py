@@ -29,11 +29,16 @@ from collsynth.backends.mscclpp.lower import (
     pieces,
     plan_chunks,
 )
-from collsynth.backends.mscclpp.model import FORMAT_VERSION, MAX_CHANNELS_PER_TB, MAX_ITERATIONS, MAX_OPS_PER_TB
+from collsynth.backends.mscclpp.model import (
+    FORMAT_VERSION,
+    MAX_CHANNELS_PER_TB,
+    MAX_ITERATIONS,
+    MAX_OPS_PER_TB,
+    PROTOCOLS,
+)
 from collsynth.errors import CollsynthError
 from collsynth.synth.topology.gpus import A100, check_sms, gpu_of_spec
 
-PROTOCOLS = ("Simple", "LL")
 # the kernel runs one 1024-thread block per SM, and all of a rank's blocks must be resident: as many as the
 # GPU has SMs (--sms, else the GPU the schedule's topology names, else this one's)
 DEFAULT_GPU = A100

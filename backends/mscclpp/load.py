@@ -35,6 +35,7 @@ from collsynth.backends.mscclpp.model import (
     MAX_OPS_PER_TB,
     MAX_SEMAPHORES_PER_OP,
     PACKET_OPS,
+    PROTOCOLS,
     Gpu,
     Op,
     Plan,
@@ -46,7 +47,6 @@ from collsynth.backends.mscclpp.model import (
 )
 
 MEMORY_ONLY = ("get", "rre", "rres", "res", "respkt", "recspkt")  # remote access through mapped pointers
-PROTOCOLS = ("LL", "Simple")  # what a plan should say; the executor reads anything but "LL" as Simple
 _log = logging.getLogger("collsynth.mscclpp")
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from collsynth.errors import CollsynthError
 
 FORMAT_VERSION = "0.9.0"  # the MSCCL++ release whose executor these rules describe
+PROTOCOLS = ("Simple", "LL")  # what a plan may say; the executor reads any other string as Simple
 MAX_OPS_PER_TB = 64  # MAX_OPERATION: pipeline bodies count
 MAX_CHANNELS_PER_TB = 16  # MAX_CHANNEL: per channel type, and per remote-buffer access type
 MAX_CHANNELS_PER_OP = 8  # MAX_CHANNEL_PER_OPERATION
