@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 
 import pytest
 from shared_paths import vectors
@@ -231,6 +232,79 @@ def test_malformed_xml_one_line_naming_the_element(tmp_path, edit, msg):
     with pytest.raises(CollsynthError, match=msg) as e:
         import_topology(str(p))
     assert "\n" not in str(e.value)
+
+
+# inputs that were imported (or only noted) before and are refused now: (edit of the H200 dump, message)
+NEWLY_REFUSED = {
+    "duplicate-rank": (lambda t: t.replace('rank="1"', 'rank="0"', 1),
+                       r"<gpu> under <pci busid='0000:8b:00.0'> has rank=0, as does <gpu> under "
+                       r"<pci busid='0000:83:00.0'>; give each GPU its own rank"),
+    "negative-rank": (lambda t: t.replace('rank="0"', 'rank="-1"', 1),
+                      r"<gpu> under <pci busid='0000:83:00.0'> has rank='-1'; a rank is 0 or more"),
+    "absurd-nvlink-count": (lambda t: t.replace('count="5"', 'count="999999999999"', 1),
+                            r"<nvlink> of GPU 0 \(0000:83:00.0\) has count=999999999999; a GPU has at most 36 "
+                            "NVLinks"),
+    "nvlink-count-total": (lambda t: t.replace('count="5"', 'count="20"', 2),
+                           r"the <nvlink> count attributes of GPU 0 \(0000:83:00.0\) add up to 40; a GPU has at "
+                           "most 36"),
+    "switch-link-to-a-gpu": (lambda t: t.replace('target="0000:c5:00.0"', 'target="0000:8b:00.0"', 1),
+                             r"<nvlink> of GPU 0 \(0000:83:00.0\) has target='0000:8b:00.0', which is GPU 1, but "
+                             r"tclass='0x068000' \(an NVSwitch\)"),
+    "nvlink-without-target": (lambda t: t.replace(' target="0000:c5:00.0"', "", 1),
+                              r"<nvlink> of GPU 0 \(0000:83:00.0\) has no target="),
+    "nvlink-target-not-a-busid": (lambda t: t.replace('target="0000:c5:00.0"', 'target="c5"', 1),
+                                  r"<nvlink> of GPU 0 \(0000:83:00.0\) has target='c5', not a PCI bus id; write "
+                                  "domain:bus:device.function"),
+    "pci-busid-not-hex": (lambda t: t.replace('busid="0000:83:00.0"', 'busid="0000:8g:00.0"', 1),
+                          r"<pci> has busid='0000:8g:00.0', not a PCI bus id"),
+    "pci-busid-no-function": (lambda t: t.replace('busid="0000:81:00.0"', 'busid="0000:81:00"', 1),
+                              r"<pci> has busid='0000:81:00', not a PCI bus id"),
+    "negative-sm": (lambda t: t.replace('sm="90" rank="0"', 'sm="-90" rank="0"', 1),
+                    r"<gpu> under <pci busid='0000:83:00.0'> has sm='-90'; sm is the compute capability x10, a "
+                    "positive integer"),
+    "zero-sm": (lambda t: t.replace('sm="90" rank="3"', 'sm="0" rank="3"', 1), r"<gpu> under .* has sm='0'"),
+    "link-width-not-a-number": (lambda t: t.replace('link_width="16"', 'link_width="abc"', 1),
+                                r"<pci busid='0000:81:00.0'> has link_width='abc'; expected the lane count"),
+    "negative-link-width": (lambda t: t.replace('link_width="16"', 'link_width="-16"', 1),
+                            r"<pci busid='0000:81:00.0'> has link_width='-16'"),
+}
+
+
+@pytest.mark.parametrize("case", NEWLY_REFUSED)
+def test_newly_refused_xml_raises_naming_element_and_attribute(tmp_path, case):
+    edit, msg = NEWLY_REFUSED[case]
+    p = tmp_path / "bad.xml"
+    p.write_bytes(edit(_h200_text()).encode())
+    with pytest.raises(CollsynthError, match=msg) as e:
+        import_topology(str(p))
+    assert "\n" not in str(e.value) and str(e.value).startswith(f"topology file {p}: ")
+
+
+@pytest.mark.parametrize("case", NEWLY_REFUSED)
+def test_newly_refused_xml_cli_exit_2_one_line_nothing_written(tmp_path, capsys, case):
+    edit, msg = NEWLY_REFUSED[case]
+    p, out = tmp_path / "bad.xml", tmp_path / "out.json"
+    p.write_bytes(edit(_h200_text()).encode())
+    code, _, err = run(capsys, "topology", "import", str(p), "-o", str(out))
+    assert code == 2 and err.count("\n") == 1 and re.search(msg, err), err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("edit", [
+    lambda t: t.replace('link_width="16"', 'link_width="0"', 1),  # IBM VSI, Azure NCv4
+    lambda t: t.replace('link_width="16"', 'link_width=""', 1),
+    lambda t: t.replace('busid="0000:81:00.0"', 'busid="ffff:ff:01.0"', 1),  # Azure/AWS placeholder switches
+    lambda t: t.replace('busid="0000:81:00.0"', 'busid="00000000:81:00.0"', 1),  # 8-digit domain (nvidia-smi)
+    lambda t: t.replace(' sm="90"', "", 1),  # no sm: noted, not refused
+    lambda t: t.replace(' rank="0"', "", 1),  # no rank: ordered by dev
+    lambda t: t.replace('count="5"', 'count="18"', 1),  # a hidden NVSwitch's total, on one element
+    lambda t: re.sub(r'rank="(\d+)"', lambda m: f'rank="{int(m.group(1)) + 8}"', t),  # node 1 of a job: 8..15
+], ids=["width-0", "width-empty", "placeholder-busid", "long-domain", "no-sm", "no-rank", "count-18",
+        "global-ranks"])
+def test_quirks_real_dumps_have_still_import(tmp_path, edit):
+    p = tmp_path / "ok.xml"
+    p.write_text(edit(_h200_text()))
+    assert import_topology(str(p)).topology["gpus"] == 8
 
 
 def test_grace_c2c_is_reported_not_modelled(tmp_path):

@@ -39,6 +39,13 @@ NET_ALPHA = 14e-6
 # direct links in an nvidia-smi matrix
 MAX_NVLINKS_PER_GPU = 18
 
+# the most NVLinks an NCCL XML may give one GPU (one <nvlink count=> or all of a GPU's together). NCCL
+# reads at most 18 links per GPU (maxNvLinks in src/graph/xml.cc, NVML_NVLINK_MAX_LINKS: V100 6, A100 12,
+# H100/H200/B200/GB200 18, a hidden NVSwitch's one target carries all 18); twice that leaves room for a
+# generation with more links while a typo or a hostile count (999999999999) is refused, not turned into
+# an absurd bandwidth
+MAX_NVLINK_COUNT = 2 * MAX_NVLINKS_PER_GPU
+
 
 def nvlink_gbps(sm: int | None) -> float:
     """NCCL's per-link NVLink bandwidth (GB/s, one direction) for compute capability ``sm`` (e.g. 90)."""

@@ -8,6 +8,10 @@ a NIC is ``<nic>`` holding ``<net name= speed= gdr=>`` (speed in Mb/s), under a 
 socket NIC, directly under a ``<cpu>`` (then repeated under every CPU). Quirks handled: a hidden
 NVSwitch (one ``fffffff:ff:ff.0`` target with all links), link_speed strings with or without
 "PCIe" or empty, NVLinks pointing at the GPU itself, vendor skeletons with no ``<gpu>`` (refused).
+Refused as malformed (one line naming the element and attribute): a busid or NVLink target that is not
+domain:bus:device.function in hex, a GPU rank repeated or outside 0..n-1, an NVLink count outside
+1..MAX_NVLINK_COUNT (one element or a GPU's total), an NVSwitch-class NVLink whose target is another
+GPU, a nonpositive sm, a link_width that is not a lane count.
 
 The XML is untrusted: DOCTYPE and entity declarations are refused before parsing, the file size and
 the nesting depth are capped.
@@ -23,6 +27,7 @@ from collsynth.errors import CollsynthError
 from collsynth.synth.topology.gpus import gpu_of_pci_device
 from collsynth.synth.topology_import.constants import (
     GB,
+    MAX_NVLINK_COUNT,
     NIC_DEFAULT_MBPS,
     PCIE_GEN_PER_LANE,
     cpu_link_gbps,
@@ -34,6 +39,9 @@ from collsynth.synth.topology_import.node import DISTANCES, Gpu, Nic, NodeModel
 MAX_DEPTH = 64
 NVSWITCH_CLASS = "0x068000"
 HIDDEN_NVSWITCH = "fffffff:ff:ff.0"
+# a PCI bus id domain:bus:device.function in hex, as NCCL writes it (int64ToBusId: "%04lx:%02lx:%02lx.%01lx",
+# so the domain may be longer than 4 digits; the hidden NVSwitch marker's has 7)
+BUSID = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")
 
 
 def looks_like_nccl_xml(text: str) -> bool:
@@ -80,12 +88,40 @@ def _busid(raw: str | None) -> str:
     return (raw or "").strip().lower()
 
 
+def _checked_busid(el: ET.Element, attr: str, where: str, what: str) -> str:
+    """``el``'s bus id attribute ``attr``, lower case ("" when absent); refused unless it is a PCI bus id."""
+    busid = _busid(el.get(attr))
+    if busid and not BUSID.fullmatch(busid):
+        raise CollsynthError(f"{where}: {what} has {attr}={el.get(attr)!r}, not a PCI bus id; write "
+                             "domain:bus:device.function in hex, e.g. 0000:1b:00.0")
+    return busid
+
+
+def _width(el: ET.Element, where: str) -> int:
+    """A <pci> element's link_width (lanes; 0 when absent or empty, as NCCL reads it)."""
+    raw = (el.get("link_width") or "").strip()
+    if raw and not re.fullmatch(r"[0-9]+", raw):
+        raise CollsynthError(f"{where}: <pci busid={el.get('busid')!r}> has link_width={el.get('link_width')!r}; "
+                             "expected the lane count, an integer such as 16")
+    return int(raw) if raw else 0
+
+
+def _sm(el: ET.Element, where: str, what: str) -> int | None:
+    """A <gpu> element's sm (compute capability x10), None when the file does not give it."""
+    if (el.get("sm") or "").strip() == "":
+        return None
+    sm = _int(el, "sm", where, what)
+    if sm <= 0:
+        raise CollsynthError(f"{where}: {what} has sm={el.get('sm')!r}; sm is the compute capability x10, a "
+                             "positive integer (80 for A100, 90 for H100)")
+    return sm
+
+
 def _pcie(el: ET.Element, where: str, model: NodeModel) -> float | None:
     """NCCL's bandwidth (bytes/s) of one <pci> element's link, None when it names no speed."""
     speed = (el.get("link_speed") or "").strip()
     m = re.match(r"([0-9.]+)\s*GT/s", speed)
-    width_raw = (el.get("link_width") or "").strip()
-    width = int(width_raw) if width_raw.isdigit() else 0
+    width = _width(el, where)
     if not m:
         if speed:
             raise CollsynthError(f"{where}: <pci busid={el.get('busid')!r}> has link_speed={speed!r}; "
@@ -130,7 +166,8 @@ def read_nccl_xml(text: str, name: str, where: str) -> NodeModel:
                     cls = (child.get("class") or "").lower()
                     if cls.startswith("0x03"):
                         gpu_slots += 1
-                    stack.append((child, path + (_busid(child.get("busid")),), nb))
+                    busid = _checked_busid(child, "busid", where, "<pci>")
+                    stack.append((child, path + (busid,), nb))
                 elif child.tag == "gpu":
                     found.append({"el": child, "busid": path[-1] if path else "", "cpu": ci, "bw": bott,
                                   "path": path, "pci": el})
@@ -144,68 +181,23 @@ def read_nccl_xml(text: str, name: str, where: str) -> NodeModel:
                              "NCCL fills in at run time), not a dump; run NCCL on the machine with "
                              "NCCL_TOPO_DUMP_FILE=topo.xml and import that file")
     model.cpu_link_bw = min(cpu_bws) if cpu_bws else 0.0
-    # GPUs in rank order (rank attribute, else dev, else file order)
-    keyed = []
-    for i, f in enumerate(found):
-        el = f["el"]
-        rank = _int(el, "rank", where, f"<gpu> under <pci busid={f['busid']!r}>", default=-1)
-        dev = _int(el, "dev", where, f"<gpu> under <pci busid={f['busid']!r}>", default=i)
-        keyed.append((rank if rank >= 0 else 1 << 30, dev, i, f))
-    keyed.sort(key=lambda k: k[:3])
+    ordered = _order_gpus(found, where)
     by_busid: dict[str, int] = {}
-    for r, (_, _, _, f) in enumerate(keyed):
-        el = f["el"]
-        what = f"<gpu> under <pci busid={f['busid']!r}>"
-        sm = _int(el, "sm", where, what, default=-1)
-        if sm < 0:
+    for r, f in enumerate(ordered):
+        sm = _sm(f["el"], where, f"<gpu> under <pci busid={f['busid']!r}>")
+        if sm is None:
             model.assume(f"GPU {r} has no sm attribute: NVLinks counted at {nvlink_gbps(None):g} GB/s each")
-        model.gpus.append(Gpu(rank=r, label=f["busid"], sm=sm if sm >= 0 else None, cpu=f["cpu"], pcie_bw=f["bw"]))
+        model.gpus.append(Gpu(rank=r, label=f["busid"], sm=sm, cpu=f["cpu"], pcie_bw=f["bw"]))
         f["rank"] = r
         if f["busid"]:
             by_busid[f["busid"]] = r
-    if any(f["bw"] is None for _, _, _, f in keyed):
+    if any(f["bw"] is None for f in ordered):
         model.assume("some PCIe link_speed is empty: those GPUs' PCIe speed is unknown")
-    # NVLinks
     sms = sorted({g.sm for g in model.gpus if g.sm is not None})
-    for _, _, _, f in keyed:
-        r = f["rank"]
-        for nv in f["el"]:
-            if nv.tag == "c2c":
-                model.assume(f"GPU {r}'s C2C link to its Grace CPU is not modelled (no GPU-to-GPU traffic uses it)")
-            if nv.tag != "nvlink":
-                continue
-            what = f"<nvlink> of GPU {r} ({f['busid']})"
-            count = _int(nv, "count", where, what)
-            if count <= 0:
-                raise CollsynthError(f"{where}: {what} has count={count}; a link count must be positive")
-            tclass = (nv.get("tclass") or "").lower()
-            target = _busid(nv.get("target"))
-            if tclass == NVSWITCH_CLASS:
-                model.switch_links[r] = model.switch_links.get(r, 0) + count
-                if target == HIDDEN_NVSWITCH:
-                    model.assume("hidden NVSwitch (NVLinks target fffffff:ff:ff.0 with the total link count): "
-                                 "modelled as one non-blocking switch")
-            elif tclass.startswith("0x03"):
-                if target == f["busid"]:
-                    model.assume(f"GPU {r}'s NVLink points at its own bus id {target}: ignored")
-                    continue
-                peer = by_busid.get(target)
-                if peer is None:
-                    raise CollsynthError(f"{where}: {what} targets {target!r}, which is no GPU in this file; "
-                                         "fix the target bus id or import the complete dump")
-                key = (min(r, peer), max(r, peer))
-                old = model.direct.get(key)
-                if old is not None and old != count:
-                    model.assume(f"GPUs {key[0]} and {key[1]} disagree on their NVLink count ({old} vs {count}): "
-                                 "the smaller is used")
-                model.direct[key] = count if old is None else min(old, count)
-            elif tclass == "0x068001":
-                model.assume(f"GPU {r}'s NVLink to a CPU is not modelled")
-            else:
-                raise CollsynthError(f"{where}: {what} has tclass={nv.get('tclass')!r}; expected 0x068000 "
-                                     "(NVSwitch) or 0x03.... (GPU)")
+    for f in ordered:
+        _read_nvlinks(model, f, by_busid, where)
     if model.switch_links:
-        chips = sorted({_busid(nv.get("target")) for _, _, _, f in keyed for nv in f["el"]
+        chips = sorted({_busid(nv.get("target")) for f in ordered for nv in f["el"]
                         if nv.tag == "nvlink" and (nv.get("tclass") or "").lower() == NVSWITCH_CLASS}
                        - {HIDDEN_NVSWITCH})
         model.switch_chips = len(chips)
@@ -218,6 +210,110 @@ def read_nccl_xml(text: str, name: str, where: str) -> NodeModel:
     _read_nets(model, nets, found, where)
     _read_gpu_model(model, found)
     return model
+
+
+def _rank(el: ET.Element, where: str, what: str) -> int | None:
+    """A <gpu> element's rank, None when the file does not give it; refused when negative. It only orders the
+    GPUs (they are numbered 0..n-1 in that order): a dump of another node of a job (NCCL_TOPO_DUMP_FILE_RANK)
+    holds that node's global ranks, e.g. 8..15."""
+    if (el.get("rank") or "").strip() == "":
+        return None
+    rank = _int(el, "rank", where, what)
+    if rank < 0:
+        raise CollsynthError(f"{where}: {what} has rank={el.get('rank')!r}; a rank is 0 or more (NCCL's global "
+                             "rank of the GPU): fix it or drop the attribute")
+    return rank
+
+
+def _order_gpus(found: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
+    """The GPUs in rank order (rank attribute, else dev, else file order); two GPUs with one rank refused."""
+    keyed = []
+    owner: dict[int, str] = {}
+    for i, f in enumerate(found):
+        what = f"<gpu> under <pci busid={f['busid']!r}>"
+        rank = _rank(f["el"], where, what)
+        if rank is not None and rank in owner:
+            raise CollsynthError(f"{where}: {what} has rank={rank}, as does {owner[rank]}; give each GPU its "
+                                 f"own rank")
+        if rank is not None:
+            owner[rank] = what
+        dev = _int(f["el"], "dev", where, what, default=i)
+        keyed.append((1 << 30 if rank is None else rank, dev, i, f))
+    keyed.sort(key=lambda k: k[:3])
+    return [k[3] for k in keyed]
+
+
+def _nvlink_count(nv: ET.Element, where: str, what: str) -> int:
+    """An <nvlink> element's count, refused unless 1..MAX_NVLINK_COUNT."""
+    count = _int(nv, "count", where, what)
+    if count <= 0:
+        raise CollsynthError(f"{where}: {what} has count={count}; a link count must be positive")
+    if count > MAX_NVLINK_COUNT:
+        raise CollsynthError(f"{where}: {what} has count={count}; a GPU has at most {MAX_NVLINK_COUNT} NVLinks "
+                             "(18 on H100/B200): fix the count")
+    return count
+
+
+def _nvlink_target(nv: ET.Element, where: str, what: str) -> str:
+    """An <nvlink> element's target bus id, refused when absent or not a bus id."""
+    target = _checked_busid(nv, "target", where, what)
+    if not target:
+        raise CollsynthError(f"{where}: {what} has no target=\"...\" attribute; add the bus id of the GPU or "
+                             "NVSwitch it leads to")
+    return target
+
+
+def _add_direct(model: NodeModel, a: int, b: int, count: int) -> None:
+    """Record ``count`` direct NVLinks between GPUs a and b (the smaller count when the two sides disagree)."""
+    key = (min(a, b), max(a, b))
+    old = model.direct.get(key)
+    if old is not None and old != count:
+        model.assume(f"GPUs {key[0]} and {key[1]} disagree on their NVLink count ({old} vs {count}): "
+                     "the smaller is used")
+    model.direct[key] = count if old is None else min(old, count)
+
+
+def _read_nvlinks(model: NodeModel, f: dict[str, Any], by_busid: dict[str, int], where: str) -> None:
+    """Add one GPU's <nvlink> children (and notes for its <c2c>) to ``model``."""
+    r = f["rank"]
+    total = 0
+    for nv in f["el"]:
+        if nv.tag == "c2c":
+            model.assume(f"GPU {r}'s C2C link to its Grace CPU is not modelled (no GPU-to-GPU traffic uses it)")
+        if nv.tag != "nvlink":
+            continue
+        what = f"<nvlink> of GPU {r} ({f['busid']})"
+        count = _nvlink_count(nv, where, what)
+        target = _nvlink_target(nv, where, what)
+        tclass = (nv.get("tclass") or "").lower()
+        if tclass == NVSWITCH_CLASS:
+            peer = by_busid.get(target, r)
+            if peer != r:
+                raise CollsynthError(f"{where}: {what} has target={target!r}, which is GPU {peer}, but "
+                                     f"tclass={nv.get('tclass')!r} (an NVSwitch); use tclass=\"0x030200\" for a "
+                                     "direct GPU link or the NVSwitch's bus id")
+            model.switch_links[r] = model.switch_links.get(r, 0) + count
+            if target == HIDDEN_NVSWITCH:
+                model.assume("hidden NVSwitch (NVLinks target fffffff:ff:ff.0 with the total link count): "
+                             "modelled as one non-blocking switch")
+        elif tclass.startswith("0x03"):
+            if target == f["busid"]:
+                model.assume(f"GPU {r}'s NVLink points at its own bus id {target}: ignored")
+                continue
+            peer = by_busid.get(target)
+            if peer is None:
+                raise CollsynthError(f"{where}: {what} targets {target!r}, which is no GPU in this file; "
+                                     "fix the target bus id or import the complete dump")
+            _add_direct(model, r, peer, count)
+        elif tclass == "0x068001":
+            model.assume(f"GPU {r}'s NVLink to a CPU is not modelled")
+        else:
+            raise CollsynthError(f"{where}: {what} has tclass={nv.get('tclass')!r}; expected 0x068000 "
+                                 "(NVSwitch) or 0x03.... (GPU)")
+        total += count
+        if total > MAX_NVLINK_COUNT:
+            raise CollsynthError(f"{where}: the <nvlink> count attributes of GPU {r} ({f['busid']}) add up to "
+                                 f"{total}; a GPU has at most {MAX_NVLINK_COUNT} NVLinks: fix the counts")
 
 
 def _read_gpu_model(model: NodeModel, found: list[dict[str, Any]]) -> None:
