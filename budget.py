@@ -225,18 +225,23 @@ def check_work(work: WorkFn, n: int, what: str, *, unit: str = "ranks", monotone
     check_seconds(seconds, what, largest=largest, hint=smaller)
 
 
-def largest_fitting(cost: Callable[[int], float], lo: int = 1, hi: int = 2**62) -> int:
-    """The largest integer x in [lo, hi] with cost(x) within the budget (cost non-decreasing), lo - 1 if none."""
-    budget = max_memory()
-    if cost(lo) > budget:
+def largest_true(fits: Callable[[int], bool], lo: int, hi: int) -> int:
+    """The largest integer x in [lo, hi] with fits(x) (true up to some x, false after), lo - 1 if none."""
+    if hi < lo or not fits(lo):
         return lo - 1
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if cost(mid) <= budget:
+        if fits(mid):
             lo = mid
         else:
             hi = mid - 1
     return lo
+
+
+def largest_fitting(cost: Callable[[int], float], lo: int = 1, hi: int = 2**62) -> int:
+    """The largest integer x in [lo, hi] with cost(x) within the budget (cost non-decreasing), lo - 1 if none."""
+    budget = max_memory()
+    return largest_true(lambda x: cost(x) <= budget, lo, hi)
 
 
 def check_ranks(n: int, what: str, *, per_rank_schedules: int = 1) -> None:
@@ -250,5 +255,5 @@ def check_ranks(n: int, what: str, *, per_rank_schedules: int = 1) -> None:
 
 
 __all__ = ["DEFAULT_MAX_SECONDS", "MAX_SECONDS", "Work", "available_bytes", "check", "check_ranks", "check_seconds",
-           "check_work", "largest_fitting", "max_memory", "max_seconds", "schedule_bytes", "set_max_memory",
-           "set_max_seconds", "verify_bytes"]
+           "check_work", "largest_fitting", "largest_true", "max_memory", "max_seconds", "schedule_bytes",
+           "set_max_memory", "set_max_seconds", "verify_bytes"]

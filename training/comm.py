@@ -71,12 +71,13 @@ class CollectiveModel:
             self._collectives[algorithm] = get_algorithm(algorithm).collectives
         return self._collectives[algorithm]
 
-    def check_algorithm(self, algorithm: str) -> None:
-        """CollsynthError unless ``algorithm`` builds an AllReduce for this many ranks."""
+    def check_algorithm(self, algorithm: str, build: bool = True) -> None:
+        """CollsynthError unless ``algorithm`` builds an AllReduce (for this many ranks: ``build`` builds it)."""
         if "allreduce" not in self.collectives_of(algorithm):
             raise CollsynthError(f"algorithm {algorithm!r} builds no AllReduce: choose one that does "
                                  f"(see `collsynth algorithms`)")
-        self.schedule(algorithm, "allreduce", self.n - 1 if algorithm == "stragglar" else None)
+        if build:
+            self.schedule(algorithm, "allreduce", self.n - 1 if algorithm == "stragglar" else None)
 
     def schedule(self, algorithm: str, collective: str, straggler: int | None = None) -> Schedule:
         """The verified schedule (cached)."""

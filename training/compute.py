@@ -11,6 +11,11 @@ A ``ComputeModel`` gives, for rank r and its k-th micro-batch, the forward+backw
   its own random stream (seeded by ``(seed, rank)``) read in fixed blocks, so tau(r, k) does not
   depend on how many micro-batches other ranks drew: every method sees the same per-rank sequence.
 
+Without jitter nothing is drawn: tau(r, k) is computed when read, and ``ComputeStream.run_until`` (ACCO's
+compute phase: groups of micro-batches until a time) skips whole periods of a rank's sequence in closed form,
+so a rank that waits a million of its micro-batches for a slow one costs a few array operations. With jitter
+every micro-batch is drawn and kept (training/work.py estimates how many before a run starts).
+
 Trace files hold one row per micro-batch and one column per rank, in seconds (or with a unit,
 ``"101ms"``): CSV (an optional non-numeric header line) or JSON (a list of rows, or
 ``{"compute_s": [rows]}``). A run longer than the trace cycles through it.
@@ -33,6 +38,9 @@ from collsynth.fileio import json_loads, read_text
 from collsynth.units import parse_number, parse_rank_map, parse_time
 
 _BLOCK = 4096
+MAX_PERIOD = 2**16  # micro-batches of one period that ComputeStream.run_until sums to skip whole periods
+MAX_BLOCK = 2**12  # groups that ComputeStream.run_until reads at once
+SKIP_GROUPS = 2**14  # and more than this many groups left it skips in closed form (fewer: summed as a loop would)
 
 
 def parse_slow(items: Sequence[str] | None, nranks: int) -> dict[int, float]:
@@ -148,7 +156,8 @@ class ComputeModel:
         self.trace = trace
         self.seed = int(seed)
         self._gens = [np.random.default_rng([self.seed, r]) for r in range(nranks)]
-        self._table = np.empty((nranks, 0), np.float64)
+        self._table = np.empty((nranks, 0), np.float64)  # drawn times (jitter only): columns 0 .. _have-1
+        self._have = 0
 
     def mean_s(self) -> np.ndarray:
         """Expected time per micro-batch of each rank."""
@@ -156,11 +165,17 @@ class ComputeModel:
         return base * self.slow
 
     def _grow(self, upto: int) -> None:
-        have = self._table.shape[1]
+        """Draw every rank's times up to micro-batch ``upto`` (whole blocks; the table's capacity doubles, so
+        a long run copies it a few times, not once per block)."""
+        have = self._have
         if upto <= have:
             return
         nblocks = -(-(upto - have) // _BLOCK)
-        cols = np.empty((self.nranks, nblocks * _BLOCK), np.float64)
+        if have + nblocks * _BLOCK > self._table.shape[1]:
+            table = np.empty((self.nranks, max(have + nblocks * _BLOCK, 2 * self._table.shape[1])), np.float64)
+            table[:, :have] = self._table[:, :have]
+            self._table = table
+        cols = self._table[:, have:have + nblocks * _BLOCK]
         idx = np.arange(have, have + nblocks * _BLOCK)
         for r in range(self.nranks):
             if self.trace is not None:
@@ -171,10 +186,30 @@ class ComputeModel:
                 z = np.concatenate([self._gens[r].standard_normal(_BLOCK) for _ in range(nblocks)])
                 base = base * np.exp(self.jitter * z - 0.5 * self.jitter ** 2)
             cols[r] = base * self.slow[r]
-        self._table = np.concatenate([self._table, cols], axis=1)
+        self._have = have + nblocks * _BLOCK
+
+    @property
+    def deterministic(self) -> bool:
+        """No jitter: every tau is read off the constant or the trace, so none is kept in a table and the
+        sequence of each rank repeats (``period``)."""
+        return not self.jitter
+
+    def period(self, group: int) -> int:
+        """Groups of ``group`` micro-batches after which a deterministic rank's group times repeat: the
+        trace's rows (1 for a constant) over their gcd with ``group``."""
+        rows = 1 if self.trace is None else len(self.trace)
+        return rows // math.gcd(rows, group)
+
+    def _direct(self, rank: int, start: int, count: int) -> np.ndarray:
+        """tau(rank, start .. start+count-1) of a deterministic model, as the table would hold them."""
+        if self.trace is None:
+            return np.full(count, self.base_s) * self.slow[rank]
+        return self.trace[np.arange(start, start + count) % len(self.trace), rank] * self.slow[rank]
 
     def times(self, rank: int, start: int, count: int) -> np.ndarray:
         """tau(rank, start .. start+count-1)."""
+        if self.deterministic:
+            return self._direct(rank, start, count)
         self._grow(start + count)
         return self._table[rank, start:start + count]
 
@@ -199,7 +234,12 @@ class ComputeStream:
         """The next ``count`` micro-batch times of every rank, shape (count, nranks)."""
         m = self.model
         start = int(self.pos.max())
-        if np.all(self.pos == start):
+        if m.deterministic and np.all(self.pos == start):
+            if m.trace is None:
+                out = np.full((count, m.nranks), m.base_s) * m.slow
+            else:
+                out = m.trace[np.arange(start, start + count) % len(m.trace)] * m.slow
+        elif np.all(self.pos == start):
             m._grow(start + count)
             out = m._table[:, start:start + count].T.copy()
         else:
@@ -213,5 +253,47 @@ class ComputeStream:
         self.pos[rank] += count
         return out
 
+    def run_until(self, rank: int, group: int, t: float, until: float) -> tuple[int, float]:
+        """Groups of ``group`` micro-batches of ``rank`` run back to back from ``t`` up to and including the
+        first that ends at or after ``until`` (at least one, as ACCO's compute phase): how many groups, and
+        when the last ends. The ends are the running sums a loop ``t += group.sum()`` makes (np.cumsum adds
+        in order), read a block of groups at a time. With deterministic times, when more than SKIP_GROUPS
+        groups are left, whole periods of the rank's sequence (``ComputeModel.period``, up to ``MAX_PERIOD``
+        micro-batches) are skipped in closed form (their sum times their count), so a rank that waits for one
+        a million times slower costs a few blocks, not a million groups; its clock then differs from the
+        loop's in the last bits."""
+        m = self.model
+        pos = int(self.pos[rank])
+        t += float(m.times(rank, pos, group).sum())  # the first group alone: mostly the only one
+        groups, pos, block, skipped = 1, pos + group, 4, False
+        while t < until:
+            sums = m.times(rank, pos, block * group).reshape(block, group).sum(axis=1)
+            ends = np.cumsum(np.concatenate(([t], sums)))[1:]
+            i = int(np.searchsorted(ends, until, side="left"))
+            if i < block:
+                groups += i + 1
+                pos += (i + 1) * group
+                t = float(ends[i])
+                break
+            if not ends[-1] > t:
+                raise CollsynthError(f"rank {rank}'s micro-batches ({float(sums[0]):.3g} s a group) are below the "
+                                     f"resolution of its clock at {t:.3g} s: raise --compute or --microbatches")
+            groups += block
+            pos += block * group
+            t = float(ends[-1])
+            if not skipped and m.deterministic:
+                skipped = True
+                p = m.period(group)
+                if p * group <= MAX_PERIOD:
+                    total = float(m.times(rank, pos, p * group).sum())
+                    k = int((until - t) // total) - 1  # whole periods that end before ``until``
+                    if k * p > SKIP_GROUPS:
+                        t += k * total
+                        groups += k * p
+                        pos += k * p * group
+            block = min(2 * block, MAX_BLOCK)
+        self.pos[rank] = pos
+        return groups, t
 
-__all__ = ["ComputeModel", "ComputeStream", "load_trace", "parse_slow"]
+
+__all__ = ["MAX_BLOCK", "MAX_PERIOD", "SKIP_GROUPS", "ComputeModel", "ComputeStream", "load_trace", "parse_slow"]

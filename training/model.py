@@ -21,6 +21,11 @@ bytes, T_opt optimizer step over the full model, K buckets):
   Commit round 2m+1 reduces the micro-batches computed during rounds 2m-1 and 2m (the seed group
   before round 0 for m = 0), so its batch varies; compare methods by throughput.
 
+The work is estimated before any of it starts (training/work.py: schedules, steps, buckets, ACCO's
+micro-batches) and a run beyond the time or memory budget is refused in one line naming the flag to change.
+Recorded steps keep at most RECORD_MICROBATCHES micro-batches and RECORD_BUCKETS buckets per rank one by
+one (the rest as one span each), so a timeline stays small however many there are.
+
 Throughput is measured in steady state: the samples of steps ``warmup..steps-1`` divided by the time
 from the end of step ``warmup-1`` (the latest rank) to the end of the last step. Idle fraction of a
 rank: the share of the run in which it computes nothing (neither micro-batches nor optimizer).
@@ -36,11 +41,13 @@ from typing import Any
 
 import numpy as np
 
-from collsynth import budget
 from collsynth.errors import CollsynthError
 from collsynth.synth.topology import Topology
 from collsynth.training.comm import CollectiveModel
 from collsynth.training.compute import ComputeModel
+from collsynth.training.work import COUNT_BYTES, RECORD_BUCKETS, RECORD_MICROBATCHES
+from collsynth.training.work import check as check_work
+from collsynth.training.work import estimate as estimate_work
 
 METHODS: dict[str, str] = {
     "ddp": "compute all micro-batches, then one AllReduce of the gradients, then the optimizer",
@@ -48,7 +55,6 @@ METHODS: dict[str, str] = {
     "zero1": "ReduceScatter, optimizer step on the 1/n shard, AllGather of the parameters",
     "acco": "ZeRO-1 rounds overlapped with more micro-batches (estimate + commit rounds per step)",
 }
-COUNT_BYTES = 8.0  # ACCO's sample-count AllReduce
 
 
 @dataclass(frozen=True)
@@ -173,24 +179,28 @@ class _Run:
         return res.finish
 
     def compute_spans(self, t0: np.ndarray, taus: np.ndarray) -> None:
-        """Record micro-batches (rows of taus) run back to back from t0."""
+        """Record micro-batches (rows of taus) run back to back from t0: the first RECORD_MICROBATCHES one by
+        one, any more as one span."""
         t = t0.copy()
-        for row in taus:
+        for row in taus[:RECORD_MICROBATCHES]:
             self.span("compute", t, t + row)
             t = t + row
+        if len(taus) > RECORD_MICROBATCHES:
+            self.span("compute", t, t + taus[RECORD_MICROBATCHES:].sum(axis=0))
 
     def result(self, method: str) -> MethodResult:
         s = self.s
         w = s.warmup_steps
         t0 = self.step_end[w - 1] if w > 0 else 0.0
         dt = self.step_end[-1] - t0
-        samples = int(self.step_samples[w:].sum()) * s.batch
-        batches = self.step_samples[w:] * s.batch
+        counts = self.step_samples[w:]  # micro-batches per step; times --batch in Python ints (no int64 overflow)
+        samples = int(counts.sum()) * s.batch
         elapsed = float(self.step_end.max())
         idle = [float(max(0.0, 1.0 - b / elapsed)) if elapsed > 0 else 0.0 for b in self.busy]
         return MethodResult(method, self.alg, samples / dt if dt > 0 else math.inf,
-                            dt / (s.steps - w), float(batches.mean()), int(batches.min()), int(batches.max()),
-                            idle, dict(sorted(self.labels.items())), elapsed, self.timeline)
+                            dt / (s.steps - w), float(counts.mean()) * s.batch, int(counts.min()) * s.batch,
+                            int(counts.max()) * s.batch, idle, dict(sorted(self.labels.items())), elapsed,
+                            self.timeline)
 
 
 def _ddp(run: _Run) -> None:
@@ -225,9 +235,15 @@ def _ddp_bucketed(run: _Run) -> None:
         if rec:
             run.compute_spans(t, taus)
         prev = np.full(n, -np.inf)
+        tail = None  # recorded steps: where the buckets after RECORD_BUCKETS start (drawn as one span)
         for b in range(1, K + 1):
             ready = pre + (1.0 - fb) * last + fb * last * (b / K)
-            prev = run.collective(run.alg, "allreduce", s.grad_bytes / K, np.maximum(ready, prev), rec)
+            arr = np.maximum(ready, prev)
+            if rec and b > RECORD_BUCKETS and tail is None:
+                tail = arr
+            prev = run.collective(run.alg, "allreduce", s.grad_bytes / K, arr, rec and b <= RECORD_BUCKETS)
+        if tail is not None:
+            run.span("comm", tail, prev)
         end = np.maximum(prev, done)
         t = end + s.optimizer_s
         if rec:
@@ -278,19 +294,12 @@ def _acco(run: _Run) -> None:
         count = np.zeros(n, np.int64)
         w_new = np.empty(n)
         for r in range(n):
-            t = float(w[r])
-            start = t
-            while True:
-                g = run.stream.take(r, A)
-                if rec:
-                    for x in g:
-                        run.timeline.append({"rank": r, "kind": "compute", "start_s": t, "end_s": t + float(x)})
-                        t += float(x)
-                else:
-                    t += float(g.sum())
-                count[r] += A
-                if t >= done[r]:
-                    break
+            start = float(w[r])
+            if rec:
+                groups, t = _acco_recorded(run, r, start, float(done[r]))
+            else:
+                groups, t = run.stream.run_until(r, A, start, float(done[r]))
+            count[r] = groups * A
             run.busy[r] += t - start
             w_new[r] = t + s.swap_s
         if rec and s.swap_s:
@@ -300,6 +309,31 @@ def _acco(run: _Run) -> None:
             run.step_samples[k] = int(prev_count.sum() + prev_prev.sum())
         prev_prev, prev_count = prev_count, count
         w = w_new
+
+
+def _acco_recorded(run: _Run, r: int, t: float, until: float) -> tuple[int, float]:
+    """ACCO's compute phase of rank r in a recorded round (as ComputeStream.run_until), its micro-batches in
+    the timeline: the first RECORD_MICROBATCHES one by one, the rest as one span."""
+    A = run.s.microbatches
+    groups = kept = 0
+    while True:
+        g = run.stream.take(r, A)
+        keep = min(A, RECORD_MICROBATCHES - kept)
+        for x in g[:keep]:
+            run.timeline.append({"rank": r, "kind": "compute", "start_s": t, "end_s": t + float(x)})
+            t += float(x)
+        kept += keep
+        if keep < A:
+            start, t = t, t + float(g[keep:].sum())
+            run.timeline.append({"rank": r, "kind": "compute", "start_s": start, "end_s": t})
+        groups += 1
+        if t >= until:
+            return groups, t
+        if kept >= RECORD_MICROBATCHES:
+            start = t
+            more, t = run.stream.run_until(r, A, t, until)
+            run.timeline.append({"rank": r, "kind": "compute", "start_s": start, "end_s": t})
+            return groups + more, t
 
 
 _SIMULATORS: dict[str, Callable[[_Run], None]] = {
@@ -320,52 +354,6 @@ def check_methods(methods: Sequence[str]) -> list[str]:
     return out
 
 
-def estimate_seconds(setup: TrainingSetup, runs: int, steps: int | None = None) -> float:
-    """About how long ``runs`` (method, algorithm) simulations of ``steps`` (default setup.steps) take: per
-    step about 1 us x ranks^2 x micro-batches (collectives and compute draws) plus 30 us per bucket
-    (measured on one core: 8 ranks, 2000 steps, 8 runs in 1.3 s; 2000 buckets x 200 steps in 11 s)."""
-    n = setup.topology.nranks
-    per_step = 1e-6 * n * n * max(setup.microbatches, 1) + 3e-5 * setup.buckets
-    return runs * (setup.steps if steps is None else steps) * per_step
-
-
-ACCO_GROUP_S = 5e-6  # one micro-batch group of one rank in _acco (measured: 2 ranks, 1e-8 s micro-batches)
-
-
-def acco_groups_per_round(setup: TrainingSetup, comm: CollectiveModel, algorithms: Sequence[str]) -> float:
-    """About how many micro-batch groups one rank computes in one ACCO round: it keeps computing until its
-    round's communication (count AllReduce, ReduceScatter, AllGather, started together) ends (docs/acco.md)."""
-    per = setup.microbatches * float(setup.compute.mean_s().min())
-    if not per > 0:
-        return math.inf
-    z = np.zeros(setup.nranks)
-    longest = 0.0
-    for a in algorithms:
-        t = comm.run("ring", "allreduce", COUNT_BYTES, z).finish if setup.count_allreduce else z
-        t = comm.run(a, "reducescatter", setup.grad_bytes, t).finish
-        t = comm.run(a, "allgather", setup.pbytes, t + setup.optimizer_s / setup.nranks).finish
-        longest = max(longest, float(t.max()))
-    return longest / per + 1
-
-
-def _check_work(setup: TrainingSetup, methods: Sequence[str], algorithms: Sequence[str],
-                comm: CollectiveModel) -> None:
-    runs = len(methods) * len(algorithms)
-    what = f"train-sim of {setup.steps} steps x {runs} method/algorithm runs on {setup.topology.nranks} ranks"
-    seconds = estimate_seconds(setup, runs)
-    if seconds > budget.max_seconds():
-        fit = budget.max_seconds() / max(estimate_seconds(setup, runs, 1), 1e-12)
-        budget.check_seconds(seconds, what, largest=f"--steps {int(fit)}" if fit >= 1 else "")
-    if "acco" in methods:
-        groups = acco_groups_per_round(setup, comm, algorithms)
-        draws = 2 * setup.steps * setup.nranks * groups  # micro-batch groups of one run (all ranks)
-        acco = (f"{what}: acco computes about {groups:.3g} micro-batch groups per rank and round while it "
-                f"communicates, at {float(setup.compute.mean_s().min()):.3g} s per micro-batch")
-        hint = "raise --compute or --microbatches, lower --steps, or leave acco out of --methods"
-        budget.check(8 * draws * setup.microbatches, acco, hint=hint)  # the compute model keeps every draw
-        budget.check_seconds(draws * len(algorithms) * ACCO_GROUP_S, acco, hint=hint)
-
-
 def simulate_training(setup: TrainingSetup, methods: Sequence[str] = tuple(METHODS),
                       algorithms: Sequence[str] = ("ring", "stragglar"),
                       comm: CollectiveModel | None = None) -> list[MethodResult]:
@@ -381,8 +369,11 @@ def simulate_training(setup: TrainingSetup, methods: Sequence[str] = tuple(METHO
     if comm is None:
         comm = CollectiveModel(setup.topology, exact=setup.exact, window_s=setup.window_s, agree_s=setup.agree_s)
     for a in algs:
+        comm.check_algorithm(a, build=False)
+    est = estimate_work(setup, methods, algs, comm)  # before any schedule is built
+    for a in algs:
         comm.check_algorithm(a)
-    _check_work(setup, methods, algs, comm)
+    check_work(est)
     out = []
     for m in methods:
         for a in algs:
