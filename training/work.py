@@ -38,7 +38,7 @@ from collsynth.training.compute import MAX_PERIOD, SKIP_GROUPS
 
 if TYPE_CHECKING:
     from collsynth.training.comm import CollectiveModel
-    from collsynth.training.model import TrainingSetup
+    from collsynth.training.setup import TrainingSetup
 
 SIM_FIXED_S = 5e-4  # one run of synth.simulate: fixed part (measured 0.6-1.0 ms at 8 ranks)
 SIM_STEP_S = 4e-5  # per schedule step (ring AllReduce at 128 ranks: 254 steps, 32,512 transfers, 20 ms)
