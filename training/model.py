@@ -56,8 +56,6 @@ METHODS: dict[str, str] = {
 }
 
 
-
-
 @dataclass
 class MethodResult:
     """One (method, algorithm) simulation."""
