@@ -25,6 +25,9 @@ _NVLINK_BW_BY_SM: tuple[tuple[int, int, float], ...] = (
 NVLINK_BW_DEFAULT_GBPS = 20.0  # NCCL's fallback (SM80_NVLINK_BW) for a compute capability it does not list
 
 PCIE_GEN_PER_LANE = {2.5: 15, 5.0: 30, 8.0: 60, 16.0: 120, 32.0: 240, 64.0: 480}  # 100 Mb/s units per lane
+# the lane counts a PCIe link can have (the spec's x1..x32; what sysfs max_link_width reports). NCCL takes
+# any integer and reads 0 as 16; 0 (an unknown width, in VM dumps) is accepted, other values are typos
+PCIE_LANE_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
 
 QPI_BW_GBPS = {"intel-bdw": 6.0, "intel-skl": 10.0, "intel-srp": 22.0, "intel-erp": 40.0, "amd": 16.0,
                "arm": 6.0, "power": 32.0}

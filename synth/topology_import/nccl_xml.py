@@ -9,9 +9,12 @@ socket NIC, directly under a ``<cpu>`` (then repeated under every CPU). Quirks h
 NVSwitch (one ``fffffff:ff:ff.0`` target with all links), link_speed strings with or without
 "PCIe" or empty, NVLinks pointing at the GPU itself, vendor skeletons with no ``<gpu>`` (refused).
 Refused as malformed (one line naming the element and attribute): a busid or NVLink target that is not
-domain:bus:device.function in hex, a GPU rank repeated or outside 0..n-1, an NVLink count outside
-1..MAX_NVLINK_COUNT (one element or a GPU's total), an NVSwitch-class NVLink whose target is another
-GPU, a nonpositive sm, a link_width that is not a lane count.
+domain:bus:device.function in hex, one PCI device given twice (two <pci> with one busid, compared as
+numbers, or two <gpu> in one <pci>), a negative or repeated GPU rank, an NVLink count outside
+1..MAX_NVLINK_COUNT (one element or a GPU's total), an NVSwitch-class NVLink whose target is a GPU (the
+GPU itself included), a nonpositive sm, a link_width other than 0 or a PCIe lane count (PCIE_LANE_WIDTHS).
+A GPU-class NVLink to the GPU's own busid is ignored and noted, not refused: Azure's NC A100 v4 topology
+file (azhpc-images topology/ncv4-topo.xml) gives every GPU such a link.
 
 The XML is untrusted: DOCTYPE and entity declarations are refused before parsing, the file size and
 the nesting depth are capped.
@@ -30,6 +33,7 @@ from collsynth.synth.topology_import.constants import (
     MAX_NVLINK_COUNT,
     NIC_DEFAULT_MBPS,
     PCIE_GEN_PER_LANE,
+    PCIE_LANE_WIDTHS,
     cpu_link_gbps,
     nvlink_gbps,
     pcie_gbps,
@@ -98,12 +102,40 @@ def _checked_busid(el: ET.Element, attr: str, where: str, what: str) -> str:
 
 
 def _width(el: ET.Element, where: str) -> int:
-    """A <pci> element's link_width (lanes; 0 when absent or empty, as NCCL reads it)."""
+    """A <pci> element's link_width (lanes; 0 when absent, empty or 0, as NCCL reads it); refused unless
+    0 or a PCIe lane count (PCIE_LANE_WIDTHS)."""
     raw = (el.get("link_width") or "").strip()
     if raw and not re.fullmatch(r"[0-9]+", raw):
         raise CollsynthError(f"{where}: <pci busid={el.get('busid')!r}> has link_width={el.get('link_width')!r}; "
                              "expected the lane count, an integer such as 16")
-    return int(raw) if raw else 0
+    digits = raw.lstrip("0")
+    width = 0 if not digits else int(digits) if len(digits) <= 9 else -1  # -1: too many digits, refused below
+    if width != 0 and width not in PCIE_LANE_WIDTHS:
+        lanes = ", ".join(map(str, PCIE_LANE_WIDTHS[:-1])) + f" or {PCIE_LANE_WIDTHS[-1]}"
+        raise CollsynthError(f"{where}: <pci busid={el.get('busid')!r}> has link_width={el.get('link_width')!r}; "
+                             f"a PCIe link has {lanes} lanes (0: unknown, read as 16): fix the width")
+    return width
+
+
+def _busid_key(busid: str) -> tuple[int, ...]:
+    """A checked bus id as numbers (domain, bus, device, function): 0000:1b:00.0 and 00000000:1b:00.0 are one
+    device, as NCCL's busIdToInt64 reads them."""
+    return tuple(int(x, 16) for x in re.split(r"[:.]", busid))
+
+
+def _check_unique_pcis(cpus: list[ET.Element], where: str) -> None:
+    """Refuse a <pci> (under any <cpu>, in file order) whose bus id an earlier one has (by ``_busid_key``)."""
+    seen: dict[tuple[int, ...], str] = {}
+    for pci in (p for cpu in cpus for p in cpu.iter("pci")):
+        busid = _checked_busid(pci, "busid", where, "<pci>")
+        if not busid:
+            continue
+        key, raw = _busid_key(busid), pci.get("busid") or ""
+        if key in seen:
+            same = "" if seen[key] == raw else f" (the same device as busid={seen[key]!r})"
+            raise CollsynthError(f"{where}: <pci busid={raw!r}> appears twice{same}; each PCI device must appear "
+                                 "once: remove the duplicate or fix its busid")
+        seen[key] = raw
 
 
 def _sm(el: ET.Element, where: str, what: str) -> int | None:
@@ -144,6 +176,7 @@ def read_nccl_xml(text: str, name: str, where: str) -> NodeModel:
     if len(hosts) > 1:
         raise CollsynthError(f"{where}: describes {len(hosts)} hosts (host_hash {', '.join(hosts)}); import one "
                              "host's dump and use --nodes to build the cluster")
+    _check_unique_pcis(cpus, where)
     model = NodeModel(name=name, fmt="nccl-xml", gpus=[], cpus=[], cpu_link_bw=0.0)
     found: list[dict[str, Any]] = []  # gpus in file order
     nets: list[tuple[ET.Element, int, tuple[str, ...], bool]] = []  # (net, cpu, pci path, under a pci)
@@ -189,6 +222,10 @@ def read_nccl_xml(text: str, name: str, where: str) -> NodeModel:
             model.assume(f"GPU {r} has no sm attribute: NVLinks counted at {nvlink_gbps(None):g} GB/s each")
         model.gpus.append(Gpu(rank=r, label=f["busid"], sm=sm, cpu=f["cpu"], pcie_bw=f["bw"]))
         f["rank"] = r
+        if f["busid"] in by_busid:
+            raise CollsynthError(f"{where}: <pci busid={f['busid']!r}> holds two <gpu> elements (GPUs "
+                                 f"{by_busid[f['busid']]} and {r}); each PCI device must appear once: give each "
+                                 "GPU its own <pci>")
         if f["busid"]:
             by_busid[f["busid"]] = r
     if any(f["bw"] is None for f in ordered):
@@ -287,11 +324,13 @@ def _read_nvlinks(model: NodeModel, f: dict[str, Any], by_busid: dict[str, int],
         target = _nvlink_target(nv, where, what)
         tclass = (nv.get("tclass") or "").lower()
         if tclass == NVSWITCH_CLASS:
-            peer = by_busid.get(target, r)
-            if peer != r:
-                raise CollsynthError(f"{where}: {what} has target={target!r}, which is GPU {peer}, but "
-                                     f"tclass={nv.get('tclass')!r} (an NVSwitch); use tclass=\"0x030200\" for a "
-                                     "direct GPU link or the NVSwitch's bus id")
+            peer = by_busid.get(target)
+            if peer is not None:
+                which, fix = (("the GPU itself", "give the NVSwitch's bus id (fffffff:ff:ff.0 for a hidden one)")
+                              if peer == r else
+                              (f"GPU {peer}", "use tclass=\"0x030200\" for a direct GPU link or the NVSwitch's bus id"))
+                raise CollsynthError(f"{where}: {what} has target={target!r}, which is {which}, but "
+                                     f"tclass={nv.get('tclass')!r} (an NVSwitch); {fix}")
             model.switch_links[r] = model.switch_links.get(r, 0) + count
             if target == HIDDEN_NVSWITCH:
                 model.assume("hidden NVSwitch (NVLinks target fffffff:ff:ff.0 with the total link count): "

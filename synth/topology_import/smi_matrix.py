@@ -12,6 +12,14 @@ What the matrix does not say, and is assumed (each reported): the GPU generation
 bandwidth; pass ``sm``), whether NVLinks go to an NVSwitch or straight to the peer (a switch when
 every GPU pair shows the same ``NV<k>`` and k x (GPUs - 1) exceeds 18 links, the most any GPU has),
 the NIC speed (pass ``nic_speed``), and PCIe speeds.
+
+Refused as malformed (one line naming the row and column): a header naming a device twice or GPU columns
+other than GPU0..GPU<n-1>; a row missing, repeated or naming no header device; a row with more cells than
+the header has columns or fewer than one per device (a tab-separated GPU row also needs its affinity
+cells); a cell other than X, NV<k>, PIX, PXB, PHB, NODE, SYS (or SOC); X off the diagonal or another
+cell on it; NV<k> with k outside 1..MAX_NVLINK_COUNT or in a NIC's row or column; a cell that differs
+from its mirror (the matrix is symmetric); direct NVLinks adding up to more than MAX_NVLINK_COUNT for
+one GPU.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import re
 from collsynth.errors import CollsynthError
 from collsynth.synth.topology_import.constants import (
     GB,
+    MAX_NVLINK_COUNT,
     MAX_NVLINKS_PER_GPU,
     QPI_BW_GBPS,
     nvlink_gbps,
@@ -30,9 +39,10 @@ from collsynth.synth.topology_import.node import DISTANCES, Gpu, Nic, NodeModel
 
 AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 DEFAULT_NIC_BPS = 100e9 / 8  # 100 Gb/s: NCCL's reference NIC (NET_BW, src/graph/topo.h)
-_HEADER = re.compile(r"(^|[\t ])GPU0[\t ]+GPU1([\t ]|$)")
-_GPU = re.compile(r"GPU(\d+)$")
-_NV = re.compile(r"NV(\d+)$")
+# two GPU columns side by side (GPU0 GPU1 in any real matrix; a matrix lacking GPU1 is then refused by name)
+_HEADER = re.compile(r"(^|[\t ])GPU[0-9]+[\t ]+GPU[0-9]+([\t ]|$)")
+_GPU = re.compile(r"GPU([0-9]+)$")
+_NV = re.compile(r"NV([0-9]+)$")
 _CORRUPT_PHB = re.compile(r"PH(\d[\d,\-]*)$")  # "PHB\t0-115" with "B\t" lost, as published
 
 
@@ -67,8 +77,12 @@ def read_smi_matrix(text: str, name: str, where: str, *, sm: int | None = None,
     ndev = next((i for i, f in enumerate(fields) if f in AFFINITY_COLUMNS), len(fields))
     devices = fields[:ndev]
     aff_names = [f for f in fields[ndev:] if f]
-    if len(set(devices)) != len(devices):
-        raise CollsynthError(f"{where}: the header names a device twice; each column must be one device")
+    twice = next((d for i, d in enumerate(devices) if d in devices[:i]), None)
+    if twice is not None:
+        raise CollsynthError(f"{where}: the header names {twice} twice; each column must be one device")
+    gpu_labels = sorted((d for d in devices if _GPU.match(d)), key=lambda d: int(d[3:]))
+    if [int(d[3:]) for d in gpu_labels] != list(range(len(gpu_labels))):
+        raise CollsynthError(f"{where}: GPU columns are {', '.join(gpu_labels)}; expected GPU0..GPU<n-1>")
     rows: dict[str, list[str]] = {}
     for ln in lines[head + 1:]:
         if not ln.strip():
@@ -79,6 +93,9 @@ def read_smi_matrix(text: str, name: str, where: str, *, sm: int | None = None,
             break
         if label not in devices:
             raise CollsynthError(f"{where}: row {label!r} is not a device of the header ({', '.join(devices)})")
+        if label in rows:
+            raise CollsynthError(f"{where}: row {label} appears twice; each device has one row: remove the "
+                                 "duplicate")
         rows[label] = cells[1:]
     missing = [d for d in devices if d not in rows]
     if missing:
@@ -90,44 +107,95 @@ def read_smi_matrix(text: str, name: str, where: str, *, sm: int | None = None,
     affinity: dict[str, dict[str, str]] = {}
     corrupt: list[str] = []
     for label, cells in rows.items():
-        cells = list(cells)
+        cells = _fit_row(label, _repair(label, devices, list(cells), corrupt), len(devices), aff_names, tabs, where)
         for k, dev in enumerate(devices):
-            if k >= len(cells):
-                raise CollsynthError(f"{where}: row {label} has {len(cells)} cells; the header names {len(devices)} "
-                                     "devices")
-            c = cells[k].strip()
-            m = _CORRUPT_PHB.match(c)
-            if m:
-                corrupt.append(f"{label}/{dev} {c!r}")
-                cells[k] = "PHB"
-                cells.insert(k + 1, m.group(1))
-                c = "PHB"
-            if c == "SOC":
-                c = "SYS"
-            if not (c == "X" or _NV.match(c) or c in DISTANCES):
-                raise CollsynthError(f"{where}: row {label}, column {dev}: cell {c!r} is not X, NV<k>, PIX, PXB, "
-                                     "PHB, NODE or SYS")
-            if (c == "X") != (label == dev):
-                raise CollsynthError(f"{where}: row {label}, column {dev}: cell {c!r}; X belongs on the diagonal "
-                                     "only")
-            cell[label, dev] = c
-        rest = [x.strip() for x in cells[len(devices):]]
-        if "GPU NUMA ID" in aff_names and len(rest) == len(aff_names) + 1 and rest[-2] == "":
-            del rest[-2]
-        affinity[label] = dict(zip(aff_names, rest))
+            cell[label, dev] = _cell(cells[k].strip(), label, dev, where)
+        affinity[label] = dict(zip(aff_names, (x.strip() for x in cells[len(devices):])))
+    _check_symmetric(devices, cell, where)
     if corrupt:
         more = f" and {len(corrupt) - 1} more" if len(corrupt) > 1 else ""
         model.assume(f"cell {corrupt[0]}{more} read as PHB followed by the CPU affinity (a copy that lost \"B\" "
                      "and a tab)")
-    gpu_labels = sorted((d for d in devices if _GPU.match(d)), key=lambda d: int(d[3:]))
-    if [int(d[3:]) for d in gpu_labels] != list(range(len(gpu_labels))):
-        raise CollsynthError(f"{where}: GPU columns are {', '.join(gpu_labels)}; expected GPU0..GPU<n-1>")
     if len(gpu_labels) < 2:
         raise CollsynthError(f"{where}: shows {len(gpu_labels)} GPU; a topology needs at least 2")
     _gpus(model, gpu_labels, affinity)
-    _nvlinks(model, gpu_labels, cell, sm)
+    _nvlinks(model, gpu_labels, cell, sm, where)
     _nics(model, [d for d in devices if not _GPU.match(d)], gpu_labels, cell, text, nic_speed)
     return model
+
+
+def _repair(label: str, devices: list[str], cells: list[str], corrupt: list[str]) -> list[str]:
+    """``cells`` with each device cell like ``PH0-115`` (a copy that lost "B" and a tab) split back into
+    ``PHB`` and the CPU affinity; each one noted in ``corrupt``."""
+    for k, dev in enumerate(devices[:len(cells)]):
+        c = cells[k].strip()
+        m = _CORRUPT_PHB.match(c)
+        if m:
+            corrupt.append(f"{label}/{dev} {c!r}")
+            cells[k:k + 1] = ["PHB", m.group(1)]
+    return cells
+
+
+def _fit_row(label: str, cells: list[str], ndev: int, aff_names: list[str], tabs: bool, where: str) -> list[str]:
+    """A row's cells, one per header column: newer drivers' GPU rows carry an empty field before the GPU NUMA
+    ID, dropped here. Refused: more cells than the header has columns (trailing empty fields aside: newer
+    drivers pad NIC rows), fewer than one per device, or a tab-separated GPU row without its affinity cells
+    (a space-aligned copy may have merged or dropped them)."""
+    naff = len(aff_names)
+    if "GPU NUMA ID" in aff_names and len(cells) == ndev + naff + 1 and not cells[-2].strip():
+        cells = cells[:-2] + cells[-1:]
+    most = ndev + naff
+    used = len(cells)
+    while used and not cells[used - 1].strip():
+        used -= 1
+    fewest = ndev + naff if tabs and _GPU.match(label) else ndev
+    if used > most or len(cells) < fewest:
+        more = f" and {naff} more ({', '.join(aff_names)})" if aff_names else ""
+        raise CollsynthError(f"{where}: row {label} has {used if used > most else len(cells)} cells; the header "
+                             f"has {ndev} device columns{more}: give each row one cell per column")
+    return cells
+
+
+def _nv_count(c: str) -> int | None:
+    """k of an ``NV<k>`` cell (absurdly long k: MAX_NVLINK_COUNT + 1), None for any other cell."""
+    m = _NV.match(c)
+    if not m:
+        return None
+    digits = m.group(1).lstrip("0") or "0"
+    return int(digits) if len(digits) <= 6 else MAX_NVLINK_COUNT + 1
+
+
+def _cell(c: str, label: str, dev: str, where: str) -> str:
+    """One matrix cell, checked (``SOC``, older drivers' name for SYS, read as SYS)."""
+    if c == "SOC":
+        c = "SYS"
+    k = _nv_count(c)
+    if not (c == "X" or k is not None or c in DISTANCES) and re.fullmatch(r"[0-9][0-9,\-]*|N/A", c):
+        raise CollsynthError(f"{where}: row {label}, column {dev}: cell {c!r} looks like an affinity value, so the "
+                             "row has fewer device cells than the header has device columns; give one cell per "
+                             "column")
+    if not (c == "X" or k is not None or c in DISTANCES):
+        raise CollsynthError(f"{where}: row {label}, column {dev}: cell {c!r} is not X, NV<k>, PIX, PXB, "
+                             "PHB, NODE or SYS")
+    if (c == "X") != (label == dev):
+        raise CollsynthError(f"{where}: row {label}, column {dev}: cell {c!r}; X belongs on the diagonal "
+                             "only")
+    if k is not None and not 1 <= k <= MAX_NVLINK_COUNT:
+        raise CollsynthError(f"{where}: row {label}, column {dev}: cell {c!r}; NV<k> is k bonded NVLinks, k from 1 "
+                             f"to {MAX_NVLINK_COUNT}: fix the count")
+    if k is not None and not (_GPU.match(label) and _GPU.match(dev)):
+        raise CollsynthError(f"{where}: row {label}, column {dev}: cell {c!r}; NVLinks join GPUs only: a NIC's "
+                             "cell is its PCIe distance (PIX, PXB, PHB, NODE or SYS)")
+    return c
+
+
+def _check_symmetric(devices: list[str], cell: dict[tuple[str, str], str], where: str) -> None:
+    """Refuse a matrix whose cell for a and b differs from the one for b and a."""
+    for i, a in enumerate(devices):
+        for b in devices[i + 1:]:
+            if cell[a, b] != cell[b, a]:
+                raise CollsynthError(f"{where}: row {a}, column {b} is {cell[a, b]} but row {b}, column {a} is "
+                                     f"{cell[b, a]}; the matrix is symmetric: fix one of the two cells")
 
 
 def _gpus(model: NodeModel, labels: list[str], affinity: dict[str, dict[str, str]]) -> None:
@@ -140,17 +208,16 @@ def _gpus(model: NodeModel, labels: list[str], affinity: dict[str, dict[str, str
                        f"GPU and {model.cpu_link_bw / GB:g} GB/s between CPUs (NCCL's Skylake figure)")
 
 
-def _nvlinks(model: NodeModel, labels: list[str], cell: dict[tuple[str, str], str], sm: int | None) -> None:
+def _nvlinks(model: NodeModel, labels: list[str], cell: dict[tuple[str, str], str], sm: int | None,
+             where: str) -> None:
+    """The GPUs' NVLinks from the (checked, symmetric) NV<k> cells: a switch or direct links."""
     n = len(labels)
     count: dict[tuple[int, int], int] = {}
     for a in range(n):
         for b in range(a + 1, n):
-            ma, mb = _NV.match(cell[labels[a], labels[b]]), _NV.match(cell[labels[b], labels[a]])
-            ka, kb = (int(ma.group(1)) if ma else 0), (int(mb.group(1)) if mb else 0)
-            if ka != kb:
-                model.assume(f"GPU{a}/GPU{b} shows NV{ka} one way and NV{kb} the other: the smaller is used")
-            if min(ka, kb) > 0:
-                count[a, b] = min(ka, kb)
+            k = _nv_count(cell[labels[a], labels[b]])
+            if k:
+                count[a, b] = k
     ks = set(count.values())
     switch = len(count) == n * (n - 1) // 2 and len(ks) == 1 and next(iter(ks)) * (n - 1) > MAX_NVLINKS_PER_GPU
     per_gpu = [0] * n
@@ -165,6 +232,11 @@ def _nvlinks(model: NodeModel, labels: list[str], cell: dict[tuple[str, str], st
         for (a, b), k in count.items():
             per_gpu[a] += k
             per_gpu[b] += k
+        top = max(range(n), key=per_gpu.__getitem__)
+        if per_gpu[top] > MAX_NVLINK_COUNT:
+            raise CollsynthError(f"{where}: the NV<k> cells of {labels[top]} add up to {per_gpu[top]} direct "
+                                 f"NVLinks; a GPU has at most {MAX_NVLINK_COUNT}: behind an NVSwitch every GPU pair "
+                                 "shows the same NV<k>, fix the cells that differ")
         model.assume("NV<k> cells are read as k direct NVLinks between the two GPUs (no NVSwitch)")
     if count:
         if sm is None and max(per_gpu) >= MAX_NVLINKS_PER_GPU:
