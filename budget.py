@@ -205,18 +205,7 @@ def check_work(work: WorkFn, n: int, what: str, *, unit: str = "ranks", monotone
         b, t = _totals(bound(x))
         return b <= max_memory() and t <= max_seconds()
 
-    lo, hi = 1, max(n - 1, 1)
-    if not fits(2):
-        fit = 0
-    else:
-        lo = 2
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if fits(mid):
-                lo = mid
-            else:
-                hi = mid - 1
-        fit = lo
+    fit = largest_true(fits, 2, max(n - 1, 2))  # < 2: none fits
     at = f" at {', '.join(knobs)}" if knobs else ""
     largest = (f"{fit} {unit}{at}" if fit >= 2 else "") + (f" ({hint})" if hint and fit >= 2 else "")
     smaller = f"give a smaller {' or '.join(k.split()[0] for k in knobs)}" if knobs else ""
