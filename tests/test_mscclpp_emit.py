@@ -85,6 +85,33 @@ def test_plan_shape_and_metadata():
     assert emit_plan(s) == emit_plan(s)  # deterministic
 
 
+@pytest.mark.parametrize("key", ["send_steps", "send_transfers"])
+def test_a_record_with_an_index_beyond_64_bits_is_not_used(key, tmp_path, capsys):
+    """A plan's "collsynth" record naming a step or transfer at or above 2^62 (a fuzzed file had a 418-digit
+    one) is no record collsynth wrote: the plan is timed by levels, as with a record of the wrong length
+    (before: an internal error, exit 3, converting it to an int64 column); `collsynth info` exits 0."""
+    d = json.loads(emit(build_schedule("ring", 4), "mscclpp-plan"))
+    d["collsynth"][key][-1] = 2**62 - 1  # still read
+    assert plan_text_to_schedule(json.dumps(d)).meta["timing"] == "recorded steps"
+    d["collsynth"][key][-1] = int("1" * 418)
+    s = plan_text_to_schedule(json.dumps(d))
+    assert (s.meta["timing"], s.ntransfers, s.nsteps) == ("levels", 24, 6)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(d))
+    assert main(["info", str(path)]) == 0
+    assert "24 transfers" in capsys.readouterr().out
+
+
+def test_record_chunk_grid_maps_plan_bytes_to_schedule_chunks():
+    """_columns maps each piece's bytes to the schedule's chunks through the record's nchunks N and plan_chunks
+    M (schedule chunk k starts at plan chunk k M // N): round trips with more plan chunks than schedule chunks
+    keep every row (an arithmetic inverse replaced a table of N + 1 entries)."""
+    s = build_schedule("stragglar", 6, straggler=5)
+    for chunks in (12, 30, 35, "pow2", None):
+        text, _ = round_trip(s, chunks=chunks)
+        assert json.loads(text)["collsynth"]["plan_chunks"] >= s.nchunks
+
+
 def test_port_channels_across_nodes_and_memory_channels_inside():
     s = build_schedule("ring", 8)
     plan = json.loads(emit_plan(s, gpus_per_node=4))

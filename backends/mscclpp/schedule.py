@@ -45,13 +45,16 @@ def sending_ops(plan: Plan) -> list[tuple[int, int, int, int]]:
     return out
 
 
+RECORD_MAX = 2**62  # a recorded step or transfer index at or above this is no record collsynth wrote (int64 columns)
+
+
 def _record(plan: Plan) -> tuple[dict[tuple[int, int, int, int], int], dict[tuple[int, int, int, int], int]] | None:
     meta = plan.meta
     steps, transfers = meta.get("send_steps"), meta.get("send_transfers")
     keys = sending_ops(plan)
     if not (isinstance(steps, list) and isinstance(transfers, list) and len(steps) == len(keys) == len(transfers)):
         return None
-    if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in steps + transfers):
+    if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < RECORD_MAX for x in steps + transfers):
         return None
     return dict(zip(keys, steps)), dict(zip(keys, transfers))
 
@@ -121,10 +124,18 @@ def _columns(rows: list[tuple[int, int, int, int, int, bool]], c: int, total: in
     """(step, src, dst, chunk, count, reduce, nchunks) per row: in the schedule's chunks when the record maps
     them (schedule chunk k starts at plan chunk k*M//N), else on the coarsest grid every row fits."""
     N, M = meta.get("nchunks"), meta.get("plan_chunks")
-    if isinstance(N, int) and isinstance(M, int) and 0 < N <= M and total % M == 0:
-        start = {k * M // N * (total // M): k for k in range(N + 1)}
-        if all(lo in start and hi in start for _, _, _, lo, hi, _ in rows):
-            return np.array([(st, a, b, start[lo], start[hi] - start[lo], int(red), N)
+    if isinstance(N, int) and isinstance(M, int) and 0 < N <= M and total > 0 and total % M == 0:
+        unit = total // M  # bytes per plan chunk
+
+        def chunk_at(x: int) -> int:
+            """The schedule chunk starting at byte x (-1: none does): k with k M // N plan chunks before it."""
+            p, rest = divmod(x, unit)
+            k = -(-p * N // M)
+            return k if rest == 0 and k <= N and k * M // N == p else -1
+
+        at = {x: chunk_at(x) for r in rows for x in (r[3], r[4])}
+        if -1 not in at.values():
+            return np.array([(st, a, b, at[lo], at[hi] - at[lo], int(red), N)
                              for st, a, b, lo, hi, red in sorted(rows)], np.int64).reshape(-1, 7)
     grid = c if all(lo % c == 0 and hi % c == 0 for _, _, _, lo, hi, _ in rows) else math.gcd(
         total, *(x for r in rows for x in (r[3], r[4])))
