@@ -23,3 +23,10 @@ def require_extra(module: str, extra: str, what: str) -> None:
         found = False
     if not found:
         raise CollsynthError(f"{what} needs {module}, which is not installed: pip install 'collsynth[{extra}]'")
+
+
+def quoted(value: object, limit: int = 40) -> str:
+    """A user's value as an error message quotes it: its repr, cut to ``limit`` characters ("..." at the end;
+    a fuzzed file's 418-digit number would otherwise fill the line)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

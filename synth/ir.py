@@ -31,7 +31,7 @@ import numpy as np
 
 from collsynth import budget
 from collsynth.apitypes import Column, Ints
-from collsynth.errors import CollsynthError, ScheduleFileError
+from collsynth.errors import CollsynthError, ScheduleFileError, quoted
 from collsynth.fileio import json_loads, read_text, write_text_atomic
 
 if TYPE_CHECKING:
@@ -342,7 +342,7 @@ class Schedule:
             cols = d["transfers"]
             if not isinstance(cols, dict):
                 raise ValueError("field 'transfers' must be an object of equal-length columns "
-                                 f"({', '.join(_COLUMNS)}), got {_short(cols)}")
+                                 f"({', '.join(_COLUMNS)}), got {quoted(cols)}")
             lacking = [k for k in _COLUMNS if k not in cols]
             if lacking:
                 raise ValueError(f"field 'transfers' lacks the column(s) {', '.join(lacking)} (a schedule has all "
@@ -362,12 +362,12 @@ class Schedule:
             phases = _read_phases(d.get("phases", []))
             owner = d.get("owner")
             if owner is not None and (not isinstance(owner, list) or not all(_is_index(o) for o in owner)):
-                raise ValueError(f"field 'owner' must be a list of rank numbers (integers), got {_short(owner)}")
+                raise ValueError(f"field 'owner' must be a list of rank numbers (integers), got {quoted(owner)}")
             if not isinstance(d.get("meta", {}), dict):
-                raise ValueError(f"field 'meta' must be an object, got {_short(d.get('meta'))}")
+                raise ValueError(f"field 'meta' must be an object, got {quoted(d.get('meta'))}")
             if not isinstance(d.get("collective"), str):
                 raise ValueError(f"field 'collective' must be a string such as \"allreduce\", "
-                                 f"got {_short(d.get('collective'))}")
+                                 f"got {quoted(d.get('collective'))}")
             for key in ("nranks", "nchunks", "nsteps", "ports"):
                 v = d.get(key, 1)
                 if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= INT_FIELD_MAX:
@@ -399,11 +399,6 @@ class Schedule:
         return cls.from_json_dict(d, source)
 
 
-def _short(v: object) -> str:
-    text = repr(v)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _is_index(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT_FIELD_MAX
 
@@ -412,24 +407,24 @@ def _read_phases(raw: object) -> tuple[Phase, ...]:
     """The "phases" list of a schedule file, each field's type checked; a wrong one names the phase, the
     field and what it expects (docs/commands.md, schedule format)."""
     if not isinstance(raw, list):
-        raise ValueError(f"field 'phases' must be a list of phase objects, got {_short(raw)}")
+        raise ValueError(f"field 'phases' must be a list of phase objects, got {quoted(raw)}")
     out = []
     for i, p in enumerate(raw):
         if not isinstance(p, dict):
-            raise ValueError(f"phases[{i}] must be an object with name, start, stop and waits_for, got {_short(p)}")
+            raise ValueError(f"phases[{i}] must be an object with name, start, stop and waits_for, got {quoted(p)}")
         for key in ("name", "start", "stop", "waits_for"):
             if key not in p:
                 raise ValueError(f"phases[{i}] has no field {key!r} (a phase has name, start, stop and waits_for)")
         if not isinstance(p["name"], str):
-            raise ValueError(f"phases[{i}] field 'name' must be a string, got {_short(p['name'])}")
+            raise ValueError(f"phases[{i}] field 'name' must be a string, got {quoted(p['name'])}")
         for key in ("start", "stop"):
             if not _is_index(p[key]):
                 raise ValueError(f"phases[{i}] field {key!r} must be a step index, an integer in "
-                                 f"0..{INT_FIELD_MAX}, got {_short(p[key])}")
+                                 f"0..{INT_FIELD_MAX}, got {quoted(p[key])}")
         waits = p["waits_for"]
         if not isinstance(waits, list) or not all(_is_index(r) for r in waits):
             raise ValueError(f"phases[{i}] field 'waits_for' must be a list of rank numbers (integers), "
-                             f"got {_short(waits)}")
+                             f"got {quoted(waits)}")
         out.append(Phase(p["name"], p["start"], p["stop"], tuple(waits)))
     return tuple(out)
 

@@ -499,6 +499,25 @@ def test_topology_numbers_are_range_checked_like_text(capsys, tmp_path, field, v
     assert field in err
 
 
+@pytest.mark.parametrize("key,value,needle", [
+    ("ports", 10**40, '"ports" must be an integer in 1..1024'),  # was exit 3: an int64 overflow in simulate
+    ("ports", {"default": 10**40}, "\"ports\" of class 'default' must be an integer in 1..1024, got 10000"),
+    ("ports", 1025, "got 1025"),
+    ("gpus", 10**40, "but its 2 links reach at most 4 GPUs"),  # was killed: a graph of 10^40 nodes
+    ("gpus", 5, '"gpus" is 5 but its 2 links reach at most 4 GPUs; every GPU needs a link')])
+def test_topology_counts_beyond_the_machine_are_refused_before_anything_is_built(capsys, tmp_path, key, value,
+                                                                                   needle):
+    """Found by fuzzing with huge numbers: a topology file's "ports" above MAX_PORTS (1024 messages per GPU and
+    class at once) and "gpus" above what its links can reach are one line, exit 2; a long number is cut."""
+    topo = {"gpus": 2, "switches": ["sw"], "links": [{"src": 0, "dst": "sw"}, {"src": 1, "dst": "sw"}], key: value}
+    (tmp_path / "t.json").write_text(json.dumps(topo))
+    for argv in (("compare", "-n", "2", "--size", "1MiB", "-t", tmp_path / "t.json"),
+                 ("topology", "show", tmp_path / "t.json")):
+        code, _, err = run(capsys, *argv)
+        one_line_exit_2(code, err, needle)
+        assert len(err) < 300
+
+
 @pytest.mark.parametrize("field", ["dst_buff", "src_buff", "channel_ids"])
 @pytest.mark.parametrize("value", [0, -0.0, "", 0.5])
 def test_plan_list_field_of_the_wrong_type_is_named(capsys, tmp_path, ring4, field, value):

@@ -212,7 +212,7 @@ def test_json_classes_ports_nodes():
     (lambda d: d.update(ports=1), "\"ports\" must be an object per class"),
     (lambda d: d.update(ports={"nvlink": 1}), "no entry for link class 'net'"),
     (lambda d: d.update(ports={"nvlink": 1, "net": 1, "pcie": 1}), "names link class 'pcie' that no link has"),
-    (lambda d: d.update(ports={"nvlink": 0, "net": 1}), "must be an integer >= 1"),
+    (lambda d: d.update(ports={"nvlink": 0, "net": 1}), r"must be an integer in 1\.\.1024"),
     (lambda d: d.update(nodes=[[0, 1], [1, 2, 3]]), "GPU 1 is in \"nodes\" twice"),
     (lambda d: d.update(nodes=[[0, 1], [2]]), "GPU 3 is in no entry"),
     (lambda d: d.update(nodes=[[0, 1], [2, 7]]), "names 7"),
@@ -393,7 +393,7 @@ def _file(tmp_path, d):
     (["--gpus", "4", "-t", "FILE:split"], "disconnected"),
 ])
 def test_cli_bad_topology_input(tmp_path, capsys, argv, needle):
-    files = {"lonely": {"gpus": 3, "links": [{"src": 0, "dst": 1}]},
+    files = {"lonely": {"gpus": 3, "switches": ["sw"], "links": [{"src": 0, "dst": "sw"}, {"src": 1, "dst": "sw"}]},
              "unknown": {"gpus": 2, "links": [{"src": 0, "dst": "sw9"}]},
              "zero": {"gpus": 2, "links": [{"src": 0, "dst": 1, "bandwidth": "0GB/s"}]},
              "split": {"gpus": 4, "links": [{"src": 0, "dst": 1}, {"src": 2, "dst": 3}]}}

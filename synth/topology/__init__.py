@@ -49,7 +49,7 @@ JSON file schema (``make_topology("path/to/topo.json", n)``)::
      "switches": ["sw0"],           # optional: switch names (strings)
      "alpha": "3us",                # optional default for links without one (else 3us); or per class
      "bandwidth": "450GiB/s",       # optional default for links without one (else 450GiB/s); or per class
-     "ports": 1,                    # optional: messages per rank per step, or per class {"nvlink": 1, "net": 1}
+     "ports": 1,                    # optional: messages per rank per step, 1..1024, or {"nvlink": 1, "net": 1}
      "nodes": [[0, 1], [2, 3]],     # optional: server nodes, each GPU once, in local order (default: one node)
      "fabric": "rail",              # optional, informational: "rail" or "fat-tree"
      "routing": "shortest",         # optional: files route by shortest paths only

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from collsynth.apitypes import ClassRates, ClassTimes
-from collsynth.errors import CollsynthError
+from collsynth.errors import CollsynthError, quoted
 from collsynth.fileio import json_loads, read_text
 from collsynth.synth.topology.gpus import gpu_from_json
 from collsynth.synth.topology.links import as_rate, as_time, check_link_params, class_values, new_graph
@@ -19,6 +19,10 @@ from collsynth.synth.topology.model import DEFAULT_ALPHA, DEFAULT_BANDWIDTH, DEF
 
 if TYPE_CHECKING:
     import networkx as nx
+
+MAX_PORTS = 1024  # messages per GPU, link class and direction at once: far above any GPU's links (an H100 has 18
+# NVLinks and at most a few NICs); beyond it the simulator's port tables would be the size of the file's number
+
 
 _FILE_KEYS = {"name", "gpus", "switches", "links", "ports", "alpha", "bandwidth", "nodes", "fabric", "routing",
               "gpu"}
@@ -62,10 +66,7 @@ def topology_from_dict(d: Any, n: int | None = None, alpha: ClassTimes = None, b
         raise CollsynthError(f"{where}: unknown key {sorted(extra)[0]!r}; allowed: {', '.join(sorted(_FILE_KEYS))}")
     gpus = d.get("gpus")
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 2:
-        raise CollsynthError(f"{where}: \"gpus\" must be an integer >= 2, got {gpus!r}")
-    if n is not None and gpus != n:
-        raise CollsynthError(f"{where} describes {gpus} GPUs but {n} are needed: "
-                             f"use --gpus {gpus} or a topology with {n} GPUs")
+        raise CollsynthError(f"{where}: \"gpus\" must be an integer >= 2, got {quoted(gpus)}")
     name = d.get("name", default_name)
     if not isinstance(name, str) or not name:
         raise CollsynthError(f"{where}: \"name\" must be a non-empty string")
@@ -77,17 +78,24 @@ def topology_from_dict(d: Any, n: int | None = None, alpha: ClassTimes = None, b
     ports = d.get("ports", 1)
     if isinstance(ports, dict):
         for c, p in ports.items():
-            if isinstance(p, bool) or not isinstance(p, int) or p < 1:
-                raise CollsynthError(f"{where}: \"ports\" of class {c!r} must be an integer >= 1, got {p!r}")
-    elif isinstance(ports, bool) or not isinstance(ports, int) or ports < 1:
-        raise CollsynthError(f"{where}: \"ports\" must be an integer >= 1 or an object per link class "
-                             f"such as {{\"nvlink\": 1, \"net\": 1}}, got {ports!r}")
+            if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= MAX_PORTS:
+                raise CollsynthError(f"{where}: \"ports\" of class {c!r} must be an integer in 1..{MAX_PORTS}, "
+                                     f"got {quoted(p)}")
+    elif isinstance(ports, bool) or not isinstance(ports, int) or not 1 <= ports <= MAX_PORTS:
+        raise CollsynthError(f"{where}: \"ports\" must be an integer in 1..{MAX_PORTS} or an object per link class "
+                             f"such as {{\"nvlink\": 1, \"net\": 1}}, got {quoted(ports)}")
     def_a, cls_a = _per_class_default(d.get("alpha", DEFAULT_ALPHA), as_time, where, "alpha")
     def_b, cls_b = _per_class_default(d.get("bandwidth", DEFAULT_BANDWIDTH), as_rate, where, "bandwidth")
     links = d.get("links")
     if not isinstance(links, list) or not links:
         raise CollsynthError(f"{where}: \"links\" must be a non-empty list of "
                              "{\"src\", \"dst\", \"alpha\", \"bandwidth\", \"bidirectional\", \"class\"} objects")
+    if gpus > 2 * len(links):  # every GPU needs a link, each link has two ends: checked before the graph is built
+        raise CollsynthError(f"{where}: \"gpus\" is {quoted(gpus)} but its {len(links)} links reach at most "
+                             f"{2 * len(links)} GPUs; every GPU needs a link: lower \"gpus\" or add links")
+    if n is not None and gpus != n:
+        raise CollsynthError(f"{where} describes {gpus} GPUs but {n} are needed: "
+                             f"use --gpus {gpus} or a topology with {n} GPUs")
     sw_set = set(switches)
     g = new_graph(gpus, switches)
 
