@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from shared_paths import vectors
 
 from collsynth.cli import main
 from collsynth.errors import CollsynthError
@@ -259,3 +260,24 @@ def test_cli_exit_2_one_line_no_output(tmp_path: Path, capsys: pytest.CaptureFix
     assert code == 2 and err.count("\n") == 1 and msg in err, err
     assert re.match(r"collsynth: error: topology file \S+: ", err), err
     assert not out.exists()
+
+
+ALIYUN = Path(vectors("topologies", "nccl-xml", "aliyun-simai-8xa100-sxm4-80g-5bond-nic.xml"))
+
+
+@pytest.mark.parametrize("speed", ["9" * 40, "100000001"])
+def test_a_nic_faster_than_any_is_refused_at_import(tmp_path: Path, speed: str) -> None:
+    """A <net speed> over MAX_NIC_MBPS (100 Tb/s) was imported into a file that `topology show` then refused
+    (bandwidth 1.25e+45 bytes/s out of range): found by putting a 40-digit number in every attribute."""
+    text = ALIYUN.read_text().replace('speed="200000"', f'speed="{speed}"', 1)
+    msg = refused(tmp_path, text)
+    assert "<net name='mlx5_bond_0'> has speed=" in msg and "over 100 Tb/s, more than any NIC" in msg
+    assert imported(tmp_path, ALIYUN.read_text().replace('speed="200000"', 'speed="100000000"', 1)).topology
+
+
+def test_nic_speed_option_over_100_tbps_is_refused() -> None:
+    from collsynth.synth.topology_import import parse_nic_speed
+
+    assert parse_nic_speed("100Tb/s") == 100e12 / 8
+    with pytest.raises(CollsynthError, match=r"^NIC speed '101Tb/s' is over 100 Tb/s, more than any NIC"):
+        parse_nic_speed("101Tb/s")

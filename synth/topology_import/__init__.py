@@ -19,7 +19,7 @@ from collsynth.errors import CollsynthError
 from collsynth.fileio import read_text
 from collsynth.synth.topology.gpus import GpuModel, check_sms
 from collsynth.synth.topology_import.cluster import FABRICS, check_cluster_args, cluster_topology_dict
-from collsynth.synth.topology_import.constants import GB, nvlink_gbps
+from collsynth.synth.topology_import.constants import GB, MAX_NIC_MBPS, nvlink_gbps
 from collsynth.synth.topology_import.nccl_xml import looks_like_nccl_xml, read_nccl_xml
 from collsynth.synth.topology_import.node import NodeModel, assign_nics, node_topology_dict
 from collsynth.synth.topology_import.smi_matrix import looks_like_smi, read_smi_matrix
@@ -88,6 +88,9 @@ def parse_nic_speed(text: str) -> float:
     bps = value if m.group(3) == "B" else value / 8
     if bps <= 0:
         raise CollsynthError(f"NIC speed {text!r} must be positive")
+    if bps > MAX_NIC_MBPS * 1e6 / 8:
+        raise CollsynthError(f"NIC speed {text!r} is over {MAX_NIC_MBPS // 10**6} Tb/s, more than any NIC: write "
+                             "e.g. 400Gb/s")
     return bps
 
 

@@ -33,6 +33,7 @@ QPI_BW_GBPS = {"intel-bdw": 6.0, "intel-skl": 10.0, "intel-srp": 22.0, "intel-er
                "arm": 6.0, "power": 32.0}
 
 NIC_DEFAULT_MBPS = 10000  # NCCL's figure for a NIC that reports speed <= 0
+MAX_NIC_MBPS = 100_000_000  # 100 Tb/s: over 100x today's fastest NIC (800 Gb/s); a larger speed is a typo
 
 NVLINK_ALPHA = 3.4e-6
 PCIE_ALPHA = 5.7e-6

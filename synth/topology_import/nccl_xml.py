@@ -30,6 +30,7 @@ from collsynth.errors import CollsynthError
 from collsynth.synth.topology.gpus import gpu_of_pci_device
 from collsynth.synth.topology_import.constants import (
     GB,
+    MAX_NIC_MBPS,
     MAX_NVLINK_COUNT,
     NIC_DEFAULT_MBPS,
     PCIE_GEN_PER_LANE,
@@ -378,6 +379,9 @@ def _read_nets(model: NodeModel, nets: list[tuple[ET.Element, int, tuple[str, ..
             continue  # a socket NIC is listed under every CPU
         what = f"<net name={name!r}>"
         mbps = _int(net, "speed", where, what, default=0)
+        if mbps > MAX_NIC_MBPS:
+            raise CollsynthError(f"{where}: {what} has speed={net.get('speed')!r} Mb/s, over {MAX_NIC_MBPS // 10**6} "
+                                 "Tb/s, more than any NIC: fix the speed (in Mb/s: 400000 is 400 Gb/s)")
         if mbps <= 0:
             model.assume(f"NIC {name} reports speed {mbps}: taken as {NIC_DEFAULT_MBPS} Mb/s (as NCCL does)")
             mbps = NIC_DEFAULT_MBPS
