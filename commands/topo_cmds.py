@@ -80,7 +80,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--fabric", default=None, choices=FABRICS, help="how the nodes' NICs are joined (needed with "
                    "--nodes > 1): rail (NIC j of every node on rail switch j) or fat-tree (a leaf per node)")
     q.add_argument("--oversubscription", type=number_arg("--oversubscription"), default=1.0,
-                   help="spine oversubscription R >= 1: spine links carry 1/R of the NIC bandwidth below (default 1)")
+                   help="spine oversubscription R, 1 to 1000: spine links carry 1/R of the NICs below (default 1)")
     q.add_argument("--sm", type=int_arg("--sm"), default=None,
                    help="nvidia-smi input: compute capability x10 (80 A100, 90 H100/H200, 100 B200); sets NVLink speed")
     q.add_argument("--sms", type=int_arg("--sms"), default=None,

@@ -281,3 +281,31 @@ def test_nic_speed_option_over_100_tbps_is_refused() -> None:
     assert parse_nic_speed("100Tb/s") == 100e12 / 8
     with pytest.raises(CollsynthError, match=r"^NIC speed '101Tb/s' is over 100 Tb/s, more than any NIC"):
         parse_nic_speed("101Tb/s")
+
+
+def test_nic_speed_option_under_1_mbps_is_refused() -> None:
+    """--nic-speed 0.000001b/s wrote NIC links of 1.25e-07 B/s, which the topology loader then refused."""
+    from collsynth.synth.topology_import import parse_nic_speed
+
+    assert parse_nic_speed("1Mb/s") == 1e6 / 8
+    with pytest.raises(CollsynthError, match=r"^NIC speed '0.000001b/s' is under 1 Mb/s"):
+        parse_nic_speed("0.000001b/s")
+
+
+def test_a_cluster_too_large_for_memory_is_refused_before_it_is_built(capsys: pytest.CaptureFixture[str],
+                                                                      tmp_path: Path) -> None:
+    """`topology import --nodes 100000000` ran for minutes toward 1 TB; the links are counted first and the
+    budget names the largest --nodes that fits (the vector H200 node: 18 links per node with the fabric's)."""
+    out = tmp_path / "out.json"
+    src = vectors("topologies", "nccl-xml", "vastai-hgx-h200-8x-container.xml")
+    code = main(["--max-memory", "1MiB", "topology", "import", src, "-o", str(out), "--nodes", "100000000",
+                 "--fabric", "rail"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and not out.exists()
+    assert "importing 100000000 nodes of 8 GPUs (1800000000 links) needs about" in err
+    fit = int(re.search(r"the largest that fits is --nodes (\d+)", err).group(1))  # type: ignore[union-attr]
+    assert fit * 18 * 700 <= 2**20 < (fit + 1) * 18 * 700
+    assert main(["--max-memory", "1MiB", "topology", "import", src, "-o", str(out), "--nodes", str(fit),
+                 "--fabric", "rail"]) == 0
+    capsys.readouterr()
+    assert main(["topology", "show", str(out)]) == 0

@@ -88,6 +88,8 @@ def parse_nic_speed(text: str) -> float:
     bps = value if m.group(3) == "B" else value / 8
     if bps <= 0:
         raise CollsynthError(f"NIC speed {text!r} must be positive")
+    if bps < 1e6 / 8:
+        raise CollsynthError(f"NIC speed {text!r} is under 1 Mb/s: write e.g. 400Gb/s (bits) or 50GB/s (bytes)")
     if bps > MAX_NIC_MBPS * 1e6 / 8:
         raise CollsynthError(f"NIC speed {text!r} is over {MAX_NIC_MBPS // 10**6} Tb/s, more than any NIC: write "
                              "e.g. 400Gb/s")

@@ -22,11 +22,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from collsynth import budget
 from collsynth.errors import CollsynthError
 from collsynth.synth.topology_import.constants import NET_ALPHA
 from collsynth.synth.topology_import.node import NodeModel, assign_nics, node_topology_dict
 
 FABRICS = ("rail", "fat-tree")
+MAX_OVERSUBSCRIPTION = 1000.0  # spine links at 1/1000 of the NICs below: far past any real fabric (2:1 to 8:1)
+LINK_BYTES = 700  # about the memory of one link of the topology dict and its JSON text
 
 
 def check_cluster_args(nodes: int, fabric: str | None, oversubscription: float) -> None:
@@ -38,8 +41,9 @@ def check_cluster_args(nodes: int, fabric: str | None, oversubscription: float) 
     if nodes > 1 and fabric is None:
         raise CollsynthError(f"--nodes {nodes} needs a fabric: add --fabric rail or --fabric fat-tree")
     if not (isinstance(oversubscription, (int, float)) and math.isfinite(oversubscription)
-            and oversubscription >= 1):
-        raise CollsynthError(f"--oversubscription must be a number >= 1 (1 = non-blocking), got {oversubscription!r}")
+            and 1 <= oversubscription <= MAX_OVERSUBSCRIPTION):
+        raise CollsynthError(f"--oversubscription must be a number from 1 (non-blocking) to {MAX_OVERSUBSCRIPTION:g}, "
+                             f"got {oversubscription!r}")
 
 
 def cluster_topology_dict(model: NodeModel, nodes: int, fabric: str, oversubscription: float = 1.0,
@@ -53,6 +57,13 @@ def cluster_topology_dict(model: NodeModel, nodes: int, fabric: str, oversubscri
         raise CollsynthError(f"{model.name}: lists no NIC, so its copies cannot be joined; import a dump that "
                              "shows the NICs (nvidia-smi topo -m lists them as NIC<k> or mlx5_<k> columns)")
     g = base["gpus"]
+    per_node = len(base["links"]) + sum(len(nic.gpus) + (len(nic.gpus) > 1) for nic in used) + 1  # + the fabric's
+
+    def size(k: int) -> float:
+        return float(k * per_node * LINK_BYTES)
+
+    budget.check(size(nodes), f"importing {nodes} nodes of {g} GPUs ({nodes * per_node} links)",
+                 largest=f"--nodes {budget.largest_fitting(size, 1, nodes)}")
     switches: list[str] = []
     links: list[dict[str, Any]] = []
     half = NET_ALPHA / 2
