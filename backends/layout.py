@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from collsynth.errors import CollsynthError
+from collsynth.errors import CollsynthError, quoted
 from collsynth.synth.verify import schedule_topology
 
 Loc = tuple[str, int]  # (buffer i/o/s, chunk index)
@@ -109,11 +109,15 @@ def nodes_of(schedule: Any, gpus_per_node: int | None) -> list[int]:
     g = gpus_per_node if gpus_per_node is not None else schedule.meta.get("gpus_per_node")
     if g is None:
         topology = schedule_topology(schedule)
-        if topology is None or topology.nranks != n:
+        if topology is None:
             return [0] * n
         return [int(x) for x in topology.node_of]
+    flag = gpus_per_node is not None
+    name = schedule.name or schedule.collective
+    where = "--gpus-per-node" if flag else f"schedule {name}: its meta \"gpus_per_node\""
+    fix = "" if flag else " (fix it, or give --gpus-per-node)"
     if isinstance(g, bool) or not isinstance(g, int) or g < 1:
-        raise CollsynthError(f"--gpus-per-node must be an integer >= 1, got {g!r}")
+        raise CollsynthError(f"{where} must be an integer >= 1, got {quoted(g)}{fix}")
     if n % g:
-        raise CollsynthError(f"--gpus-per-node {g} does not divide the schedule's {n} ranks")
+        raise CollsynthError(f"{where} {g} does not divide the schedule's {n} ranks{fix}")
     return [r // g for r in range(n)]

@@ -167,9 +167,17 @@ def schedule_topology(s: Schedule) -> Topology | None:
     spec = s.meta.get("topology")
     if spec is None:
         return None
+    where = f"schedule {s.name or s.collective}: its meta \"topology\""
     if not isinstance(spec, dict):
-        raise CollsynthError(f"schedule {s.name or s.collective}: meta \"topology\" must be a topology spec object")
-    return topology_from_spec(spec)
+        raise CollsynthError(f"{where} must be a topology spec object")
+    try:
+        topology = topology_from_spec(spec)
+    except CollsynthError as e:  # the spec's fields read like options ("--alpha ..."): say where they came from
+        raise CollsynthError(f"{where} cannot be rebuilt ({e}): fix it or delete it") from None
+    if topology.nranks != s.nranks:
+        raise CollsynthError(f"{where} has {topology.nranks} GPUs but the schedule has {s.nranks} ranks: fix it or "
+                             "delete it")
+    return topology
 
 
 def _races(ustep: np.ndarray, rd: np.ndarray, wr: np.ndarray, red: np.ndarray, uidx: np.ndarray,

@@ -783,3 +783,26 @@ def test_an_unknown_option_of_a_command_points_at_that_commands_help(capsys):
     one_line_exit_2(code, err, "unrecognized arguments: --bogus (see `collsynth compare --help`)")
     code, _, err = run(capsys, "topology", "show", "nvswitch", "-n", "4", "--bogus")
     one_line_exit_2(code, err, "(see `collsynth topology show --help`)")
+
+
+@pytest.mark.parametrize("change,needle", [
+    (lambda t: t.__setitem__("alpha", "fast"), "its meta \"topology\" cannot be rebuilt (--alpha: alpha 'fast'"),
+    (lambda t: t.__setitem__("preset", "nvswitch"), "its meta \"topology\" cannot be rebuilt (--alpha names link"),
+    (lambda t: t.__setitem__("gpus", 32), "its meta \"topology\" has 32 GPUs but the schedule has 16 ranks"),
+])
+def test_a_recorded_topology_that_does_not_rebuild_says_it_came_from_the_file(capsys, tmp_path, change, needle):
+    """A schedule's meta "topology" (the spec that makes `verify FILE` enforce its ports again) that does not
+    rebuild was reported as if the user had passed --alpha, or as a topology/schedule mismatch without saying
+    which topology: the message now names the schedule's meta "topology" and says to fix or delete it."""
+    path = tmp_path / "c16.json"
+    assert run(capsys, "synth", "-a", "clusterstraggler", "-n", "16", "-t", "h100-cluster", "--arrival", "3=1ms",
+               "--size", "64MiB", "-o", path)[0] == 0
+    d = json.loads(path.read_text())
+    change(d["meta"]["topology"])
+    path.write_text(json.dumps(d))
+    for argv in (("verify", path), ("simulate", path, "--size", "1MiB"),
+                 ("emit", path, "--format", "msccl-xml", "-o", tmp_path / "c16.xml")):
+        code, _, err = run(capsys, *argv)
+        one_line_exit_2(code, err, needle)
+        assert "schedule clusterstraggler_gpu_n16_l3: " in err and err.rstrip().endswith("fix it or delete it")
+    assert not (tmp_path / "c16.xml").exists()
