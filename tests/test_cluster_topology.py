@@ -385,6 +385,9 @@ def _file(tmp_path, d):
     (["--gpus", "16", "-t", "h100-cluster:fabric=torus"], "unknown fabric"),
     (["--gpus", "16", "-t", "h100-cluster:fabric=fat-tree,routing=pxn"], "use routing spine"),
     (["--gpus", "16", "-t", "h100-cluster:oversubscription=0.5"], "oversubscription"),
+    # a fat-tree at 1e300:1 printed completion times of 300 digits
+    (["--gpus", "16", "-t", "h100-cluster:fabric=fat-tree,oversubscription=1e300"],
+     "oversubscription 1e+300 must be a number from 1 (non-blocking) to 1000"),
     (["--gpus", "16", "-t", "h100-cluster:color=red"], "unknown option 'color'"),
     (["--gpus", "8", "-t", "nvswitch:fabric=rail"], "takes no options"),
     (["--gpus", "3", "-t", "FILE:lonely"], "GPU 2 has no links"),

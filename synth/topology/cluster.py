@@ -87,6 +87,9 @@ class _ClusterTopology(Topology):
         return links, alpha
 
 
+MAX_OVERSUBSCRIPTION = 1000.0  # spine links at 1/1000 of the NICs below: far past any real fabric (2:1 to 8:1)
+
+
 def cluster_topology(nodes: int, gpus_per_node: int = 8, *, fabric: str = "rail",
                      nvlink_bandwidth: float = H100_NVLINK_BANDWIDTH, nvlink_alpha: float = H100_NVLINK_ALPHA,
                      net_bandwidth: float = H100_NET_BANDWIDTH, net_alpha: float = H100_NET_ALPHA,
@@ -120,8 +123,9 @@ def cluster_topology(nodes: int, gpus_per_node: int = 8, *, fabric: str = "rail"
     if fabric == "fat-tree" and routing == "pxn":
         raise CollsynthError(f"{where}: a fat-tree has one leaf per node, so PXN gains nothing; use routing spine")
     ov = float(oversubscription)
-    if not (math.isfinite(ov) and ov >= 1.0):
-        raise CollsynthError(f"{where}: oversubscription {oversubscription!r} must be a number >= 1 (1 = non-blocking)")
+    if not (math.isfinite(ov) and 1.0 <= ov <= MAX_OVERSUBSCRIPTION):
+        raise CollsynthError(f"{where}: oversubscription {oversubscription!r} must be a number from 1 (non-blocking) "
+                             f"to {MAX_OVERSUBSCRIPTION:g}")
     check_link_params(float(nvlink_alpha), float(nvlink_bandwidth), f"{where} class nvlink")
     check_link_params(float(net_alpha), float(net_bandwidth), f"{where} class net")
     R = G if fabric == "rail" else N

@@ -24,11 +24,11 @@ from typing import Any
 
 from collsynth import budget
 from collsynth.errors import CollsynthError
+from collsynth.synth.topology.cluster import MAX_OVERSUBSCRIPTION
 from collsynth.synth.topology_import.constants import NET_ALPHA
 from collsynth.synth.topology_import.node import NodeModel, assign_nics, node_topology_dict
 
 FABRICS = ("rail", "fat-tree")
-MAX_OVERSUBSCRIPTION = 1000.0  # spine links at 1/1000 of the NICs below: far past any real fabric (2:1 to 8:1)
 LINK_BYTES = 700  # about the memory of one link of the topology dict and its JSON text
 
 
