@@ -51,6 +51,13 @@ MAX_NVLINKS_PER_GPU = 18
 MAX_NVLINK_COUNT = 2 * MAX_NVLINKS_PER_GPU
 
 
+
+def bounded_int(digits: str, cap: int) -> int:
+    """The value of a string of decimal digits, or cap + 1 when it has more digits than cap (a count of 5,000
+    digits is refused by its range check, not parsed: Python's int() stops at 4,300 digits)."""
+    d = digits.lstrip("0") or "0"
+    return int(d) if len(d) <= len(str(cap)) else cap + 1
+
 def nvlink_gbps(sm: int | None) -> float:
     """NCCL's per-link NVLink bandwidth (GB/s, one direction) for compute capability ``sm`` (e.g. 90)."""
     if sm is None:

@@ -35,6 +35,7 @@ from collsynth.synth.topology_import.constants import (
     NIC_DEFAULT_MBPS,
     PCIE_GEN_PER_LANE,
     PCIE_LANE_WIDTHS,
+    bounded_int,
     cpu_link_gbps,
     nvlink_gbps,
     pcie_gbps,
@@ -109,8 +110,7 @@ def _width(el: ET.Element, where: str) -> int:
     if raw and not re.fullmatch(r"[0-9]+", raw):
         raise CollsynthError(f"{where}: <pci busid={el.get('busid')!r}> has link_width={el.get('link_width')!r}; "
                              "expected the lane count, an integer such as 16")
-    digits = raw.lstrip("0")
-    width = 0 if not digits else int(digits) if len(digits) <= 9 else -1  # -1: too many digits, refused below
+    width = bounded_int(raw, PCIE_LANE_WIDTHS[-1]) if raw else 0
     if width != 0 and width not in PCIE_LANE_WIDTHS:
         lanes = ", ".join(map(str, PCIE_LANE_WIDTHS[:-1])) + f" or {PCIE_LANE_WIDTHS[-1]}"
         raise CollsynthError(f"{where}: <pci busid={el.get('busid')!r}> has link_width={el.get('link_width')!r}; "

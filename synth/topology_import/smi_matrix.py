@@ -32,6 +32,7 @@ from collsynth.synth.topology_import.constants import (
     MAX_NVLINK_COUNT,
     MAX_NVLINKS_PER_GPU,
     QPI_BW_GBPS,
+    bounded_int,
     nvlink_gbps,
     pcie_gbps,
 )
@@ -161,8 +162,7 @@ def _nv_count(c: str) -> int | None:
     m = _NV.match(c)
     if not m:
         return None
-    digits = m.group(1).lstrip("0") or "0"
-    return int(digits) if len(digits) <= 6 else MAX_NVLINK_COUNT + 1
+    return bounded_int(m.group(1), MAX_NVLINK_COUNT)
 
 
 def _cell(c: str, label: str, dev: str, where: str) -> str:
