@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any, TypeVar, overload
 
-from collsynth.errors import CollsynthError
+from collsynth.errors import CollsynthError, quoted
 
 T = TypeVar("T")
 
@@ -83,6 +84,23 @@ def _finite(x: int | float) -> bool:
 
 def _prefixed(flag: str | None, message: str) -> str:
     return f"{flag}: {message}" if flag else message
+
+
+def size_bytes(value: object, *, flag: str | None = None) -> int | float:
+    """A message size given to the Python API: a string as ``parse_size`` reads it, or a number of bytes
+    (a fraction allowed: the model moves size * count / nchunks bytes unrounded) that is finite, positive
+    and at most MAX_BYTES, like every size the CLI takes (an API caller's 1e40 gave 40-digit times). Returns
+    the bytes (a string's as an int, an int or float as given, other numbers as a float)."""
+    if isinstance(value, str):
+        return parse_size(value, flag=flag)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise CollsynthError(_prefixed(flag, f"size {quoted(value)} must be a number of bytes or like '1GiB'"))
+    x = int(value) if isinstance(value, numbers.Integral) else float(value)
+    if not _finite(x) or x <= 0:
+        raise CollsynthError(_prefixed(flag, f"size {quoted(value)} must be a positive, finite number of bytes"))
+    if x > MAX_BYTES:
+        raise CollsynthError(_prefixed(flag, f"size {quoted(value)} is too large (at most {MAX_BYTES} bytes, 4 EiB)"))
+    return value if isinstance(value, (int, float)) else float(x)
 
 
 def parse_size(text: str | int | float, *, flag: str | None = None) -> int:

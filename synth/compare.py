@@ -24,7 +24,7 @@ from collsynth.synth.simulate import simulate
 from collsynth.synth.solver.solve import status_line
 from collsynth.synth.topology import Topology, make_topology
 from collsynth.synth.verify import check, class_port_violation
-from collsynth.units import format_time, parse_size
+from collsynth.units import format_time, size_bytes
 
 
 class CompareRow(TypedDict):
@@ -57,7 +57,7 @@ def default_algorithms(late_ranks: int = 0, nodes: int = 1, n: int | None = None
 
 def compare_bound(n: int, size: Bytes, topology: Topology | str = "nvswitch", arrivals: Arrivals = None) -> Bound:
     """The proven lower bound ``compare`` measures every row against (synth.bounds.allreduce_bound)."""
-    size_b = parse_size(size) if isinstance(size, str) else size
+    size_b = size_bytes(size)
     topo = make_topology(topology, n) if isinstance(topology, str) else topology
     return allreduce_bound(topo, float(size_b), arrival_vector(arrivals, n))
 
@@ -71,7 +71,7 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
     Topology or a preset name / JSON path; ``arrivals`` a {rank: time} mapping or one time per rank."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
         raise CollsynthError(f"--gpus must be an integer >= 2, got {n!r}")
-    size_b = parse_size(size) if isinstance(size, str) else size
+    size_b = size_bytes(size)
     topo = make_topology(topology, n) if isinstance(topology, str) else topology
     times = arrival_vector(arrivals, n)
     arr = {r: float(t) for r, t in enumerate(times) if t != 0}

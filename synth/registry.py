@@ -15,6 +15,7 @@ from collsynth.synth.ir import Schedule
 from collsynth.synth.solver import solve as solver
 from collsynth.synth.topology import Topology, make_topology
 from collsynth.synth.verify import record_topology
+from collsynth.units import size_bytes
 
 BuildParam: TypeAlias = int | float | str | Topology | Mapping[int, Seconds] | Sequence[Seconds] | None
 """One keyword parameter of an algorithm's ``build`` (``build_schedule(name, n, **params)``): a rank, a
@@ -86,6 +87,8 @@ def build_schedule(name: str, n: int, collective: str = "allreduce", **params: B
             raise CollsynthError(f"algorithm {name!r} takes no {param_flag(key)} option"
                                  + (f" (it takes {', '.join(param_flag(a) for a in accepted)})"
                                     if accepted else ""))
+    if params.get("size") is not None:  # the API's numbers meet the CLI's rules (units.size_bytes)
+        size_bytes(params["size"])
     by_nodes = name in ("hierarchical", "clusterstraggler")  # their estimates need the topology's nodes
     if not (name == "clusterstraggler" and isinstance(params.get("topology"), str)):
         check_work(name, n, collective, params)  # clusterstraggler on a preset or file: once its nodes are known

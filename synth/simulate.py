@@ -31,19 +31,17 @@ with numpy, so millions of transfers simulate in seconds.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from collsynth import budget
+from collsynth import budget, units
 from collsynth.apitypes import Arrivals, Bytes, Seconds
 from collsynth.errors import CollsynthError
 from collsynth.synth.arrivals import arrival_vector
 from collsynth.synth.ir import Schedule
 from collsynth.synth.topology import Topology, make_topology
-from collsynth.units import parse_rate, parse_size, parse_time
+from collsynth.units import parse_rate, parse_time
 
 
 @dataclass(frozen=True)
@@ -123,7 +121,7 @@ def simulate(schedule: Schedule, size_bytes: Bytes, topology: Topology | str, ar
     if topology.nranks != n:
         raise CollsynthError(f"topology {topology.name!r} has {topology.nranks} GPUs but the schedule has "
                              f"{n} ranks: use a topology with {n} GPUs")
-    size = _size(size_bytes)
+    size = float(units.size_bytes(size_bytes))
     arr = arrival_vector(arrivals, n)
     _check_columns(s)
     T = s.ntransfers
@@ -147,17 +145,6 @@ def simulate(schedule: Schedule, size_bytes: Bytes, topology: Topology | str, ar
     end.flags.writeable = False
     return SimResult(completion, completion - last, last, finish.tolist(), tl, s.name, topology.name, size,
                      start, end)
-
-
-def _size(size_bytes: Any) -> float:
-    if isinstance(size_bytes, str):
-        return float(parse_size(size_bytes))
-    if isinstance(size_bytes, bool) or not isinstance(size_bytes, (int, float, np.integer, np.floating)):
-        raise CollsynthError(f"size {size_bytes!r} must be a number of bytes or like '1GiB'")
-    x = float(size_bytes)
-    if not math.isfinite(x) or x <= 0:
-        raise CollsynthError(f"size {size_bytes!r} must be a positive number of bytes")
-    return x
 
 
 def _run(s: Schedule, size: float, topo: Topology, arr: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:

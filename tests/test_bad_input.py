@@ -806,3 +806,21 @@ def test_a_recorded_topology_that_does_not_rebuild_says_it_came_from_the_file(ca
         one_line_exit_2(code, err, needle)
         assert "schedule clusterstraggler_gpu_n16_l3: " in err and err.rstrip().endswith("fix it or delete it")
     assert not (tmp_path / "c16.xml").exists()
+
+
+@pytest.mark.parametrize("size, needle", [(1e40, "too large"), (10**400, "too large"), (-1, "positive, finite"),
+                                          (float("nan"), "positive, finite"), (float("inf"), "positive, finite"),
+                                          (0, "positive, finite"), (True, "number of bytes"), ("1XB", "unit")])
+def test_the_api_takes_the_sizes_the_cli_takes(size, needle):
+    """The CLI capped sizes at 4 EiB, but the Python API's simulate, build_schedule and compare took 1e40 and
+    printed 40-digit times; now every entry refuses what the CLI refuses, with one short line."""
+    import collsynth as cs
+    s = cs.build_schedule("ring", 4)
+    calls = (lambda: cs.simulate(s, size, "nvswitch"), lambda: cs.build_schedule("stragglar", 4, size=size),
+             lambda: cs.compare(4, size, "nvswitch", {3: 1e-3}, algorithms=["ring"]))
+    for call in calls:
+        with pytest.raises(cs.CollsynthError) as exc:
+            call()
+        msg = str(exc.value)
+        assert needle in msg and "\n" not in msg and len(msg) < 160, msg
+    assert cs.simulate(s, 2**62, "nvswitch").size_bytes == 2.0**62  # the largest size still runs
