@@ -93,12 +93,24 @@ def check_block_owners(s: Any, runtime: str) -> None:
 def contiguous_runs(roles: list[list[Loc]]) -> list[tuple[int, int]]:
     """Positions 0..len-1 cut into runs that are contiguous in every role's buffer."""
     count = len(roles[0])
+    if all(_one_run(r) for r in roles):  # the common case, without a comparison per position
+        return [(0, count)] if count else []
     out, start = [], 0
     for k in range(1, count + 1):
         if k == count or any(r[k - 1][0] != r[k][0] or r[k][1] != r[k - 1][1] + 1 for r in roles):
             out.append((start, k))
             start = k
     return out
+
+
+def _one_run(locs: list[Loc]) -> bool:
+    """Whether ``locs`` are consecutive offsets of one buffer."""
+    if not locs:
+        return True
+    buf, off = locs[0]
+    n = len(locs)
+    return (locs[-1][1] - off == n - 1 and [x[1] for x in locs] == list(range(off, off + n))
+            and [x[0] for x in locs] == [buf] * n)
 
 
 def nodes_of(schedule: Any, gpus_per_node: int | None) -> list[int]:

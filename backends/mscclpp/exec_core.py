@@ -191,8 +191,14 @@ class ExecutorCore(Synchronization, MemoryAccess):
         if coll not in ("allreduce", "allgather", "reducescatter"):
             return
         c = self.chunk
+        gather = coll == "allgather"
         for x0, x1, v in self.mem[r][phys].get(base, base + size):
             lo, hi = x0 - base, x1 - base
+            if (v is not None and v[4] == 1 and v[3] is None and v[2] == L
+                    and v[1] == (r * size + lo if coll == "reducescatter" else lo)
+                    and (not gather or lo // self.in_bytes == (hi - 1) // self.in_bytes)
+                    and v[0] == (1 << lo // self.in_bytes if gather else self.everyone)):
+                continue  # the result (the checks below name what is wrong, and who wrote it last)
             at = (f"wrong result on gpu {r}{f' in launch {L}' if L > 1 else ''}: output bytes {lo}..{hi - 1} "
                   f"(chunk {lo // c}{'' if (hi - 1) // c == lo // c else f'..{(hi - 1) // c}'})")
             writer = self.last_writer(r, phys, x0, x1)

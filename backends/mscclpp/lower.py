@@ -117,16 +117,18 @@ def pieces(s: Any, lay: Layout, node_of: list[int], M: int | None = None) -> tup
     src_l, dst_l, chunk_l, count_l, red_l = (s.src.tolist(), s.dst.tolist(), s.chunk.tolist(), s.count.tolist(),
                                              s.reduce.tolist())
     for k in range(s.nsteps):
-        landing: dict[tuple[int, int, int], bool] = {}
+        landing: dict[int, list[tuple[int, int]]] = {}  # rank -> the (chunk, count) runs landing there this step
         now = []
+        first = len(out)
         for t in range(bounds[k], bounds[k + 1]):
             a, b, c, cnt, red = src_l[t], dst_l[t], chunk_l[t], count_l[t], red_l[t]
-            for key in landing:
-                if key[0] == b and key[1] < c + cnt and c < key[1] + key[2] and key != (b, c, cnt):
+            runs = landing.setdefault(b, [])
+            for c2, cnt2 in runs:
+                if c2 < c + cnt and c < c2 + cnt2 and (c2, cnt2) != (c, cnt):
                     raise CollsynthError(f"step {k}: transfers into rank {b} overlap partially (chunks {c}.."
-                                         f"{c + cnt - 1} and {key[1]}..{key[1] + key[2] - 1}); the plan lowering "
+                                         f"{c + cnt - 1} and {c2}..{c2 + cnt2 - 1}); the plan lowering "
                                          f"needs equal runs")
-            landing[(b, c, cnt)] = True
+            runs.append((c, cnt))
             sl = [lay.read(a, y, bool(written[a, y])) for y in range(c, c + cnt)]
             wl = [lay.write(b, y) for y in range(c, c + cnt)]
             al = [lay.read(b, y, bool(written[b, y])) for y in range(c, c + cnt)] if red else []
@@ -139,8 +141,8 @@ def pieces(s: Any, lay: Layout, node_of: list[int], M: int | None = None) -> tup
                 nxt[b] += p.cnt
                 out.append(p)
             now.append((b, c, cnt))
-        for p in out:
-            if p.step == k and p.port:
+        for p in out[first:]:
+            if p.port:
                 p.stage = nxt[p.src]
                 nxt[p.src] += p.cnt
         for b, c, cnt in now:
