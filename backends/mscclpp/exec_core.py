@@ -14,7 +14,7 @@ from collsynth.backends.mscclpp.exec_access import MemoryAccess
 from collsynth.backends.mscclpp.exec_proxies import counter_of, light_proxies
 from collsynth.backends.mscclpp.exec_state import Actor, ExecFailure, ExecResult, Proxy
 from collsynth.backends.mscclpp.exec_sync import Synchronization
-from collsynth.backends.mscclpp.exec_values import shift_value
+from collsynth.backends.mscclpp.exec_values import continues, equal_records, shift_value
 from collsynth.backends.mscclpp.load import Chan, Inst, channel_pairs, flatten
 from collsynth.backends.mscclpp.memory import Segments
 from collsynth.backends.mscclpp.model import SIGNAL_OPS, WAIT_OPS, Gpu, Plan, ThreadBlock
@@ -92,8 +92,8 @@ class ExecutorCore(Synchronization, MemoryAccess):
             lay, sizes = self.buffer_layout(g)
             self.layout.append(lay)
             self.phys_size.append(sizes)
-            self.mem.append({k: Segments(shift_value) for k in sizes})
-            self.hist.append({k: Segments() for k in sizes})
+            self.mem.append({k: Segments(shift_value, continues) for k in sizes})
+            self.hist.append({k: Segments(same=equal_records) for k in sizes})
         self.counters = {}
         self.barriers = {}
         self.pkt_waiters = {}

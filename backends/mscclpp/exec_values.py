@@ -17,6 +17,19 @@ def shift_value(v: Val, d: int) -> Val:
     return (v[0], v[1] + d // v[4], v[2], v[3], v[4], v[5], v[6], v[7])
 
 
+def continues(v: Val, d: int, w: Val) -> bool:
+    """Whether ``w`` is the value ``d`` bytes past ``v``'s first byte (``shift_value``, on a whole element),
+    so that an interval map may hold both as one range (memory.Segments; the release clock, a shared
+    array, compared by identity)."""
+    return (d % v[4] == 0 and w[1] == v[1] + d // v[4] and w[0] == v[0] and w[2] == v[2] and w[3] == v[3]
+            and w[4] == v[4] and w[5] == v[5] and w[6] is v[6] and w[7] == v[7])
+
+
+def equal_records(v: Any, d: int, w: Any) -> bool:
+    """Whether two access-history values are equal (they do not change along a range)."""
+    return v == w
+
+
 def untagged(stream: list[tuple[int, int, Any]]) -> list[tuple[int, int, Any]]:
     """A computed result: it carries no movement tag (the data it came from have landed)."""
     return [(x0, x1, None if v is None else (v[0], v[1], v[2], v[3], -1)) for x0, x1, v in stream]

@@ -17,13 +17,17 @@ Piece = tuple[int, int, Any]  # (lo, hi, value); value None: undefined
 
 
 class Segments:
-    __slots__ = ("lo", "hi", "val", "shift")
+    __slots__ = ("lo", "hi", "val", "shift", "same")
 
-    def __init__(self, shift: Callable[[Any, int], Any] | None = None) -> None:
+    def __init__(self, shift: Callable[[Any, int], Any] | None = None,
+                 same: Callable[[Any, int, Any], bool] | None = None) -> None:
         self.lo: list[int] = []
         self.hi: list[int] = []
         self.val: list[Any] = []
         self.shift = shift
+        # same(v, d, w): whether w is what v holds d bytes past its start; adjacent ranges that continue each
+        # other are joined (what ``get`` returns is unchanged)
+        self.same = same
 
     def _cut(self, v: Any, delta: int) -> Any:
         return v if self.shift is None or delta == 0 else self.shift(v, delta)
@@ -76,6 +80,36 @@ class Segments:
             new_lo.append(hi)
             new_hi.append(self.hi[j - 1])
             new_val.append(self._cut(self.val[j - 1], hi - self.lo[j - 1]))
+        if self.same is not None:
+            new_lo, new_hi, new_val, i, j = self._joined(new_lo, new_hi, new_val, i, j)
         self.lo[i:j] = new_lo
         self.hi[i:j] = new_hi
         self.val[i:j] = new_val
+
+    def _joined(self, new_lo: list[int], new_hi: list[int], new_val: list[Any], i: int,
+                j: int) -> tuple[list[int], list[int], list[Any], int, int]:
+        """The ranges replacing [i, j), each that continues the one before it (adjacent, and ``same`` says its
+        value is the earlier one's there) joined to it, the neighbours on both sides included (i and j then
+        widen): a buffer written by one op in many pieces stays one range, so later accesses walk one piece."""
+        same = self.same
+        assert same is not None
+        if len(new_lo) > 1:
+            out_lo, out_hi, out_val = new_lo[:1], new_hi[:1], new_val[:1]
+            for a, b, v in zip(new_lo[1:], new_hi[1:], new_val[1:]):
+                if out_hi[-1] == a and same(out_val[-1], a - out_lo[-1], v):
+                    out_hi[-1] = b
+                else:
+                    out_lo.append(a)
+                    out_hi.append(b)
+                    out_val.append(v)
+            new_lo, new_hi, new_val = out_lo, out_hi, out_val
+        if not new_lo:
+            return new_lo, new_hi, new_val, i, j
+        lo, hi, val = self.lo, self.hi, self.val
+        if i > 0 and hi[i - 1] == new_lo[0] and same(val[i - 1], new_lo[0] - lo[i - 1], new_val[0]):
+            i -= 1
+            new_lo[0], new_val[0] = lo[i], val[i]
+        if j < len(lo) and new_hi[-1] == lo[j] and same(new_val[-1], lo[j] - new_lo[-1], val[j]):
+            new_hi[-1] = hi[j]
+            j += 1
+        return new_lo, new_hi, new_val, i, j
