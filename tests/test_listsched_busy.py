@@ -40,8 +40,49 @@ def test_take_in_any_order_keeps_the_intervals_sorted() -> None:
     assert b.last_end() == 9.0
     assert b.fit(0.0, 2.0) == 1.0 and b.fit(0.0, 2.5) == 9.0 and b.fit(4.0, 1.0) == 4.0
     assert b.fit(4.0, 1.5) == 6.0 and b.fit(6.0, 2.0) == 6.0 and b.fit(6.0, 2.5) == 9.0
-    b.take(4.0, 5.0)  # touching its neighbours
-    assert b.lo == [0.0, 3.0, 4.0, 5.0, 8.0] and b.fit(3.0, 0.5) == 6.0
+    b.take(4.0, 5.0)  # touching its neighbours: one interval [3, 6) (a gap of 0 fits nothing)
+    assert b.lo == [0.0, 3.0, 8.0] and b.hi == [1.0, 6.0, 9.0] and b.fit(3.0, 0.5) == 6.0
+    b.take(1.0, 2.0)  # touching the one before only
+    b.take(7.0, 8.0)  # ... the one after only
+    b.take(9.0, 9.5)  # ... the last
+    assert b.lo == [0.0, 3.0, 7.0] and b.hi == [2.0, 6.0, 9.5]
+
+
+class _Unjoined:
+    """Busy as it was before touching intervals joined (every booking its own interval): the reference."""
+
+    def __init__(self) -> None:
+        self.iv: list[tuple[float, float]] = []
+
+    def fit(self, t: float, dur: float) -> float:
+        for lo, hi in sorted(self.iv):
+            if hi <= t:
+                continue
+            if t + dur <= lo * (1 + 1e-12):
+                return t
+            t = max(t, hi)
+        return t
+
+    def take(self, start: float, end: float) -> None:
+        self.iv.append((start, end))
+
+
+def test_joined_intervals_fit_as_the_bookings_they_join() -> None:
+    """Bookings placed by ``fit`` (so many touch) in any order, on a grid of times: every later ``fit``
+    answers as the unjoined reference does."""
+    import random
+
+    rng = random.Random(48)
+    for _ in range(200):
+        b, ref = Busy(), _Unjoined()
+        for _ in range(60):
+            t, dur = rng.randrange(0, 40) / 4, rng.randrange(1, 12) / 4
+            start = b.fit(t, dur)
+            assert start == ref.fit(t, dur)
+            if rng.random() < 0.7:
+                b.take(start, start + dur)
+                ref.take(start, start + dur)
+        assert all(x < y for x, y in zip(b.hi, b.lo[1:]))  # sorted, disjoint, no two touching
 
 
 def _busy(*intervals: tuple[float, float]) -> Busy:

@@ -16,7 +16,7 @@ def _bytes(seg: Segments, lo: int, hi: int) -> list[object]:
     out: list[object] = []
     for x in range(lo, hi):
         i = next((i for i in range(len(seg.lo)) if seg.lo[i] <= x < seg.hi[i]), None)
-        out.append(None if i is None else seg._cut(seg.val[i], x - seg.lo[i]))
+        out.append(None if i is None else shift_value(seg.val[i], x - seg.lo[i]))
     return out
 
 
@@ -24,7 +24,7 @@ def _read(seg: Segments, lo: int, hi: int) -> list[object]:
     """The same through ``get`` (each piece's value cut to its bytes; even offsets, as the executor's)."""
     out: list[object] = []
     for a, b, v in seg.get(lo, hi):
-        out += [None if v is None else seg._cut(v, x - a) for x in range(a, b)]
+        out += [None if v is None else shift_value(v, x - a) for x in range(a, b)]
     return out
 
 
