@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -191,44 +191,45 @@ class ExecutorCore(Synchronization, MemoryAccess):
         if coll not in ("allreduce", "allgather", "reducescatter"):
             return
         c = self.chunk
-        gather = coll == "allgather"
         for x0, x1, v in self.mem[r][phys].get(base, base + size):
             lo, hi = x0 - base, x1 - base
-            if (v is not None and v[4] == 1 and v[3] is None and v[2] == L
-                    and v[1] == (r * size + lo if coll == "reducescatter" else lo)
-                    and (not gather or lo // self.in_bytes == (hi - 1) // self.in_bytes)
-                    and v[0] == (1 << lo // self.in_bytes if gather else self.everyone)):
-                continue  # the result (the checks below name what is wrong, and who wrote it last)
+            wrong = self._wrong_result(v, L, lo, hi, r * size + lo if coll == "reducescatter" else lo)
+            if wrong is None:
+                continue
             at = (f"wrong result on gpu {r}{f' in launch {L}' if L > 1 else ''}: output bytes {lo}..{hi - 1} "
                   f"(chunk {lo // c}{'' if (hi - 1) // c == lo // c else f'..{(hi - 1) // c}'})")
-            writer = self.last_writer(r, phys, x0, x1)
+            writer = self.last_writer(r, phys, x0, x1)  # only for the message: a lookup per piece otherwise
             if writer is not None and v is not None and v[3] is None:
                 at += f" (last written by {self.names[writer[0]]} {writer[4]})"
-            if v is None:
-                raise ExecFailure("result", f"{at} are never written", r)
-            if v[4] != 1:
-                raise ExecFailure("result", f"{at} hold LL packets, not data", r)
-            if v[3] is not None:
-                raise ExecFailure("result", f"{at}: {v[3]}", r)
-            if v[2] != L:
-                raise ExecFailure("result", f"{at} hold data of launch {v[2]}", r)
-            elem = r * size + lo if coll == "reducescatter" else lo
-            if v[1] != elem:
-                raise ExecFailure("result", f"{at} hold element {v[1]}.. instead of element {elem}..", r)
-            if coll == "allgather":
-                lo_rank, hi_rank = lo // self.in_bytes, (hi - 1) // self.in_bytes
-                if lo_rank != hi_rank:
-                    raise ExecFailure("result", f"{at} span the data of ranks {lo_rank} and {hi_rank}", r)
-                want = 1 << lo_rank
-            else:
-                want = self.everyone
-            if v[0] != want:
-                missing = [x for x in range(self.n) if (want & ~v[0]) >> x & 1]
-                extra = [x for x in range(self.n) if (v[0] & ~want) >> x & 1]
-                what = (f"miss the contribution of rank(s) {', '.join(map(str, missing[:8]))}" if missing
-                        else f"hold the contribution of rank(s) {', '.join(map(str, extra[:8]))}, which they "
-                             f"should not")
-                raise ExecFailure("result", f"{at} {what}", r)
+            raise ExecFailure("result", at + wrong, r)
+
+    def _wrong_result(self, v: Any, L: int, lo: int, hi: int, elem: int) -> str | None:
+        """What is wrong with output bytes [lo, hi) holding ``v`` at the end of launch L (the end of the
+        message after its place), or None when they hold the collective's result (element ``elem`` on)."""
+        if v is None:
+            return " are never written"
+        if v[4] != 1:
+            return " hold LL packets, not data"
+        if v[3] is not None:
+            return f": {v[3]}"
+        if v[2] != L:
+            return f" hold data of launch {v[2]}"
+        if v[1] != elem:
+            return f" hold element {v[1]}.. instead of element {elem}.."
+        if self.plan.collective == "allgather":
+            lo_rank, hi_rank = lo // self.in_bytes, (hi - 1) // self.in_bytes
+            if lo_rank != hi_rank:
+                return f" span the data of ranks {lo_rank} and {hi_rank}"
+            want = 1 << lo_rank
+        else:
+            want = self.everyone
+        if v[0] == want:
+            return None
+        missing = [x for x in range(self.n) if (want & ~v[0]) >> x & 1]
+        if missing:
+            return f" miss the contribution of rank(s) {', '.join(map(str, missing[:8]))}"
+        extra = [x for x in range(self.n) if (v[0] & ~want) >> x & 1]
+        return f" hold the contribution of rank(s) {', '.join(map(str, extra[:8]))}, which they should not"
 
     def _deadlock(self) -> None:
         stuck = [a for a in self.actors if not a.done]

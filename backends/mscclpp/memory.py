@@ -81,18 +81,16 @@ class Segments:
             new_hi.append(self.hi[j - 1])
             new_val.append(self._cut(self.val[j - 1], hi - self.lo[j - 1]))
         if self.same is not None:
-            new_lo, new_hi, new_val, i, j = self._joined(new_lo, new_hi, new_val, i, j)
+            new_lo, new_hi, new_val, i, j = self._joined(self.same, new_lo, new_hi, new_val, i, j)
         self.lo[i:j] = new_lo
         self.hi[i:j] = new_hi
         self.val[i:j] = new_val
 
-    def _joined(self, new_lo: list[int], new_hi: list[int], new_val: list[Any], i: int,
-                j: int) -> tuple[list[int], list[int], list[Any], int, int]:
+    def _joined(self, same: Callable[[Any, int, Any], bool], new_lo: list[int], new_hi: list[int],
+                new_val: list[Any], i: int, j: int) -> tuple[list[int], list[int], list[Any], int, int]:
         """The ranges replacing [i, j), each that continues the one before it (adjacent, and ``same`` says its
         value is the earlier one's there) joined to it, the neighbours on both sides included (i and j then
         widen): a buffer written by one op in many pieces stays one range, so later accesses walk one piece."""
-        same = self.same
-        assert same is not None
         if len(new_lo) > 1:
             out_lo, out_hi, out_val = new_lo[:1], new_hi[:1], new_val[:1]
             for a, b, v in zip(new_lo[1:], new_hi[1:], new_val[1:]):
