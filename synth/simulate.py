@@ -4,9 +4,9 @@ Cost model (alpha-beta, reductions free: gamma = 0). A transfer of ``count`` chu
 ``size_bytes * count / nchunks`` bytes (no rounding) as one message along the topology's route from
 src to dst. Its duration is ``alpha_path + bytes / eff_bw``: alpha_path is the sum of the route's link
 alphas, and eff_bw is the minimum over the route's links of ``link_bw / k``, where k is the number of
-transfers of the SAME step crossing that link. In words: transfers of one step that cross the same
-link share it equally; a link is FIFO across steps (a transfer may not start on a link before every
-transfer of an earlier step that crosses it has ended).
+transfers of the SAME step crossing that link (in a step that queues, those in flight at a time: below).
+In words: transfers of one step that cross the same link share it equally; a link is FIFO across steps
+(a transfer may not start on a link before every transfer of an earlier step that crosses it has ended).
 
 A transfer starts at the latest of
 - the arrival of its src and dst rank, and the step's phase gate (the latest arrival among the ranks
@@ -18,7 +18,10 @@ A transfer starts at the latest of
 - port slots: each rank has ``schedule.ports`` send slots and as many receive slots. Its j-th send
   of a step takes the j-th earliest-free send slot (receives likewise) and holds it until it ends; a
   rank with more than ``ports`` transfers in one step queues the extra ones round-robin behind its
-  own earlier transfers of that step (the verifier rejects such schedules; this path is slower).
+  own earlier transfers of that step (the verifier rejects such schedules; this path is slower). A
+  port with q transfers in a step runs them in ceil(q / ports) rounds, so such a step shares a link
+  among the transfers crossing it divided by the rounds of the deepest port among theirs (rounded up):
+  those in flight at a time (within the ports, one round, that is every transfer crossing it).
   On a topology with several link classes (clusters, docs/topologies.md) every rank has
   ``topology.class_ports[c]`` send and receive slots per class c instead: a transfer takes a send slot
   of the class of its route's first hop and a receive slot of the class of its last hop, so a GPU
@@ -199,10 +202,28 @@ def _run(s: Schedule, size: float, topo: Topology, arr: np.ndarray, start: np.nd
         src, dst = s.src[lo:hi], s.dst[lo:hi]
         sp, rp = send_port[lo:hi], recv_port[lo:hi]
         lk = links[lo:hi]
-        # duration: equal sharing of each link among this step's transfers
-        np.add.at(share, lk, 1)
-        eff = (bw[lk] / share[lk]).min(axis=1) if L else np.full(m, np.inf)
-        share[lk] = 0
+        # port slots: does every port have at most its P transfers in this step?
+        if P == 1:
+            pos = np.arange(m)
+            mark[sp] = pos
+            ok = bool(np.all(mark[sp] == pos))
+            mark[rp] = pos
+            ok = ok and bool(np.all(mark[rp] == pos))
+            js = jr = None
+        else:
+            js, jr = _occurrence(sp), _occurrence(rp)
+            ok = (bool(js.max() < P and jr.max() < P) if uniform
+                  else bool(np.all(js < cap[sp]) and np.all(jr < cap[rp])))
+        # duration: equal sharing of each link among this step's transfers (those that can run at once
+        # when a port queues: _queued_shares)
+        if not L:
+            eff = np.full(m, np.inf)
+        elif ok:
+            np.add.at(share, lk, 1)
+            eff = (bw[lk] / share[lk]).min(axis=1)
+            share[lk] = 0
+        else:
+            eff = _queued_shares(lk, sp, rp, cap, bw, S + 1)
         dur = alpha[lo:hi] + nbytes[lo:hi] / eff
         # earliest start from arrivals, gate, data hazards and links
         t = np.maximum(np.maximum(arr[src], arr[dst]), gate[k])
@@ -220,18 +241,6 @@ def _run(s: Schedule, size: float, topo: Topology, arr: np.ndarray, start: np.nd
             t = np.maximum(t, np.maximum.reduceat(np.maximum(ready[dl], lastread[dl]), offs))
         if L:
             t = np.maximum(t, link_free[lk].max(axis=1))
-        # port slots
-        if P == 1:
-            pos = np.arange(m)
-            mark[sp] = pos
-            ok = bool(np.all(mark[sp] == pos))
-            mark[rp] = pos
-            ok = ok and bool(np.all(mark[rp] == pos))
-            js = jr = None
-        else:
-            js, jr = _occurrence(sp), _occurrence(rp)
-            ok = (bool(js.max() < P and jr.max() < P) if uniform
-                  else bool(np.all(js < cap[sp]) and np.all(jr < cap[rp])))
         if ok:
             if P == 1:
                 t = np.maximum(t, np.maximum(send_slots[sp, 0], recv_slots[rp, 0]))
@@ -263,6 +272,26 @@ def _run(s: Schedule, size: float, topo: Topology, arr: np.ndarray, start: np.nd
         if L:
             np.maximum.at(link_free, lk, e[:, None])
             link_free[S] = 0.0
+
+
+def _queued_shares(lk: np.ndarray, sp: np.ndarray, rp: np.ndarray, cap: np.ndarray, bw: np.ndarray,
+                   nkeys: int) -> np.ndarray:
+    """Effective bandwidth of each transfer of a queued step (one row of route links ``lk`` per transfer,
+    the padding mapped to the always-free sentinel; send and receive port entities ``sp``, ``rp`` with
+    ``cap`` slots each). A port with q transfers runs them in ceil(q / cap) rounds, one after another, so
+    the transfers crossing a link are in flight over as many rounds as the deepest port among theirs:
+    the link is shared equally among that many at a time (the transfers crossing it over those rounds,
+    rounded up). Within the ports (one round) that is every transfer crossing it, as in every other step;
+    counting every queued transfer instead charged it both its wait and a share of bandwidth it does not
+    use (a GPU sending its buffer to 7 NVSwitch peers through one port took 10x as long as 7 sends)."""
+    h = lk.shape[1]
+    rounds = [-(-np.bincount(port, minlength=len(cap)) // cap) for port in (sp, rp)]  # per send, receive port
+    flat = lk.ravel()
+    crossing = np.bincount(flat, minlength=nkeys)
+    span = np.ones(nkeys, np.int64)
+    np.maximum.at(span, flat, np.repeat(np.maximum(rounds[0][sp], rounds[1][rp]), h))
+    k = -(-crossing // span)
+    return (bw[lk] / k[lk]).min(axis=1)
 
 
 def _queued_ports(src: np.ndarray, dst: np.ndarray, js: np.ndarray, jr: np.ndarray, base: np.ndarray,
