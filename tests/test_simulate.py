@@ -108,6 +108,24 @@ def test_schedules_over_the_ports_take_no_longer_than_their_transfers_one_by_one
     assert simulate(s, S, t).completion_s <= sum(lone)
 
 
+@pytest.mark.parametrize("n", [4, 8, 16])
+@pytest.mark.parametrize("name", ["direct", "twoshot"])
+def test_direct_steps_queue_in_rounds_that_are_permutations(name, n):
+    # patterns.shifted_pairs: round d sends i -> i + d, so on one NVLink port per GPU every round runs
+    # at once and a step takes its n - 1 sends back to back (in the order by source, everyone first sent
+    # to rank 0: direct 31 ms instead of 16.7 on dgx-h100 at 1 GiB)
+    s = build_schedule(name, n)
+    for k in range(s.nsteps):
+        lo, hi = s.step_bounds[k], s.step_bounds[k + 1]
+        for r in range(lo, hi, n):
+            assert sorted(s.src[r:r + n]) == sorted(s.dst[r:r + n]) == list(range(n))
+    if n != 8:
+        return
+    t = make_topology("dgx-h100", n)
+    lone = simulate(_one(s, 0), S, t).completion_s
+    assert simulate(s, S, t).completion_s == pytest.approx(s.nsteps * (n - 1) * lone, rel=1e-12)
+
+
 def _one(s, i):
     b = ScheduleBuilder(s.collective, s.nranks, s.nchunks, ports=s.ports)
     b.new_step()

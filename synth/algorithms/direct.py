@@ -7,9 +7,7 @@ full mesh). The schedule declares ports = n-1 messages per rank per step.
 
 from __future__ import annotations
 
-import numpy as np
-
-from collsynth.synth.algorithms.patterns import add_direct_allgather, add_direct_reducescatter
+from collsynth.synth.algorithms.patterns import add_direct_allgather, add_direct_reducescatter, shifted_pairs
 from collsynth.synth.ir import Schedule, ScheduleBuilder
 
 
@@ -18,8 +16,7 @@ def build(n: int, collective: str = "allreduce") -> Schedule:
     meta = {"algorithm": "direct"}
     if collective == "allreduce":
         b = ScheduleBuilder(collective, n, 1, name=f"direct_allreduce_n{n}", ports=n - 1, meta=meta)
-        src = np.repeat(np.arange(n), n - 1)
-        dst = np.array([j for i in range(n) for j in range(n) if j != i], np.int64)
+        src, dst = shifted_pairs(n)
         b.new_step()
         b.add_many(src, dst, 0, 1, True)
         return b.build()

@@ -43,13 +43,22 @@ def add_ring_allgather(b: ScheduleBuilder, group: Sequence[int], chunks: Sequenc
         b.add_many(g, g[(i + 1) % m], c[(i - k) % m], 1, False)
 
 
+def shifted_pairs(m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every ordered pair (i, j), i != j, of m members as (src, dst) index arrays, in m - 1 rounds: round d
+    = 1..m-1 pairs every i with i + d mod m (as NCCL's all-to-all orders its peers), so each round is a
+    permutation: a rank whose sends queue behind one another in a step (more messages than ports) never
+    finds all the others sending to the same receiver first, as in the order by source (everyone to 0,
+    then to 1, ...)."""
+    i = np.arange(m, dtype=np.int64)
+    d = np.arange(1, m, dtype=np.int64)
+    return np.tile(i, m - 1), ((i[None, :] + d[:, None]) % m).ravel()
+
+
 def add_direct_reducescatter(b: ScheduleBuilder, group: Sequence[int], chunks: Sequence[int]) -> None:
     """Direct ReduceScatter in one step: every member reduces each owner's chunk straight into the
     owner (m-1 messages per rank, so the schedule needs ports >= m-1)."""
     g, c = _arrays(group, chunks)
-    m = len(g)
-    src = np.repeat(np.arange(m), m - 1)
-    dst = np.array([j for i in range(m) for j in range(m) if j != i], np.int64)
+    src, dst = shifted_pairs(len(g))
     b.new_step()
     b.add_many(g[src], g[dst], c[dst], 1, True)
 
@@ -57,8 +66,6 @@ def add_direct_reducescatter(b: ScheduleBuilder, group: Sequence[int], chunks: S
 def add_direct_allgather(b: ScheduleBuilder, group: Sequence[int], chunks: Sequence[int]) -> None:
     """Direct AllGather in one step: every owner copies its chunk to every other member."""
     g, c = _arrays(group, chunks)
-    m = len(g)
-    src = np.repeat(np.arange(m), m - 1)
-    dst = np.array([j for i in range(m) for j in range(m) if j != i], np.int64)
+    src, dst = shifted_pairs(len(g))
     b.new_step()
     b.add_many(g[src], g[dst], c[src], 1, False)
