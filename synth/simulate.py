@@ -223,7 +223,7 @@ def _run(s: Schedule, size: float, topo: Topology, arr: np.ndarray, start: np.nd
             eff = (bw[lk] / share[lk]).min(axis=1)
             share[lk] = 0
         else:
-            eff = _queued_shares(lk, sp, rp, cap, bw, S + 1)
+            eff = _queued_shares(lk, sp, rp, cap, bw)
         dur = alpha[lo:hi] + nbytes[lo:hi] / eff
         # earliest start from arrivals, gate, data hazards and links
         t = np.maximum(np.maximum(arr[src], arr[dst]), gate[k])
@@ -274,24 +274,26 @@ def _run(s: Schedule, size: float, topo: Topology, arr: np.ndarray, start: np.nd
             link_free[S] = 0.0
 
 
-def _queued_shares(lk: np.ndarray, sp: np.ndarray, rp: np.ndarray, cap: np.ndarray, bw: np.ndarray,
-                   nkeys: int) -> np.ndarray:
+def _queued_shares(lk: np.ndarray, sp: np.ndarray, rp: np.ndarray, cap: np.ndarray, bw: np.ndarray) -> np.ndarray:
     """Effective bandwidth of each transfer of a queued step (one row of route links ``lk`` per transfer,
     the padding mapped to the always-free sentinel; send and receive port entities ``sp``, ``rp`` with
     ``cap`` slots each). A port with q transfers runs them in ceil(q / cap) rounds, one after another, so
     the transfers crossing a link are in flight over as many rounds as the deepest port among theirs:
     the link is shared equally among that many at a time (the transfers crossing it over those rounds,
     rounded up). Within the ports (one round) that is every transfer crossing it, as in every other step;
+    the work is in the step's own transfers and links, not the topology's.
     counting every queued transfer instead charged it both its wait and a share of bandwidth it does not
     use (a GPU sending its buffer to 7 NVSwitch peers through one port took 10x as long as 7 sends)."""
-    h = lk.shape[1]
-    rounds = [-(-np.bincount(port, minlength=len(cap)) // cap) for port in (sp, rp)]  # per send, receive port
-    flat = lk.ravel()
-    crossing = np.bincount(flat, minlength=nkeys)
-    span = np.ones(nkeys, np.int64)
-    np.maximum.at(span, flat, np.repeat(np.maximum(rounds[0][sp], rounds[1][rp]), h))
-    k = -(-crossing // span)
-    return (bw[lk] / k[lk]).min(axis=1)
+    rounds = np.ones(len(sp), np.int64)  # per transfer: the rounds of the deeper of its two ports
+    for port in (sp, rp):
+        ids, inv, depth = np.unique(port, return_inverse=True, return_counts=True)
+        rounds = np.maximum(rounds, (-(-depth // cap[ids]))[inv.ravel()])
+    links, inv, crossing = np.unique(lk.ravel(), return_inverse=True, return_counts=True)  # this step's links
+    inv = inv.ravel()
+    span = np.ones(len(links), np.int64)
+    np.maximum.at(span, inv, np.repeat(rounds, lk.shape[1]))
+    k = (-(-crossing // span))[inv].reshape(lk.shape)
+    return (bw[lk] / k).min(axis=1)
 
 
 def _queued_ports(src: np.ndarray, dst: np.ndarray, js: np.ndarray, jr: np.ndarray, base: np.ndarray,
