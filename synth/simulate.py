@@ -281,9 +281,9 @@ def _queued_shares(lk: np.ndarray, sp: np.ndarray, rp: np.ndarray, cap: np.ndarr
     the transfers crossing a link are in flight over as many rounds as the deepest port among theirs:
     the link is shared equally among that many at a time (the transfers crossing it over those rounds,
     rounded up). Within the ports (one round) that is every transfer crossing it, as in every other step;
-    the work is in the step's own transfers and links, not the topology's.
     counting every queued transfer instead charged it both its wait and a share of bandwidth it does not
-    use (a GPU sending its buffer to 7 NVSwitch peers through one port took 10x as long as 7 sends)."""
+    use (a GPU sending its buffer to 7 NVSwitch peers through one port took 10x as long as 7 sends). The
+    work is in the step's own transfers and links, not in arrays as long as the topology's."""
     rounds = np.ones(len(sp), np.int64)  # per transfer: the rounds of the deeper of its two ports
     for port in (sp, rp):
         ids, inv, depth = np.unique(port, return_inverse=True, return_counts=True)
