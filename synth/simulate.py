@@ -209,7 +209,7 @@ def _run(s: Schedule, size: float, topo: Topology, arr: np.ndarray, start: np.nd
             ok = bool(np.all(mark[sp] == pos))
             mark[rp] = pos
             ok = ok and bool(np.all(mark[rp] == pos))
-            js = jr = None
+            js, jr = (None, None) if ok else (_occurrence(sp), _occurrence(rp))  # the queue needs them
         else:
             js, jr = _occurrence(sp), _occurrence(rp)
             ok = (bool(js.max() < P and jr.max() < P) if uniform
@@ -256,8 +256,7 @@ def _run(s: Schedule, size: float, topo: Topology, arr: np.ndarray, start: np.nd
                 send_slots[us] = np.sort(send_slots[us], axis=1)
                 recv_slots[ud] = np.sort(recv_slots[ud], axis=1)
         else:
-            if js is None or jr is None:
-                js, jr = _occurrence(sp), _occurrence(rp)
+            assert js is not None and jr is not None
             t, e = _queued_ports(sp, rp, js, jr, t, dur, send_slots, recv_slots, cap)
         start[lo:hi] = t
         end[lo:hi] = e
