@@ -8,7 +8,7 @@ import pytest
 from shared_paths import vectors
 
 from collsynth.synth.algorithms import synchronous
-from collsynth.synth.registry import build_schedule
+from collsynth.synth.registry import algorithm_params, build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import make_topology, topology_from_dict
 from collsynth.synth.topology_import import import_topology
@@ -29,16 +29,17 @@ def every_sync(n, topo, size, times):
     verified and simulated."""
     out = {}
     for a in synchronous.SYNC:
-        s = build_schedule(a, n, topology=topo, **({"size": size} if a in ("hierarchical", "tree") else {}))
+        params = {k: v for k, v in (("topology", topo), ("size", size)) if k in algorithm_params(a)}
+        s = build_schedule(a, n, **params)
         assert verify(s).ok, a
         out[a] = simulate(s, size, topo, times).completion_s
     return out
 
 
-@pytest.mark.parametrize("spec", ["h100-cluster", "pcie"])
+@pytest.mark.parametrize("spec", ["h100-cluster", "pcie", "gb200-nvl72", "dgx-h100"])
 def test_fastest_is_the_least_of_every_synchronous_schedule(spec):
-    topo = pcie_cluster() if spec == "pcie" else make_topology("h100-cluster", 16)
-    n, size = topo.nranks, 256 * MiB
+    topo = pcie_cluster() if spec == "pcie" else make_topology(spec, {"gb200-nvl72": 72, "dgx-h100": 8}.get(spec, 16))
+    n, size = topo.nranks, (64 if spec == "gb200-nvl72" else 256) * MiB
     times = np.zeros(n)
     times[1] = 10e-3
     got = synchronous.fastest(n, topo, size, times)
@@ -48,7 +49,8 @@ def test_fastest_is_the_least_of_every_synchronous_schedule(spec):
     assert got.schedule is not None and simulate(got.schedule, size, topo, times).completion_s == got.completion_s
     for a, lb in got.pruned.items():  # skipped only where its bound already loses
         assert a in synchronous.RING_FAMILY and times.max() + lb > got.completion_s and every[a] > got.completion_s
-    assert got.name == ("multiring" if spec == "pcie" else "hierarchical")
+    # one NVLink domain: the topology-free halving-doubling schedules beat every topology-aware one
+    assert got.name == {"pcie": "multiring", "gb200-nvl72": "radix", "dgx-h100": "radix"}.get(spec, "hierarchical")
     dropped = synchronous.fastest(n, topo, size, times, keep=False)
     assert (dropped.name, dropped.completion_s, dropped.schedule) == (got.name, got.completion_s, None)
     with pytest.raises(ValueError, match="not kept"):
@@ -71,3 +73,28 @@ def test_clusterstraggler_waits_with_the_fastest_synchronous_schedule():
     every = every_sync(n, topo, size, times)
     ours = simulate(s, size, topo, arr).completion_s
     assert ours == pytest.approx(min(every.values()), rel=1e-12) and ours < every["hierarchical"] * 0.95
+
+
+@pytest.mark.parametrize("size,delay,want", [(64 * MiB, 5e-3, "radix"), (MiB * 1024, 5e-3, None)])
+def test_clusterstraggler_in_one_nvlink_domain_weighs_the_synchronous_schedules(size, delay, want):
+    """gb200-nvl72 (72 GPUs, no nodes): clusterstraggler's flat form is multistraggler, which is
+    alpha-bound at 64 MiB (n - 2 + log2 n rounds after the arrival), so radix finishes first there and is
+    returned as form "synchronous"; at 1 GiB multistraggler stays. Either way clusterstraggler completes no
+    later than multistraggler or any synchronous schedule."""
+    n = 72
+    topo = make_topology("gb200-nvl72", n)
+    arr = {5: delay}
+    times = np.zeros(n)
+    times[5] = delay
+    s = build_schedule("clusterstraggler", n, arrivals=arr, size=size, topology=topo)
+    assert verify(s).ok
+    flat = build_schedule("multistraggler", n, arrivals=arr, size=size, topology=topo)
+    t_flat = simulate(flat, size, topo, arr).completion_s
+    every = every_sync(n, topo, size, times)
+    ours = simulate(s, size, topo, arr).completion_s
+    assert ours == pytest.approx(min(t_flat, *every.values()), rel=1e-12)
+    if want is None:
+        assert "synchronous" not in s.meta and ours == t_flat < min(every.values())
+    else:
+        assert s.meta["form"] == "synchronous" and s.meta["synchronous"] == want and s.meta["late"] == [[5, delay]]
+        assert ours - delay < 0.6 * (t_flat - delay)  # after the arrival: 0.195 ms against 0.343

@@ -1,11 +1,13 @@
 """The fastest synchronous AllReduce on a topology: the schedules that wait for every rank (ring, multiring,
-hierarchical, tree), each built and simulated, ring and multiring only where a proven lower bound of theirs
-is below the best of the others.
+hierarchical, tree, rhd, radix), each built and simulated, ring and multiring only where a proven lower bound
+of theirs is below the best of the others.
 
 clusterstraggler (choose.py, waves.py) returns it as its form "synchronous" when waiting for the late ranks
 finishes first; `collsynth reproduce cluster` reports it as the best synchronous schedule
 (synth/algorithms/stragglar/cluster_study.py). On the h100-cluster preset that is always ``hierarchical``;
-on an imported machine with PCIe GPUs sharing a NIC it can be ``multiring`` (docs/stragglar.md section 9).
+on an imported machine with PCIe GPUs sharing a NIC it can be ``multiring`` (docs/stragglar.md section 9);
+in one NVLink domain it is ``radix`` (gb200-nvl72, 64 MiB: radix 0.195 ms, tree 0.544 ms; dgx-h100: radix,
+which is rhd there, 0.281 ms, hierarchical 0.309 ms). rhd and radix take no topology (rank order).
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from collsynth.synth.algorithms import hierarchical, multiring, ring, tree
+from collsynth.synth.algorithms import hierarchical, multiring, radix, rhd, ring, tree
 from collsynth.synth.algorithms.layout import ring_order, route_stats
 from collsynth.synth.ir import Schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import Topology
 
-SYNC = ("ring", "multiring", "hierarchical", "tree")
+SYNC = ("ring", "multiring", "hierarchical", "tree", "rhd", "radix")
 RING_FAMILY = ("ring", "multiring")  # built only when their lower bound is below the others' best
 
 
@@ -71,6 +73,10 @@ def build_sync(name: str, n: int, topo: Topology, size: float) -> Schedule:
         return multiring.build(n, topology=topo)
     if name == "ring":
         return ring.build(n, topology=topo)
+    if name == "rhd":
+        return rhd.build(n)
+    if name == "radix":
+        return radix.build(n)
     raise ValueError(f"build_sync: {name!r} is not one of {SYNC}")
 
 
@@ -100,10 +106,10 @@ class Fastest:
 def fastest(n: int, topo: Topology, size: float, times: Any = None,
             build: Callable[[str], Schedule] | None = None, keep: bool = True) -> Fastest:
     """The synchronous AllReduce of SYNC that completes first on ``topo`` with arrival ``times`` (None: all
-    at 0; ties to the name first in alphabetical order), hierarchical and tree first, then ring and multiring
-    where ``ring_family_bound`` (after the last arrival) is below the best so far. ``build(name)`` makes a
-    candidate (default ``build_sync``; the study verifies each); ``keep=False`` drops every schedule once
-    simulated (``schedule`` is then None), so at most one is in memory at a time."""
+    at 0; ties to the name first in alphabetical order), hierarchical, tree, rhd and radix first, then ring
+    and multiring where ``ring_family_bound`` (after the last arrival) is below the best so far.
+    ``build(name)`` makes a candidate (default ``build_sync``; the study verifies each); ``keep=False``
+    drops every schedule once simulated (``schedule`` is then None), so at most one is in memory at a time."""
     make = build if build is not None else (lambda a: build_sync(a, n, topo, size))
     t_last = 0.0 if times is None else float(np.max(times))
     done: dict[str, float] = {}

@@ -9,7 +9,9 @@ h100-cluster) can finish first. So with a late rank and ``pipeline="auto"`` both
 "synchronous" (as waves.py does), its meta naming it and the late ranks. One late GPU
 also weighs the funnel form (``one_late_calls``: before the arrival only a reduction toward its node, which a
 medium delay hides where the others' AllReduce does not; above waves.SEARCH_MAX_GPUS GPUs the one funnel
-that reduces by trees). Without a
+that reduces by trees). In one
+NVLink domain (cluster.build makes multistraggler's flat form there) with a late rank, the same weighing
+against the fastest synchronous schedule (on gb200-nvl72 that is radix). Without a
 late rank, or with an explicit ``pipeline``, the constructed form is returned as is (the run-time families,
 synth/algorithms/stragglar/family.py, need the late forms themselves).
 
@@ -40,6 +42,7 @@ from collsynth.synth.algorithms.stragglar import cluster, funnel, waves
 from collsynth.synth.arrivals import arrival_vector, latest_rank
 from collsynth.synth.ir import Schedule
 from collsynth.synth.simulate import simulate
+from collsynth.synth.topology import make_topology
 from collsynth.units import parse_size
 from collsynth.workers import imap_ordered
 
@@ -69,13 +72,36 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
             if sync.completion_s < best_s * (1 - 1e-12):
                 return sync.as_form("clusterstraggler", times)
         return best
-    if not late_calls or s.meta.get("form") not in ("gpu", "node"):  # one node (multistraggler), or chosen
+    if pipeline == "auto" and one_domain_late(n, collective, arrivals, topology):  # multistraggler's flat form
+        times, s_bytes = arrival_vector(arrivals, n), _bytes(size)
+        topo = topology if topology is not None else make_topology("nvswitch", n)  # the flat form's own model
+        sync = synchronous.fastest(n, topo, s_bytes, times)
+        if sync.completion_s < simulate(s, s_bytes, topo, times).completion_s * (1 - 1e-12):
+            return sync.as_form("clusterstraggler", times)
+        return s
+    if not late_calls or s.meta.get("form") not in ("gpu", "node"):  # chosen by waves.py, or no late rank
         return s
     s_bytes = _bytes(size)
     ours = simulate(s, s_bytes, topology, arrival_vector(arrivals, n)).completion_s
     s, ours = waves.keep_fastest(s, ours, (next(late_pending)[0] for _ in late_calls[:-1]))  # reduce only
     (t_sync, waited), = next(late_pending)
     return waited if t_sync < ours * (1 - 1e-12) else s
+
+
+def one_domain_late(n: int, collective: str, arrivals: Arrivals, topology: Any) -> bool:
+    """Whether cluster.build makes multistraggler's flat form (a topology of ``n`` GPUs without nodes of two
+    or more GPUs: one NVLink domain such as dgx-h100 or gb200-nvl72; None: nvswitch) for an AllReduce with
+    someone late.
+    ``build`` then weighs it against the fastest synchronous schedule: on gb200-nvl72 at 64 MiB, one GPU 5 ms
+    late, multistraggler (StragglAR's n - 2 + log2 n rounds after the arrival) takes 0.343 ms after it, and
+    radix 0.195 ms."""
+    if collective != "allreduce" or (topology is not None and getattr(topology, "nranks", None) != n):
+        return False
+    try:
+        grid, times = node_grid(topology, n), arrival_vector(arrivals, n)
+    except CollsynthError:
+        return False
+    return (grid.shape[0] < 2 or grid.shape[1] < 2) and bool(np.any(times > times.min()))
 
 
 def _late_case(n: int, collective: str, arrivals: Arrivals, size: int | float | str | None, topology: Any,

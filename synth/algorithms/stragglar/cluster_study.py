@@ -10,7 +10,7 @@ rank; or a topology JSON file of N nodes) and three arrival cases:
   random case; ``seed`` + N seeds it, so a row does not depend on which other node counts are asked for);
 
 each row has the time after the last arrival of the best synchronous schedule (the fastest of ring,
-multiring, hierarchical and tree on the simulator: each waits for every rank), of ours (clusterstraggler
+multiring, hierarchical, tree, rhd and radix on the simulator: each waits for every rank), of ours (clusterstraggler
 for one late GPU or node; the faster of clusterstraggler and multistraggler for random arrivals, what
 `compare` shows, multistraggler up to FLAT_MAX_NODES nodes) and the proven bound (synth/bounds.py
 ``allreduce_bound``, the brief's clusters.md section 4), with the ratios: speedup = synchronous / ours,
@@ -30,7 +30,7 @@ and the late GPU and late node at 128 nodes (11 s, 7 s) are the largest; the syn
 - ring and multiring (2 n(n-1) and 2 G n(n-1) transfers: 16.7 million at 1,024 GPUs) are built only when
   their proven lower bound (``ring_family_bound``: each ring member's 2(n-1) messages to its successor
   hold one of its send slots of that port class for at least alpha + bytes / bandwidth of the route) is
-  below the best of hierarchical and tree; otherwise the row names them in ``sync_pruned`` with the
+  below the best of hierarchical, tree, rhd and radix; otherwise the row names them in ``sync_pruned`` with the
   bound, which is above the best synchronous time, so they could not have been the best;
 - multistraggler (the flat form: no nodes, a ring ReduceScatter of (n-1)(n-2) transfers, several forms
   each simulated; at 32 nodes 87 s wall to build and 13x slower than clusterstraggler after the last
@@ -57,7 +57,7 @@ from collsynth.synth.algorithms.estimate import work
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar import waves
 from collsynth.synth.bounds import allreduce_bound
-from collsynth.synth.registry import build_schedule
+from collsynth.synth.registry import algorithm_params, build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import Topology, load_topology, make_topology
 from collsynth.synth.verify import check
@@ -75,7 +75,7 @@ _SIZED = ("hierarchical", "tree", "clusterstraggler", "multistraggler")  # algor
 
 def study_works(nodes: int, cases: Sequence[str] = CASES, **model: Any) -> tuple[list[Work], list[Work]]:
     """The work estimates (synth.algorithms.estimate) of what one node count of the study builds: (the
-    schedules every such count builds: hierarchical, tree and ours for each case; ring and multiring, built
+    schedules every such count builds: hierarchical, tree, rhd, radix and ours for each case; ring and multiring, built
     only where their bound does not prune them, e.g. never on h100-cluster)."""
     gpn = int(model.get("gpus_per_node", 8))
     size = float(model.get("size", 2**30))
@@ -126,7 +126,7 @@ def case_arrivals(case: str, grid: np.ndarray, delay: float, seed: int) -> dict[
 
 
 def _params(name: str, topo: Topology, size: float, arr: dict[int, float] | None) -> dict[str, Any]:
-    params: dict[str, Any] = {"topology": topo}
+    params: dict[str, Any] = {"topology": topo} if "topology" in algorithm_params(name) else {}
     if name in _SIZED:
         params["size"] = size
     if arr is not None and name in ("clusterstraggler", "multistraggler"):
