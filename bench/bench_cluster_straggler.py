@@ -3,7 +3,7 @@ JSON written for the same machine (an NVSwitch per node, one 400 Gb/s NIC per GP
 switch), 1 GiB per rank, delays long enough to hide the work before the arrival. Prints JSON.
 
 - late_gpu: one late GPU at 16 nodes (128 GPUs): time after its arrival of clusterstraggler, of the
-  best synchronous schedule (ring, multiring, hierarchical, tree, rhd, radix: fastest simulated), the late-GPU bound
+  best synchronous schedule (synchronous.SYNC, the fastest simulated), the late-GPU bound
   max(s/(B_nv+B_net), s/(G B_net)) (the brief's clusters.md section 4), ratios;
 - late_node: one late node at 16 nodes, likewise (bound max(s/(G B_net), (G-1)/G s/B_nv));
 - both rows also carry the largest proven bound of synth.bounds (``proven_bound_ms``, its kind and

@@ -5,7 +5,7 @@ Prints JSON.
   bench_cluster_straggler.json_topology), 2 to 8 late ranks, delays uniform in 0-10 ms (seeded): the
   median (and quartiles, p90, max, the count at most 1.3) of (completion - last arrival) / max(late-GPU
   bound, synchronous bound - last arrival) of the best of clusterstraggler and multistraggler (what
-  `compare` shows), the same for the best synchronous schedule (ring, multiring, hierarchical, tree, rhd, radix),
+  `compare` shows), the same for the best synchronous schedule (synchronous.SYNC),
   and which form won how often;
 - synthesis_1024: build and verify time of clusterstraggler at 1,024 GPUs (128 x 8) for one random
   arrival vector (8 late ranks), the waves form (the funnel form is searched up to 256 GPUs).

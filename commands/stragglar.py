@@ -48,9 +48,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         description="For each node count (nodes of 8 GPUs on h100-cluster, 1 GiB per rank) and each case (one "
                     "late GPU, one late node, a seeded random arrival vector of 2 to 8 late ranks with delays in "
                     "0-10 ms): the time after the last arrival of the best synchronous schedule (fastest of ring, "
-                    "multiring, hierarchical, tree, rhd, radix), of ours (clusterstraggler; for random arrivals the "
-                    "faster of clusterstraggler and multistraggler) and the proven lower bound, with the ratios. Every "
-                    "schedule is built, verified and simulated.",
+                    "multiring, hierarchical, tree, rhd, radix, direct, twoshot), of ours (clusterstraggler; for "
+                    "random arrivals the faster of clusterstraggler and multistraggler) and the proven lower bound, "
+                    "with the ratios. Every schedule is built, verified and simulated.",
         epilog="example:\n  collsynth reproduce cluster --nodes 2,4 --json\n"
                "  collsynth reproduce cluster --plot cluster.png\n"
                "  collsynth reproduce cluster   # 2 to 128 nodes (bench/bench_cluster_study.py times each)",

@@ -10,6 +10,7 @@ import pytest
 
 from collsynth import budget
 from collsynth.cli import main as cli_main
+from collsynth.synth.algorithms import synchronous
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar.cluster_study import (
     DEFAULT_NODES,
@@ -21,9 +22,9 @@ from collsynth.synth.algorithms.stragglar.cluster_study import (
     ours_names,
     study_works,
 )
-from collsynth.synth.algorithms.synchronous import ring_family_bound
+from collsynth.synth.algorithms.synchronous import port_bound
 from collsynth.synth.bounds import allreduce_bound
-from collsynth.synth.registry import build_schedule
+from collsynth.synth.registry import algorithm_params, build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import make_topology
 from collsynth.synth.verify import check
@@ -141,16 +142,20 @@ def test_topology_file(tmp_path, capsys):
 
 @pytest.mark.parametrize("spec,n", [("h100-cluster", 16), ("h100-cluster", 32), ("h100-cluster:fabric=fat-tree", 32),
                                     ("nvswitch", 8), ("dgx1", 8), ("full-mesh", 6), ("gb200-nvl72", 72)])
-def test_ring_family_bound_is_below_the_simulated_time(spec, n):
-    """The bound that lets the study skip ring and multiring is never above their simulated time (and not
-    trivially low: ring's is exact where one link class dominates)."""
+def test_port_bound_is_below_the_simulated_time(spec, n):
+    """The bound that lets the study skip ring, multiring, direct and twoshot is never above their simulated
+    time (and not trivially low for the ring family: ring's is exact where one link class dominates; nor
+    where direct and twoshot queue on one port per class, as on the clusters)."""
     topo = make_topology(spec, n)
-    for a in ("ring", "multiring"):
-        lb = ring_family_bound(a, n, topo, GiB)
-        t = simulate(check(build_schedule(a, n, topology=topo)), GiB, topo).completion_s
-        assert 0.5 * t <= lb <= t * (1 + 1e-9), (a, lb, t)
+    for a in ("ring", "multiring", "direct", "twoshot"):
+        lb = port_bound(a, n, topo, GiB)
+        params = {"topology": topo} if "topology" in algorithm_params(a) else {}
+        t = simulate(check(build_schedule(a, n, **params)), GiB, topo).completion_s
+        assert lb <= t * (1 + 1e-9), (a, lb, t)
+        if a in ("ring", "multiring") or len(topo.classes) > 1:
+            assert 0.5 * t <= lb, (a, lb, t)
     with pytest.raises(ValueError):
-        ring_family_bound("tree", n, topo, GiB)
+        port_bound("tree", n, topo, GiB)
 
 
 def test_synchronous_times_do_not_depend_on_the_arrivals():
@@ -158,7 +163,7 @@ def test_synchronous_times_do_not_depend_on_the_arrivals():
     (no phases), so the time after the last arrival is the same for any arrivals."""
     topo = make_topology("h100-cluster", 32)
     sy = best_sync(32, topo, GiB)
-    assert set(sy["sync_pruned"]) <= {"ring", "multiring"}
+    assert set(sy["sync_pruned"]) <= set(synchronous.BOUNDED)
     assert all(lb > sy["sync_after_s"] for lb in sy["sync_pruned"].values())
     arr = {3: 2e-3, 17: 7e-3, 30: 1e-3}
     s = check(build_schedule(sy["best_sync"], 32, topology=topo, size=GiB))
@@ -171,7 +176,7 @@ def test_flat_form_only_up_to_its_node_count():
     assert ours_names("random", 2 * FLAT_MAX_NODES) == ("clusterstraggler",)
     assert ours_names("gpu", 2) == ("clusterstraggler",)
     row = cluster_row(2, "gpu")
-    assert row["ours_tried"] == ["clusterstraggler"] and set(row["sync_pruned"]) <= {"ring", "multiring"}
+    assert row["ours_tried"] == ["clusterstraggler"] and set(row["sync_pruned"]) <= set(synchronous.BOUNDED)
     # the form clusterstraggler chose: the late-GPU form, or the synchronous one where waiting wins
     assert row["ours"] == "clusterstraggler" and row["ours_form"] in ("gpu", "synchronous")
     assert (row["ours_form"] == "synchronous") == (row["speedup"] <= 1 + 1e-9)

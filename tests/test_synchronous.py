@@ -36,10 +36,11 @@ def every_sync(n, topo, size, times):
     return out
 
 
-@pytest.mark.parametrize("spec", ["h100-cluster", "pcie", "gb200-nvl72", "dgx-h100"])
+@pytest.mark.parametrize("spec", ["h100-cluster", "pcie", "gb200-nvl72", "dgx-h100", "nvswitch"])
 def test_fastest_is_the_least_of_every_synchronous_schedule(spec):
-    topo = pcie_cluster() if spec == "pcie" else make_topology(spec, {"gb200-nvl72": 72, "dgx-h100": 8}.get(spec, 16))
-    n, size = topo.nranks, (64 if spec == "gb200-nvl72" else 256) * MiB
+    gpus = {"gb200-nvl72": 72, "dgx-h100": 8, "nvswitch": 12}.get(spec, 16)
+    topo = pcie_cluster() if spec == "pcie" else make_topology(spec, gpus)
+    n, size = topo.nranks, (64 if spec in ("gb200-nvl72", "nvswitch") else 256) * MiB
     times = np.zeros(n)
     times[1] = 10e-3
     got = synchronous.fastest(n, topo, size, times)
@@ -48,9 +49,13 @@ def test_fastest_is_the_least_of_every_synchronous_schedule(spec):
     assert got.completion_s == pytest.approx(every[got.name], rel=1e-12)
     assert got.schedule is not None and simulate(got.schedule, size, topo, times).completion_s == got.completion_s
     for a, lb in got.pruned.items():  # skipped only where its bound already loses
-        assert a in synchronous.RING_FAMILY and times.max() + lb > got.completion_s and every[a] > got.completion_s
+        assert a in synchronous.BOUNDED and times.max() + lb > got.completion_s and every[a] > got.completion_s
     # one NVLink domain: the topology-free halving-doubling schedules beat every topology-aware one
-    assert got.name == {"pcie": "multiring", "gb200-nvl72": "radix", "dgx-h100": "radix"}.get(spec, "hierarchical")
+    # (and on the abstract nvswitch preset, whose one port per rank takes n - 1 messages at once, twoshot)
+    want = {"pcie": "multiring", "gb200-nvl72": "radix", "dgx-h100": "radix", "nvswitch": "twoshot"}
+    assert got.name == want.get(spec, "hierarchical")
+    if spec in ("h100-cluster", "gb200-nvl72"):  # their sends queue on one port per class: never built
+        assert {"direct", "twoshot"} <= set(got.pruned)
     dropped = synchronous.fastest(n, topo, size, times, keep=False)
     assert (dropped.name, dropped.completion_s, dropped.schedule) == (got.name, got.completion_s, None)
     with pytest.raises(ValueError, match="not kept"):

@@ -10,9 +10,10 @@ rank; or a topology JSON file of N nodes) and three arrival cases:
   random case; ``seed`` + N seeds it, so a row does not depend on which other node counts are asked for);
 
 each row has the time after the last arrival of the best synchronous schedule (the fastest of ring,
-multiring, hierarchical, tree, rhd and radix on the simulator: each waits for every rank), of ours (clusterstraggler
-for one late GPU or node; the faster of clusterstraggler and multistraggler for random arrivals, what
-`compare` shows, multistraggler up to FLAT_MAX_NODES nodes) and the proven bound (synth/bounds.py
+multiring, hierarchical, tree, rhd, radix, direct and twoshot on the simulator: each waits for every
+rank), of ours (clusterstraggler for one late GPU or node; the faster of clusterstraggler and
+multistraggler for random arrivals, what `compare` shows, multistraggler up to FLAT_MAX_NODES nodes) and
+the proven bound (synth/bounds.py
 ``allreduce_bound``, the brief's clusters.md section 4), with the ratios: speedup = synchronous / ours,
 and each over the bound. The delay (default 50 ms) is long enough to hide the work before the arrival,
 as in the issue's numbers.
@@ -27,11 +28,12 @@ and the late GPU and late node at 128 nodes (11 s, 7 s) are the largest; the syn
   their time after the last arrival does not depend on the arrivals: each is built, verified and
   simulated once per node count (everyone on time) and its time serves the three cases (checked: a
   schedule with phases is refused);
-- ring and multiring (2 n(n-1) and 2 G n(n-1) transfers: 16.7 million at 1,024 GPUs) are built only when
-  their proven lower bound (``ring_family_bound``: each ring member's 2(n-1) messages to its successor
-  hold one of its send slots of that port class for at least alpha + bytes / bandwidth of the route) is
-  below the best of hierarchical, tree, rhd and radix; otherwise the row names them in ``sync_pruned`` with the
-  bound, which is above the best synchronous time, so they could not have been the best;
+- ring and multiring (2 n(n-1) and 2 G n(n-1) transfers: 16.7 million at 1,024 GPUs), direct and twoshot
+  (n(n-1) and 2 n(n-1)) are built only when their proven lower bound (``synchronous.port_bound``: the
+  messages each rank sends hold one of its send slots of that port class for at least alpha + bytes /
+  bandwidth of the route) is below the best of hierarchical, tree, rhd and radix; otherwise the row names
+  them in ``sync_pruned`` with the bound, which is above the best synchronous time, so they could not have
+  been the best;
 - multistraggler (the flat form: no nodes, a ring ReduceScatter of (n-1)(n-2) transfers, several forms
   each simulated; at 32 nodes 87 s wall to build and 13x slower than clusterstraggler after the last
   arrival) is tried for random arrivals up to ``FLAT_MAX_NODES`` nodes only (``ours_tried`` lists the
@@ -75,19 +77,20 @@ _SIZED = ("hierarchical", "tree", "clusterstraggler", "multistraggler")  # algor
 
 def study_works(nodes: int, cases: Sequence[str] = CASES, **model: Any) -> tuple[list[Work], list[Work]]:
     """The work estimates (synth.algorithms.estimate) of what one node count of the study builds: (the
-    schedules every such count builds: hierarchical, tree, rhd, radix and ours for each case; ring and multiring, built
-    only where their bound does not prune them, e.g. never on h100-cluster)."""
+    schedules every such count builds: hierarchical, tree, rhd, radix and ours for each case; ring,
+    multiring, direct and twoshot, built only where their bound does not prune them, e.g. never on
+    h100-cluster)."""
     gpn = int(model.get("gpus_per_node", 8))
     size = float(model.get("size", 2**30))
     topo = study_topology(str(model.get("topology", "h100-cluster")), nodes, gpn)
     n = topo.nranks
     grid = node_grid(topo, n)
     built = [work(a, n, "allreduce", _params(a, topo, size, None)) for a in synchronous.SYNC
-             if a not in synchronous.RING_FAMILY]
+             if a not in synchronous.BOUNDED]
     for case in cases:
         arr = case_arrivals(case, grid, float(model.get("delay", 0.05)), int(model.get("seed", 15)))
         built += [work(a, n, "allreduce", _params(a, topo, size, arr)) for a in ours_names(case, nodes)]
-    rings = [work(a, n, "allreduce", _params(a, topo, size, None)) for a in synchronous.RING_FAMILY]
+    rings = [work(a, n, "allreduce", _params(a, topo, size, None)) for a in synchronous.BOUNDED]
     return built, rings
 
 
