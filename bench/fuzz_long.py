@@ -29,6 +29,7 @@ def main() -> int:
     ap.add_argument("--stats", default=None, help="keep the per-case lines in this file (default: a temp file)")
     args = ap.parse_args()
     stats = args.stats or os.path.join(tempfile.mkdtemp(prefix="collsynth-fuzz-stats-"), "cases.jsonl")
+    os.makedirs(os.path.dirname(os.path.abspath(stats)), exist_ok=True)  # before the run, not after it
     env = dict(os.environ, COLLSYNTH_FUZZ_EXAMPLES=str(args.examples), COLLSYNTH_FUZZ_STATS=stats)
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf",
