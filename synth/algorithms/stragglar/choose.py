@@ -9,11 +9,10 @@ h100-cluster) can finish first. So with a late rank and ``pipeline="auto"`` both
 "synchronous" (as waves.py does), its meta naming it and the late ranks. One late GPU
 also weighs the funnel form (``one_late_calls``: before the arrival only a reduction toward its node, which a
 medium delay hides where the others' AllReduce does not; above waves.SEARCH_MAX_GPUS GPUs the one funnel
-that reduces by trees). In one
-NVLink domain (cluster.build makes multistraggler's flat form there) with a late rank, the same weighing
-against the fastest synchronous schedule (on gb200-nvl72 that is radix). Without a
-late rank, or with an explicit ``pipeline``, the constructed form is returned as is (the run-time families,
-synth/algorithms/stragglar/family.py, need the late forms themselves).
+that reduces by trees). In one NVLink domain (cluster.build makes multistraggler's flat form there) with a
+late rank, the same weighing against the fastest synchronous schedule (``one_domain_late``; on gb200-nvl72
+that is radix up to 64 MiB). Without a late rank, or with an explicit ``pipeline``, the constructed form is
+returned as is (the run-time families, synth/algorithms/stragglar/family.py, need the late forms themselves).
 
 Several late ranks (after waves.py's search, or its one funnel above waves.SEARCH_MAX_GPUS GPUs, where the
 synchronous schedule is weighed here): when the others are all in at least
@@ -90,11 +89,10 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
 
 def one_domain_late(n: int, collective: str, arrivals: Arrivals, topology: Any) -> bool:
     """Whether cluster.build makes multistraggler's flat form (a topology of ``n`` GPUs without nodes of two
-    or more GPUs: one NVLink domain such as dgx-h100 or gb200-nvl72; None: nvswitch) for an AllReduce with
-    someone late.
-    ``build`` then weighs it against the fastest synchronous schedule: on gb200-nvl72 at 64 MiB, one GPU 5 ms
-    late, multistraggler (StragglAR's n - 2 + log2 n rounds after the arrival) takes 0.343 ms after it, and
-    radix 0.195 ms."""
+    or more GPUs: one NVLink domain such as dgx-h100 or gb200-nvl72, or nodes of one GPU; None: nvswitch) for
+    an AllReduce with someone late. ``build`` then weighs it against the fastest synchronous schedule: on
+    gb200-nvl72 at 64 MiB, one GPU 5 ms late, multistraggler (StragglAR's n - 2 + log2 n rounds after the
+    arrival) takes 0.343 ms after it, and radix 0.195 ms (bench/bench_one_domain.py)."""
     if collective != "allreduce" or (topology is not None and getattr(topology, "nranks", None) != n):
         return False
     try:
