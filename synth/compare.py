@@ -125,6 +125,8 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
             note += f"synchronous ({s.meta.get('synchronous')}: waiting is faster)"
         elif a == CLUSTER_LATE and "form" in s.meta:
             note += cluster_late_text(s.meta, arr)
+        elif a == CLUSTER_LATE and s.meta.get("algorithm") == MULTI_LATE:  # one NVLink domain: the flat form
+            note += f"flat form (multistraggler), straggler={s.meta.get('straggler')}"
         if a == "solver" and isinstance(s.meta.get("solver"), dict):  # honest status: optimal or not, and the gap
             note += " " + status_line(s.meta["solver"], short=True)  # type: ignore[arg-type]
         if s.meta.get("pipeline", 1) != 1:

@@ -8,6 +8,7 @@ import pytest
 from shared_paths import vectors
 
 from collsynth.synth.algorithms import synchronous
+from collsynth.synth.compare import compare
 from collsynth.synth.registry import algorithm_params, build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import make_topology, topology_from_dict
@@ -98,8 +99,11 @@ def test_clusterstraggler_in_one_nvlink_domain_weighs_the_synchronous_schedules(
     every = every_sync(n, topo, size, times)
     ours = simulate(s, size, topo, arr).completion_s
     assert ours == pytest.approx(min(t_flat, *every.values()), rel=1e-12)
+    note = compare(n, size, topo, arr, algorithms=["clusterstraggler"])[0]["note"]
     if want is None:
         assert "synchronous" not in s.meta and ours == t_flat < min(every.values())
+        assert note == "flat form (multistraggler), straggler=5"
     else:
         assert s.meta["form"] == "synchronous" and s.meta["synchronous"] == want and s.meta["late"] == [[5, delay]]
         assert ours - delay < 0.6 * (t_flat - delay)  # after the arrival: 0.195 ms against 0.343
+        assert note == f"synchronous ({want}: waiting is faster)"
