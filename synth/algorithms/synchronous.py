@@ -47,8 +47,8 @@ def port_bound(name: str, n: int, topo: Topology, size: float) -> float:
         k = min(n, PAIR_SENDERS)
         src = np.repeat(np.arange(k, dtype=np.int64), n - 1)
         dst = (src + np.tile(np.arange(1, n, dtype=np.int64), k)) % n
-        one = name == "direct"
-        block, count, ports = np.full(len(src), size if one else size / n), (1 if one else 2), n - 1
+        whole = name == "direct"  # the whole buffer once to each peer, else two messages of s/n
+        block, count, ports = np.full(len(src), size if whole else size / n), (1 if whole else 2), n - 1
     elif name in ("ring", "multiring"):
         if name == "ring":
             ring_list, weights, ports = [ring_order(topo, n)], [1], 1

@@ -13,10 +13,9 @@ each row has the time after the last arrival of the best synchronous schedule (t
 multiring, hierarchical, tree, rhd, radix, direct and twoshot on the simulator: each waits for every
 rank), of ours (clusterstraggler for one late GPU or node; the faster of clusterstraggler and
 multistraggler for random arrivals, what `compare` shows, multistraggler up to FLAT_MAX_NODES nodes) and
-the proven bound (synth/bounds.py
-``allreduce_bound``, the brief's clusters.md section 4), with the ratios: speedup = synchronous / ours,
-and each over the bound. The delay (default 50 ms) is long enough to hide the work before the arrival,
-as in the issue's numbers.
+the proven bound (synth/bounds.py ``allreduce_bound``, the brief's clusters.md section 4), with the
+ratios: speedup = synchronous / ours, and each over the bound. The delay (default 50 ms) is long enough
+to hide the work before the arrival, as in the issue's numbers.
 
 Cost (the default node counts are 2, 4, ..., 128; bench/bench_cluster_study.py prints the seconds of each
 node count and case): measured 104 s of CPU (207 s wall on 2 cores shared with other jobs; main 5597c06),
@@ -90,8 +89,8 @@ def study_works(nodes: int, cases: Sequence[str] = CASES, **model: Any) -> tuple
     for case in cases:
         arr = case_arrivals(case, grid, float(model.get("delay", 0.05)), int(model.get("seed", 15)))
         built += [work(a, n, "allreduce", _params(a, topo, size, arr)) for a in ours_names(case, nodes)]
-    rings = [work(a, n, "allreduce", _params(a, topo, size, None)) for a in synchronous.BOUNDED]
-    return built, rings
+    bounded = [work(a, n, "allreduce", _params(a, topo, size, None)) for a in synchronous.BOUNDED]
+    return built, bounded
 
 
 def is_topology_file(spec: str) -> bool:
