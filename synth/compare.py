@@ -14,6 +14,7 @@ from collsynth import progress
 from collsynth.apitypes import Arrivals, Bytes
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import node_grid
+from collsynth.synth.algorithms.stragglar import domain
 from collsynth.synth.algorithms.stragglar.pipeline import topology_model
 from collsynth.synth.arrivals import arrival_vector, latest_rank
 from collsynth.synth.bounds import Bound, allreduce_bound
@@ -41,18 +42,27 @@ class CompareRow(TypedDict):
 
 
 MULTI_LATE = "multistraggler"  # runs by default only with two or more late ranks (with one it is stragglar)
-CLUSTER_LATE = "clusterstraggler"  # runs by default only with a late rank on a topology of several nodes
+CLUSTER_LATE = "clusterstraggler"  # by default with a late rank on several nodes, or one late GPU in one domain
 RADIX = "radix"  # runs by default only where it differs from rhd and the ring
 
 
 def default_algorithms(late_ranks: int = 0, nodes: int = 1, n: int | None = None) -> list[str]:
     """The AllReduce algorithms `compare` runs by default: all but the solver; multistraggler only when
     ``late_ranks`` >= 2 (with one late rank it builds StragglAR's schedule), clusterstraggler only with a
-    late rank and ``nodes`` >= 2 (on one node it is multistraggler), radix only where it is neither rhd's
-    nor the ring's schedule (``n`` composite and not a power of two; every n when ``n`` is None)."""
+    late rank and ``nodes`` >= 2, or with one late rank on one node where its broadcast form may be built
+    (``n`` in domain.MIN_GPUS..MAX_GPUS; otherwise there it is multistraggler or a synchronous schedule, and
+    ``compare`` drops such a row: ``domain_only``), radix only where it is neither rhd's nor the ring's
+    schedule (``n`` composite and not a power of two; every n when ``n`` is None)."""
     return [a for a, info in algorithm_table().items() if "allreduce" in info.collectives and a != "solver"
-            and (a != MULTI_LATE or late_ranks >= 2) and (a != CLUSTER_LATE or (late_ranks >= 1 and nodes >= 2))
+            and (a != MULTI_LATE or late_ranks >= 2)
+            and (a != CLUSTER_LATE or (late_ranks >= 1 and nodes >= 2) or domain_only(late_ranks, nodes, n))
             and (a != RADIX or n is None or radix_applies(n))]
+
+
+def domain_only(late_ranks: int, nodes: int, n: int | None) -> bool:
+    """Whether `compare` runs clusterstraggler by default only for its one-domain broadcast form
+    (synth/algorithms/stragglar/domain.py: one late rank on one node of domain.MIN_GPUS to MAX_GPUS GPUs)."""
+    return late_ranks == 1 and nodes < 2 and n is not None and domain.MIN_GPUS <= n <= domain.MAX_GPUS
 
 
 def compare_bound(n: int, size: Bytes, topology: Topology | str = "nvswitch", arrivals: Arrivals = None) -> Bound:
@@ -77,7 +87,9 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
     arr = {r: float(t) for r, t in enumerate(times) if t != 0}
     regs = algorithm_table()
     late = sum(1 for t in times if t > times.min())
-    names = list(algorithms or default_algorithms(late, node_grid(topo, n).shape[0], n))
+    nodes = node_grid(topo, n).shape[0]
+    names = list(algorithms or default_algorithms(late, nodes, n))
+    drop_flat = not algorithms and domain_only(late, nodes, n)  # a clusterstraggler row only for its own form
     if solver_time_limit is not None and "solver" not in names:
         names.append("solver")
     for a in names:
@@ -119,6 +131,8 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
         progress.note(f"compare [{i + 1}/{len(names)}] {a}")
         note = f"straggler={latest}" if "straggler" in params else ""
         s = check(build_schedule(a, n, "allreduce", **params))
+        if a == CLUSTER_LATE and drop_flat and s.meta.get("form") != "domain":  # another row's schedule
+            continue
         if a == MULTI_LATE:
             note += f"straggler={s.meta.get('straggler')} late={len(s.meta.get('late', []))}"  # type: ignore[arg-type]
         if a == CLUSTER_LATE and s.meta.get("form") == "synchronous":  # waiting for everyone was faster

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from collsynth import budget
@@ -32,7 +33,9 @@ CASES += [("stragglar", "allreduce", {"pipeline": 3}), ("stragglar", "allreduce"
                                              "size": 2**20}),
           ("clusterstraggler", "allreduce", {"topology": "h100-cluster", "arrivals": {3: 1e-3}, "pipeline": 40}),
           ("clusterstraggler", "allreduce", {"topology": "h100-cluster", "arrivals": {15: 0.05}, "pipeline": 1}),
-          ("clusterstraggler", "allreduce", {"topology": "h100-cluster", "arrivals": {15: 0.05}, "pipeline": 3})]
+          ("clusterstraggler", "allreduce", {"topology": "h100-cluster", "arrivals": {15: 0.05}, "pipeline": 3}),
+          ("clusterstraggler", "allreduce", {"arrivals": {1: 0.05}, "size": 2**26}),  # one domain: the broadcast
+          ("clusterstraggler", "allreduce", {"arrivals": {1: 0.05}, "size": 2**30})]  # form, or multistraggler
 
 
 @pytest.mark.parametrize("name,collective,params", CASES, ids=lambda v: str(v))
@@ -230,3 +233,18 @@ def test_estimated_bytes_bound_the_traced_peak(name, n, topo, params):
         tracemalloc.stop()
     est = w.nbytes()
     assert peak <= est, f"{name} n={n}: traced {peak / 1e6:.2f} MB, estimated {est / 1e6:.2f} MB"
+
+
+@pytest.mark.parametrize("preset,n", [("gb200-nvl72", 72), ("nvswitch", 256)])
+def test_one_domain_broadcast_form_is_bounded(preset, n):
+    """clusterstraggler with one late GPU in one NVLink domain (domain.py's broadcast form where it wins: 64
+    MiB on 72 and 256 GPUs) within its estimate, the broadcast form's three plans counted as copies."""
+    from collsynth.synth.algorithms.stragglar import domain
+
+    p = {"arrivals": {5: 0.05}, "size": 2**26, "topology": make_topology(preset, n)}
+    s = build_schedule("clusterstraggler", n, **p)
+    assert s.meta["form"] == "domain"
+    w = work("clusterstraggler", n, "allreduce", p)
+    got = (s.ntransfers, int(s.count.sum()), s.nsteps, s.nchunks)
+    assert all(g <= e for g, e in zip(got, (w.transfers, w.moves, w.nsteps, w.nchunks))), (got, w)
+    assert w.copies >= 2 + (3 if n & (n - 1) else 1) and domain.applies(n, np.eye(1, n, 5)[0])

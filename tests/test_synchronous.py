@@ -8,6 +8,7 @@ import pytest
 from shared_paths import vectors
 
 from collsynth.synth.algorithms import synchronous
+from collsynth.synth.algorithms.stragglar import domain
 from collsynth.synth.compare import compare
 from collsynth.synth.registry import algorithm_params, build_schedule
 from collsynth.synth.simulate import simulate
@@ -81,29 +82,42 @@ def test_clusterstraggler_waits_with_the_fastest_synchronous_schedule():
     assert ours == pytest.approx(min(every.values()), rel=1e-12) and ours < every["hierarchical"] * 0.95
 
 
-@pytest.mark.parametrize("size,delay,want", [(64 * MiB, 5e-3, "radix"), (MiB * 1024, 5e-3, None)])
-def test_clusterstraggler_in_one_nvlink_domain_weighs_the_synchronous_schedules(size, delay, want):
-    """gb200-nvl72 (72 GPUs, no nodes): clusterstraggler's flat form is multistraggler, which is
-    alpha-bound at 64 MiB (n - 2 + log2 n rounds after the arrival), so radix finishes first there and is
-    returned as form "synchronous"; at 1 GiB multistraggler stays. Either way clusterstraggler completes no
-    later than multistraggler or any synchronous schedule."""
-    n = 72
-    topo = make_topology("gb200-nvl72", n)
-    arr = {5: delay}
+@pytest.mark.parametrize("preset,n,size,delay,want", [("gb200-nvl72", 72, 64 * MiB, 5e-3, "domain"),
+                                                      ("gb200-nvl72", 72, 256 * MiB, 5e-3, "domain"),
+                                                      ("gb200-nvl72", 72, 64 * MiB, 2e-4, "radix"),
+                                                      ("nvswitch", 5, 1024 * MiB, 5e-3, "flat")])
+def test_clusterstraggler_in_one_nvlink_domain_weighs_the_synchronous_schedules(preset, n, size, delay, want):
+    """One NVLink domain (no nodes): clusterstraggler's flat form is multistraggler, which is alpha-bound on
+    many GPUs (n - 2 + log2 n rounds after the arrival); with one late GPU the broadcast form of domain.py
+    (about M + log2 n rounds) is weighed too, and so is the fastest synchronous schedule. gb200-nvl72, 5 ms
+    late: the broadcast form, 0.173 ms after the arrival at 64 MiB (radix 0.195, multistraggler 0.343) and
+    0.491 at 256 MiB (multistraggler 0.585); 0.2 ms late its AllReduce before the arrival does not fit and radix
+    is returned as form "synchronous"; on 5 GPUs multistraggler stays. Here (no ties within domain.TIE)
+    clusterstraggler completes no later than any of them, and compare's note names it."""
+    topo = make_topology(preset, n)
+    late = n // 2
+    arr = {late: delay}
     times = np.zeros(n)
-    times[5] = delay
+    times[late] = delay
     s = build_schedule("clusterstraggler", n, arrivals=arr, size=size, topology=topo)
-    assert verify(s).ok
+    assert verify(s).ok and verify(s, topology=topo).ok
     flat = build_schedule("multistraggler", n, arrivals=arr, size=size, topology=topo)
     t_flat = simulate(flat, size, topo, arr).completion_s
+    bcast = domain.build(n, times, float(size), topo)
+    assert bcast is not None and verify(bcast, topology=topo).ok and bcast.ports == 1
+    t_bcast = simulate(bcast, size, topo, arr).completion_s
     every = every_sync(n, topo, size, times)
     ours = simulate(s, size, topo, arr).completion_s
-    assert ours == pytest.approx(min(t_flat, *every.values()), rel=1e-12)
+    assert ours == pytest.approx(min(t_flat, t_bcast, *every.values()), rel=1e-12)
     note = compare(n, size, topo, arr, algorithms=["clusterstraggler"])[0]["note"]
-    if want is None:
-        assert "synchronous" not in s.meta and ours == t_flat < min(every.values())
-        assert note == "flat form (multistraggler), straggler=5"
+    if want == "flat":
+        assert "synchronous" not in s.meta and ours == t_flat < min(t_bcast, *every.values())
+        assert note == f"flat form (multistraggler), straggler={late} K={s.meta['pipeline']}"
+    elif want == "domain":
+        assert s.meta["form"] == "domain" and s.meta["late"] == [late] and "gpus_per_node" not in s.meta
+        assert ours == t_bcast < min(t_flat, *every.values())
+        assert note == f"domain form, late {late} ({delay * 1e3:.3f} ms) K={s.meta['pipeline']}"
     else:
-        assert s.meta["form"] == "synchronous" and s.meta["synchronous"] == want and s.meta["late"] == [[5, delay]]
+        assert s.meta["form"] == "synchronous" and s.meta["synchronous"] == want and s.meta["late"] == [[late, delay]]
         assert ours - delay < 0.6 * (t_flat - delay)  # after the arrival: 0.195 ms against 0.343
         assert note == f"synchronous ({want}: waiting is faster)"

@@ -54,6 +54,20 @@ def straggler_schedule(n: int, s: int):
     return toy_stragglar(n, s)
 
 
+def domain_schedule(n: int, late: int):
+    """clusterstraggler's one-domain broadcast form (domain.py) for one late rank on the nvswitch preset."""
+    import numpy as np
+
+    from collsynth.synth.algorithms.stragglar import domain
+    from collsynth.synth.topology import make_topology
+
+    times = np.zeros(n)
+    times[late] = 0.01
+    s = domain.build(n, times, 2.0**20, make_topology("nvswitch", n))
+    assert s is not None and s.meta["form"] == "domain"
+    return check(s)
+
+
 def straggler_family(n: int):
     try:
         from collsynth.synth.algorithms.stragglar.family import build_family
@@ -92,6 +106,7 @@ def world(rank: int, n: int) -> dict:
     scheds["toy_stragglar"] = toy_stragglar(n, n - 1)
     if "stragglar" in algorithms():
         scheds["stragglar"] = straggler_schedule(n, 1)
+    scheds["clusterstraggler_domain"] = domain_schedule(n, 2)
     for name, s in scheds.items():
         for length in LENGTHS:
             for dt in DTYPES:

@@ -20,7 +20,9 @@ tests/test_estimate.py checks them against built schedules):
   streamed to every rank (measured: 16 nodes x 8 GPUs with one late GPU, 18,672 transfers in 1.8 s).
   With several late ranks on a topology with nodes (its waves form) it builds and simulates the schedules
   waves.build tries (``_waves_copies``: three above waves.SEARCH_MAX_GPUS, not multistraggler's 20 per late
-  rank, which refused 64 nodes with 5 late ranks at ~1,650 s, built in 4 s).
+  rank, which refused 64 nodes with 5 late ranks at ~1,650 s, built in 4 s). With one late rank in one NVLink
+  domain it also builds domain.py's broadcast form (``_domain_copies``), within the same counts (72 and 256
+  GPUs: tests/test_estimate.py).
   clusterstraggler for one late GPU or one whole late node on a topology with nodes (issue 15) builds
   one plan of G M blocks (M <= max(cluster.UNITS) for auto) in C = G M k chunks (k = prephase.pre_units,
   so that the rail rings before the arrival cut even pieces): the present ranks' AllReduce and the late
@@ -50,6 +52,7 @@ from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import hierarchical, multiring, tree
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar import cluster as stragglar_cluster
+from collsynth.synth.algorithms.stragglar import domain as stragglar_domain
 from collsynth.synth.algorithms.stragglar import pipeline as stragglar_pipeline
 from collsynth.synth.algorithms.stragglar import prephase
 from collsynth.synth.algorithms.stragglar import waves as stragglar_waves
@@ -250,6 +253,18 @@ def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
     return 2 * (len(late) + 1) + 4 + len(stragglar_waves.funnel_choices(n, N)) + 1 + alone
 
 
+def _domain_copies(n: int, params: Mapping[str, Any]) -> int:
+    """The plans of domain.py's broadcast form that clusterstraggler builds and simulates in one NVLink domain
+    (one late rank, pipeline "auto"): one, and two more copy-back broadcasts on n not a power of two; else 0."""
+    try:
+        times = arrival_vector(params.get("arrivals"), n)
+    except CollsynthError:
+        return 0
+    if params.get("pipeline", "auto") != "auto" or not stragglar_domain.applies(n, times):
+        return 0
+    return 3 if n & (n - 1) else 1
+
+
 def size_knobs(params: Iterable[Mapping[str, Any]]) -> list[str]:
     """The build options given that scale the work besides n ("--pipeline 64"), for budget errors."""
     return sorted({f"--pipeline {p['pipeline']}" for p in params
@@ -297,9 +312,9 @@ def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, 
         chunks = min(stragglar_cluster.MAX_CHUNKS, 4 * n + 256)
         t = 2 * n * (n - 1) + n * chunks
         copies = _waves_copies(n, params)
+        copies = max(2, multi.copies) + _domain_copies(n, params) if copies is None else copies
         return Work(n, max(chunks, multi.nchunks), max(2 * (n + chunks), multi.nsteps), max(t, multi.transfers),
-                    max(4 * t, multi.moves), multi.search_s, max(2, multi.copies) if copies is None else copies,
-                    extra_bytes=multi.extra_bytes)
+                    max(4 * t, multi.moves), multi.search_s, copies, extra_bytes=multi.extra_bytes)
     if name == "hierarchical":
         return _hierarchical(n, pipe, params.get("topology"), params.get("size"))
     if name == "tree":

@@ -201,9 +201,10 @@ class ClusterPlan:
         order = sorted(range(len(self.atoms)), key=lambda i: (self.est[i], i))
         return [self.atoms[i] for i in order]
 
-    def to_schedule(self, name: str, meta: dict[str, object]) -> Schedule:
+    def to_schedule(self, name: str, meta: dict[str, object], ports: int = 2) -> Schedule:
         """The moves by modelled start, packed into steps (``multi.pack``; ports 2: one NVLink and one
-        network message per GPU and direction per step); phases from the arrivals."""
+        network message per GPU and direction per step; 1 where every move is of one class, as on a grid of
+        one-GPU nodes); phases from the arrivals."""
         n = self.grid.size
         atoms = self.ordered()
         steps = pack(atoms, self.port, self.times)
@@ -212,7 +213,7 @@ class ClusterPlan:
         phases = derived_phases(n, steps, mv[:, 0], mv[:, 1], nsteps)
         return Schedule.from_arrays("allreduce", n, self.G * self.M, step=steps, src=mv[:, 0], dst=mv[:, 1],
                                     chunk=mv[:, 2], count=mv[:, 3], reduce=mv[:, 4].astype(bool), nsteps=nsteps,
-                                    phases=phases, ports=2, name=name, meta=meta)
+                                    phases=phases, ports=ports, name=name, meta=meta)
 
     def port(self, src: int, dst: int) -> tuple[int, int]:
         """(send, receive) port class: the topology's (``transfer_class``: first and last hop) where it has
@@ -635,20 +636,25 @@ def plan_schedule(plan: ClusterPlan, form: str, late: list[int], topology: Any, 
                   extra: dict[str, object] | None = None) -> Schedule:
     """The schedule of a merged ``plan`` of the late-GPU or late-node ``form`` for the ``late`` ranks, its meta
     (the form, late ranks, shape, block counts, the after-arrival estimate, the topology's spec so that
-    `collsynth verify FILE` enforces its per-class ports again) and ``extra`` meta."""
+    `collsynth verify FILE` enforces its per-class ports again) and ``extra`` meta. Form "domain" is the
+    late-node form on a grid of one-GPU nodes in one NVLink domain (domain.py): no nodes in its meta (the
+    backends then place every peer in one node) and one port per GPU and direction."""
     N, G = plan.N, plan.G
-    est = after_arrival_estimate(form, N, G, plan.M, plan.runs, size, plan.model, plan.rows)
-    meta: dict[str, object] = {"algorithm": "clusterstraggler", "form": form, "late": late, "nodes": N,
-                               "gpus_per_node": G, "pipeline": plan.M // plan.units_per_block,
+    est = after_arrival_estimate("node" if form == "domain" else form, N, G, plan.M, plan.runs, size, plan.model,
+                                 plan.rows)
+    shape: dict[str, object] = {} if form == "domain" else {"nodes": N, "gpus_per_node": G}
+    meta: dict[str, object] = {"algorithm": "clusterstraggler", "form": form, "late": late, **shape,
+                               "pipeline": plan.M // plan.units_per_block,
                                "units_per_block": plan.units_per_block, "messages_per_part": len(plan.runs),
                                "nvlink_rows": len(plan.rows), "topology_name": topology.name,
                                "after_arrival_estimate_s": est, **(extra or {})}
     spec = getattr(topology, "spec", None)
     if spec is not None:
         meta["topology"] = spec
-    name = f"clusterstraggler_gpu_n{plan.grid.size}_l{late[0]}" if form == "gpu" else \
-        f"clusterstraggler_node_n{plan.grid.size}_node{int(plan.node[late[0]])}"
-    return plan.to_schedule(name, meta)
+    n = plan.grid.size
+    name = {"gpu": f"clusterstraggler_gpu_n{n}_l{late[0]}", "domain": f"clusterstraggler_domain_n{n}_l{late[0]}"}.get(
+        form, f"clusterstraggler_node_n{n}_node{int(plan.node[late[0]])}")
+    return plan.to_schedule(name, meta, 1 if form == "domain" else 2)
 
 
 def auto_pipeline(n: int, topology: Any, form: str, size: int | float | str | None = None) -> int:
@@ -666,13 +672,15 @@ SPILL_TRIES = 3  # ... then this many smaller block counts of UNITS are built an
 
 
 def merged_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int, runs: list[tuple[int, int]],
-                rows: list[tuple[int, int]], late: list[int], rule: str = "plain") -> ClusterPlan:
+                rows: list[tuple[int, int]], late: list[int], rule: str = "plain",
+                grid: np.ndarray | None = None) -> ClusterPlan:
     """``new_plan`` with the present ranks' AllReduce (``pre``) and the late ranks merged (``merge``), the
     late node's broadcast by ``rule``; M units per part cut ``pre_units`` times finer (the blocks ``runs``
-    and NVLink ``rows`` keep their bytes)."""
-    k = pre_units(node_grid(topology, n), set(late), M, MAX_CHUNKS)
+    and NVLink ``rows`` keep their bytes). ``grid``: the nodes (default ``node_grid`` of the topology)."""
+    grid = node_grid(topology, n) if grid is None else grid
+    k = pre_units(grid, set(late), M, MAX_CHUNKS)
     plan = new_plan(topology, n, times, size, k * M, [(k * f, k * w) for f, w in runs],
-                    [(k * f, k * w) for f, w in rows])
+                    [(k * f, k * w) for f, w in rows], grid)
     plan.units_per_block = k
     plan.rule = rule
     plan.pre(set(late))
@@ -710,12 +718,13 @@ def fastest(plan: ClusterPlan, alternatives: list[Callable[[], ClusterPlan]], si
 
 
 def new_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int,
-             runs: list[tuple[int, int]] | None = None, rows: list[tuple[int, int]] | None = None) -> ClusterPlan:
-    """An empty ClusterPlan for ``topology``'s nodes (``node_grid``: at least 2 nodes of at least 2 GPUs),
-    the arrivals ``times`` (seconds per rank), ``size`` bytes per rank, parts of M units, message blocks
-    ``runs`` ((first unit, units), default one per unit) and NVLink ``rows`` (runs of whole blocks;
-    default one per block, ``ClusterPlan.set_blocks``)."""
-    grid = node_grid(topology, n)
+             runs: list[tuple[int, int]] | None = None, rows: list[tuple[int, int]] | None = None,
+             grid: np.ndarray | None = None) -> ClusterPlan:
+    """An empty ClusterPlan for ``topology``'s nodes (``node_grid``: at least 2 nodes of at least 2 GPUs;
+    or ``grid``, e.g. one-GPU nodes in one NVLink domain), the arrivals ``times`` (seconds per rank), ``size``
+    bytes per rank, parts of M units, message blocks ``runs`` ((first unit, units), default one per unit)
+    and NVLink ``rows`` (runs of whole blocks; default one per block, ``ClusterPlan.set_blocks``)."""
+    grid = node_grid(topology, n) if grid is None else grid
     plan = ClusterPlan(grid, M, np.asarray(times, np.float64), float(size), link_model(topology, grid))
     plan.set_blocks(runs if runs is not None else make_runs(M, 1, M), rows)
     if len(getattr(topology, "classes", ())) > 1:

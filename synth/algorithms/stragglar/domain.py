@@ -1,0 +1,54 @@
+"""One late GPU in one NVLink domain (gb200-nvl72, dgx-h100, the nvswitch preset, or nodes of one GPU):
+cluster.py's late-node form on a grid of one-GPU nodes. Our construction (docs/stragglar.md section 8).
+
+Before the arrival the others AllReduce their buffers (prephase.py; with one GPU per node a ring of the
+n - 1 present GPUs, its chunks cut fine). After it the late GPU's buffer goes out in M blocks by
+cluster.py's pipelined broadcast (the hypercube exchange; on n not a power of two its copy-back variants,
+the fastest in the simulator), every receiver adds each block to the sum it holds and sends the final
+block on, and the late GPU gets the final blocks back from its broadcast partners. That is about M +
+ceil(log2 n) - 1 rounds of s / M bytes after the arrival, against StragglAR's n - 2 + log2 n rounds of
+s / (n - 1) (multistraggler's flat form): fewer start-up costs where n is large and s moderate.
+gb200-nvl72, one GPU 50 ms late, after the arrival: 64 MiB 0.173 ms (radix 0.195), 256 MiB 0.507 ms
+(multistraggler 0.585); at 1 GiB the two tie (1.554 and 1.556 ms) and multistraggler stays (``TIE``).
+choose.py builds it beside multistraggler and the fastest synchronous schedule and returns the fastest in
+the simulator.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from collsynth.synth.algorithms.stragglar import cluster
+from collsynth.synth.arrivals import latest_rank
+from collsynth.synth.ir import Schedule
+
+MAX_GPUS = 256  # built up to here (like cluster.BALANCED_MAX_GPUS: its copy-back broadcasts are simulated)
+MIN_GPUS = 3  # a present AllReduce of at least two GPUs
+# choose.py keeps multistraggler's flat form (StragglAR's schedule) unless this form's time after the arrival
+# is this much shorter: the flat form only reduce-scatters before the arrival (half the bytes of an AllReduce),
+# so it needs a shorter delay; ties such as 8 GPUs at 1 GiB (2.459 against 2.460 ms) keep it
+TIE = 0.005
+
+
+def applies(n: int, times: np.ndarray) -> bool:
+    """Whether ``build`` makes the form: MIN_GPUS to MAX_GPUS GPUs, exactly one of them later than the rest."""
+    return MIN_GPUS <= n <= MAX_GPUS and int(np.count_nonzero(times > times.min())) == 1
+
+
+def build(n: int, times: np.ndarray, size: float, topology: Any) -> Schedule | None:
+    """The form for the arrival ``times`` (seconds per rank) of ``size`` bytes per rank on ``topology`` (its
+    routes and link classes; its nodes are not used: every GPU is a node of its own), or None where it does
+    not apply (``applies``). Its block count is cluster.best_pipeline's for a late node of one GPU."""
+    if not applies(n, times):
+        return None
+    late = [latest_rank(times, n)]
+    grid = np.arange(n, dtype=np.int64).reshape(n, 1)
+    M, runs, rows = cluster.best_pipeline("node", n, 1, size, cluster.link_model(topology, grid))
+    plan = cluster.merged_plan(topology, n, times, size, M, runs, rows, late, grid=grid)
+    if n & (n - 1):  # the copy-back broadcasts (cluster.build does the same for a late node)
+        plan = cluster.fastest(plan, [partial(cluster.merged_plan, topology, n, times, size, M, runs, rows, late,
+                                              rule, grid) for rule in ("balanced", "cube")], size, topology, times)
+    return cluster.plan_schedule(plan, "domain", late, topology, size)
