@@ -42,27 +42,22 @@ class CompareRow(TypedDict):
 
 
 MULTI_LATE = "multistraggler"  # runs by default only with two or more late ranks (with one it is stragglar)
-CLUSTER_LATE = "clusterstraggler"  # by default with a late rank on several nodes, or one late GPU in one domain
+CLUSTER_LATE = "clusterstraggler"  # by default with a late rank on several nodes, or a last GPU alone in one domain
 RADIX = "radix"  # runs by default only where it differs from rhd and the ring
 
 
-def default_algorithms(late_ranks: int = 0, nodes: int = 1, n: int | None = None) -> list[str]:
+def default_algorithms(late_ranks: int = 0, nodes: int = 1, n: int | None = None,
+                       domain_late: bool = False) -> list[str]:
     """The AllReduce algorithms `compare` runs by default: all but the solver; multistraggler only when
     ``late_ranks`` >= 2 (with one late rank it builds StragglAR's schedule), clusterstraggler only with a
-    late rank and ``nodes`` >= 2, or with one late rank on one node where its broadcast form may be built
-    (``n`` in domain.MIN_GPUS..MAX_GPUS; otherwise there it is multistraggler or a synchronous schedule, and
-    ``compare`` drops such a row: ``domain_only``), radix only where it is neither rhd's nor the ring's
-    schedule (``n`` composite and not a power of two; every n when ``n`` is None)."""
+    late rank and ``nodes`` >= 2, or on one node where its broadcast form may be built (``domain_late``:
+    domain.applies; otherwise there it is multistraggler or a synchronous schedule, and ``compare`` drops
+    such a row), radix only where it is neither rhd's nor the ring's schedule (``n`` composite and not a
+    power of two; every n when ``n`` is None)."""
     return [a for a, info in algorithm_table().items() if "allreduce" in info.collectives and a != "solver"
             and (a != MULTI_LATE or late_ranks >= 2)
-            and (a != CLUSTER_LATE or (late_ranks >= 1 and nodes >= 2) or domain_only(late_ranks, nodes, n))
+            and (a != CLUSTER_LATE or (late_ranks >= 1 and nodes >= 2) or domain_late)
             and (a != RADIX or n is None or radix_applies(n))]
-
-
-def domain_only(late_ranks: int, nodes: int, n: int | None) -> bool:
-    """Whether `compare` runs clusterstraggler by default only for its one-domain broadcast form
-    (synth/algorithms/stragglar/domain.py: one late rank on one node of domain.MIN_GPUS to MAX_GPUS GPUs)."""
-    return late_ranks == 1 and nodes < 2 and n is not None and domain.MIN_GPUS <= n <= domain.MAX_GPUS
 
 
 def compare_bound(n: int, size: Bytes, topology: Topology | str = "nvswitch", arrivals: Arrivals = None) -> Bound:
@@ -88,8 +83,9 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
     regs = algorithm_table()
     late = sum(1 for t in times if t > times.min())
     nodes = node_grid(topo, n).shape[0]
-    names = list(algorithms or default_algorithms(late, nodes, n))
-    drop_flat = not algorithms and domain_only(late, nodes, n)  # a clusterstraggler row only for its own form
+    domain_late = nodes < 2 and domain.applies(n, times)
+    names = list(algorithms or default_algorithms(late, nodes, n, domain_late))
+    drop_flat = not algorithms and domain_late  # then a clusterstraggler row only for the broadcast form
     if solver_time_limit is not None and "solver" not in names:
         names.append("solver")
     for a in names:

@@ -44,13 +44,19 @@ def test_verifies_with_one_port_and_respects_the_bound(preset, n, late, size):
     assert s.phases[0].waits_for == tuple(r for r in range(n) if r != late)
 
 
-def test_late_gpu_alone_or_not_at_all():
-    """One late rank on 3 to domain.MAX_GPUS GPUs; two late ranks, nobody late, 2 GPUs or too many: None."""
+def test_last_gpu_alone_or_not_at_all():
+    """The last rank alone on 3 to domain.MAX_GPUS GPUs (others late before it take part in the AllReduce
+    before it); two ranks last together, nobody late, 2 GPUs or too many: None."""
     topo = make_topology("nvswitch", 8)
     assert domain.build(8, np.zeros(8), float(MiB), topo) is None
     two = late_times(8, 3)
-    two[5] = 0.02
+    two[5] = 0.05
     assert domain.build(8, two, float(MiB), topo) is None
+    two[5] = 0.02
+    s = domain.build(8, two, float(MiB), topo)
+    assert s is not None and s.meta["late"] == [3] and verify(s, topology=topo).ok
+    waits = [p.waits_for for p in s.phases]  # rank 5, late too, joins the AllReduce before rank 3
+    assert waits[0] == (0, 1, 2, 4, 6, 7) and (0, 1, 2, 4, 5, 6, 7) in waits
     assert domain.build(2, late_times(2, 1), float(MiB), make_topology("nvswitch", 2)) is None
     assert not domain.applies(domain.MAX_GPUS + 1, late_times(domain.MAX_GPUS + 1, 0))
     assert domain.applies(domain.MAX_GPUS, late_times(domain.MAX_GPUS, 0))
@@ -77,6 +83,21 @@ def test_faster_than_stragglar_and_radix_on_an_nvl72_rack():
                     arr).after_last_arrival_s
     radix = simulate(build_schedule("radix", n), size, topo, arr).after_last_arrival_s
     assert ours < 0.55 * flat and ours < 0.95 * radix
+
+
+def test_several_late_ranks_whose_last_arrives_alone_on_an_nvl72_rack():
+    """gb200-nvl72, ranks 5 and 40 late by 10 and 12 ms, 256 MiB: rank 5 joins the others' AllReduce, rank 40
+    is broadcast: 0.491 ms after the last arrival (model), against 0.585 for multistraggler; compare shows it."""
+    n, size = 72, 256 * MiB
+    topo = make_topology("gb200-nvl72", n)
+    arr = {5: 0.01, 40: 0.012}
+    s = build_schedule("clusterstraggler", n, arrivals=arr, size=size, topology=topo)
+    assert s.meta["form"] == "domain" and s.meta["late"] == [40] and verify(s, topology=topo).ok
+    ours = simulate(s, size, topo, arr).after_last_arrival_s
+    flat = build_schedule("multistraggler", n, arrivals=arr, size=size, topology=topo)
+    assert ours < 0.9 * simulate(flat, size, topo, arr).after_last_arrival_s
+    rows = compare(n, size, topo, arr)
+    assert rows[0]["algorithm"] == "clusterstraggler" and rows[0]["after_last_arrival_s"] == ours
 
 
 def test_compare_shows_the_row_only_for_the_broadcast_form():

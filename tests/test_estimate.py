@@ -35,7 +35,8 @@ CASES += [("stragglar", "allreduce", {"pipeline": 3}), ("stragglar", "allreduce"
           ("clusterstraggler", "allreduce", {"topology": "h100-cluster", "arrivals": {15: 0.05}, "pipeline": 1}),
           ("clusterstraggler", "allreduce", {"topology": "h100-cluster", "arrivals": {15: 0.05}, "pipeline": 3}),
           ("clusterstraggler", "allreduce", {"arrivals": {1: 0.05}, "size": 2**26}),  # one domain: the broadcast
-          ("clusterstraggler", "allreduce", {"arrivals": {1: 0.05}, "size": 2**30})]  # form, or multistraggler
+          ("clusterstraggler", "allreduce", {"arrivals": {1: 0.05}, "size": 2**30}),  # form, or multistraggler
+          ("clusterstraggler", "allreduce", {"arrivals": {1: 0.01, 2: 0.05}, "size": 2**26})]  # the last alone
 
 
 @pytest.mark.parametrize("name,collective,params", CASES, ids=lambda v: str(v))

@@ -20,8 +20,8 @@ tests/test_estimate.py checks them against built schedules):
   streamed to every rank (measured: 16 nodes x 8 GPUs with one late GPU, 18,672 transfers in 1.8 s).
   With several late ranks on a topology with nodes (its waves form) it builds and simulates the schedules
   waves.build tries (``_waves_copies``: three above waves.SEARCH_MAX_GPUS, not multistraggler's 20 per late
-  rank, which refused 64 nodes with 5 late ranks at ~1,650 s, built in 4 s). With one late rank in one NVLink
-  domain it also builds domain.py's broadcast form (``_domain_copies``), within the same counts (72 and 256
+  rank, which refused 64 nodes with 5 late ranks at ~1,650 s, built in 4 s). With the last rank late alone in
+  one NVLink domain it also builds domain.py's broadcast form (``_domain_copies``), within the same counts (72 and 256
   GPUs: tests/test_estimate.py).
   clusterstraggler for one late GPU or one whole late node on a topology with nodes (issue 15) builds
   one plan of G M blocks (M <= max(cluster.UNITS) for auto) in C = G M k chunks (k = prephase.pre_units,
@@ -255,7 +255,8 @@ def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
 
 def _domain_copies(n: int, params: Mapping[str, Any]) -> int:
     """The plans of domain.py's broadcast form that clusterstraggler builds and simulates in one NVLink domain
-    (one late rank, pipeline "auto"): one, and two more copy-back broadcasts on n not a power of two; else 0."""
+    (the last rank late alone, pipeline "auto"): one, and two more copy-back broadcasts on n not a power of two;
+    else 0."""
     try:
         times = arrival_vector(params.get("arrivals"), n)
     except CollsynthError:

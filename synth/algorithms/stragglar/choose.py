@@ -10,8 +10,8 @@ h100-cluster) can finish first. So with a late rank and ``pipeline="auto"`` both
 also weighs the funnel form (``one_late_calls``: before the arrival only a reduction toward its node, which a
 medium delay hides where the others' AllReduce does not; above waves.SEARCH_MAX_GPUS GPUs the one funnel
 that reduces by trees). In one NVLink domain (cluster.build makes multistraggler's flat form there) with a
-late rank, the same weighing against the fastest synchronous schedule (``one_domain_late``), with one late
-GPU also against domain.py's broadcast form, kept where it is faster by more than domain.TIE after the
+late rank, the same weighing against the fastest synchronous schedule (``one_domain_late``), with the last
+GPU arriving alone also against domain.py's broadcast form, kept where it is faster by more than domain.TIE after the
 arrival (gb200-nvl72, 50 ms late, 64 MiB: 0.173 ms after the arrival, where radix takes 0.195 and
 multistraggler 0.343). Without a late rank, or with an explicit ``pipeline``, the constructed form is
 returned as is (the run-time families, synth/algorithms/stragglar/family.py, need the late forms themselves).
@@ -77,7 +77,7 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
         times, s_bytes = arrival_vector(arrivals, n), _bytes(size)
         topo = topology if topology is not None else make_topology("nvswitch", n)  # the flat form's own model
         best, best_s = s, simulate(s, s_bytes, topo, times).completion_s
-        bcast = domain.build(n, times, s_bytes, topo)  # one late GPU: the broadcast form (None where not)
+        bcast = domain.build(n, times, s_bytes, topo)  # the last GPU alone: the broadcast form (else None)
         if bcast is not None:
             t_bcast, last = simulate(bcast, s_bytes, topo, times).completion_s, float(times.max())
             if t_bcast - last < (best_s - last) * (1 - domain.TIE):
