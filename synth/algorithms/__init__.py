@@ -63,6 +63,6 @@ CONSTRUCTIVE: tuple[Algorithm, ...] = (
               "each late rank streams its buffer in as it arrives, StragglAR's completion with the last one",
               multistraggler.build),
     Algorithm("clusterstraggler", "a late GPU or a late node on a cluster: the others AllReduce first, then the "
-              "late buffer streams out over NVLink and every NIC along the rails, pipelined; in one NVLink domain one "
-              "late GPU's buffer by a pipelined broadcast, or StragglAR's schedule", clusterstraggler.build),
+              "late buffer streams out over NVLink and every NIC along the rails, pipelined; in one NVLink domain the "
+              "last GPU's buffer by a pipelined broadcast, or StragglAR's schedule", clusterstraggler.build),
 )

@@ -9,7 +9,7 @@ the fastest in the simulator), every receiver adds each block to the sum it hold
 block on, and the late GPU gets the final blocks back from its broadcast partners. That is about M +
 ceil(log2 n) - 1 rounds of s / M bytes after the arrival, against StragglAR's n - 2 + log2 n rounds of
 s / (n - 1) (multistraggler's flat form): fewer start-up costs where n is large and s moderate.
-gb200-nvl72, one GPU 50 ms late, after the arrival: 64 MiB 0.173 ms (radix 0.195), 256 MiB 0.507 ms
+gb200-nvl72, one GPU 50 ms late, after the arrival: 64 MiB 0.173 ms (radix 0.195), 256 MiB 0.491 ms
 (multistraggler 0.585); at 1 GiB the two tie (1.554 and 1.556 ms) and multistraggler stays (``TIE``).
 choose.py builds it beside multistraggler and the fastest synchronous schedule and returns the fastest in
 the simulator (also for several late ranks whose last arrives alone: ranks 5 and 40 at 10 and 12 ms on
