@@ -651,10 +651,8 @@ def plan_schedule(plan: ClusterPlan, form: str, late: list[int], topology: Any, 
     spec = getattr(topology, "spec", None)
     if spec is not None:
         meta["topology"] = spec
-    n = plan.grid.size
-    name = {"gpu": f"clusterstraggler_gpu_n{n}_l{late[0]}", "domain": f"clusterstraggler_domain_n{n}_l{late[0]}"}.get(
-        form, f"clusterstraggler_node_n{n}_node{int(plan.node[late[0]])}")
-    return plan.to_schedule(name, meta, 1 if form == "domain" else 2)
+    who = f"node{int(plan.node[late[0]])}" if form == "node" else f"l{late[0]}"
+    return plan.to_schedule(f"clusterstraggler_{form}_n{plan.grid.size}_{who}", meta, 1 if form == "domain" else 2)
 
 
 def auto_pipeline(n: int, topology: Any, form: str, size: int | float | str | None = None) -> int:
