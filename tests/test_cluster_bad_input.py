@@ -68,9 +68,11 @@ def test_library_refuses_the_same():
     for arrivals in ({16: 1.0}, {3: float("nan")}, {3: float("inf")}, {3: -1.0}, [0.0] * 15):
         with pytest.raises(CollsynthError):
             build_schedule("clusterstraggler", 16, topology=topo, arrivals=arrivals)
-    with pytest.raises(CollsynthError, match="no nodes"):
-        ClusterFamily(make_topology("nvswitch", 8))
-    with pytest.raises(CollsynthError, match="no nodes"):
-        ClusterFamily(make_topology("dgx-h100", 8))  # one node: no late-node form
+    for one in ("nvswitch", "dgx-h100"):  # one NVLink domain: each GPU alone, no late-node form
+        fam_one = ClusterFamily(make_topology(one, 8))
+        assert fam_one.one_domain and fam_one.nodes == () and fam_one.missing_counts() == {1}
+        assert fam_one.get([0, 1]) is None and fam_one.get([8]) is None
+    with pytest.raises(CollsynthError, match="not 'ports'"):
+        ClusterFamily(make_topology("dgx-h100", 8), ports=2)
     fam = ClusterFamily(topo, pipeline=2)
     assert fam.get([16]) is None and fam.get([0, 1]) is None  # not one GPU, not one node: no member

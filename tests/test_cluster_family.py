@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collsynth.synth.algorithms.stragglar.cluster import auto_pipeline
 from collsynth.synth.algorithms.stragglar.family import ClusterFamily
-from collsynth.synth.topology import cluster_topology
+from collsynth.synth.topology import cluster_topology, make_topology
 from collsynth.synth.verify import verify
 
 
@@ -36,3 +36,19 @@ def test_default_pipeline_builds_the_late_forms():
     assert node.meta["form"] == "node" and node.meta["late"] == [4, 5, 6, 7]
     assert gpu.meta["pipeline"] == auto_pipeline(8, topo, "gpu") and node.meta["pipeline"] == auto_pipeline(8, topo,
                                                                                                              "node")
+
+
+def test_one_nvlink_domain_serves_each_gpu_with_the_fastest_form_there():
+    """Without nodes (dgx-h100, nvswitch) each late GPU gets what clusterstraggler returns for it: the broadcast
+    form at 64 MiB, the synchronous twoshot at 1 MiB on nvswitch, multistraggler's flat form at 1 GiB."""
+    mib = 1 << 20
+    fam = ClusterFamily(make_topology("dgx-h100", 8), size=64 * mib)
+    assert fam.one_domain and fam.late_sets() == [frozenset((r,)) for r in range(8)]
+    s = fam.get([3])
+    assert s is not None and fam.get((3,)) is s and verify(s).ok
+    assert fam.form_of(s) == "domain" and s.meta["late"] == [3] and s.name == "clusterstraggler_domain_n8_l3"
+    assert 3 not in s.phases[0].waits_for  # the others start without it
+    for size, form, name in ((mib, "synchronous", "twoshot_allreduce_n8"), (1 << 30, "multistraggler",
+                                                                             "multistraggler_n8_l1_s6")):
+        s = ClusterFamily(make_topology("nvswitch", 8), size=size).get([6])
+        assert s is not None and verify(s).ok and (ClusterFamily.form_of(s), s.name) == (form, name)

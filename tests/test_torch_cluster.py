@@ -1,5 +1,6 @@
 """Issue 15 point 5 on real processes: StragglerAwareAllReduce on 8 gloo ranks treated as 2 nodes x 4 GPUs
-picks clusterstraggler's late-GPU or late-node form from who is late, and the AllReduce is exact.
+picks clusterstraggler's late-GPU or late-node form from who is late, and the AllReduce is exact; treated as
+one NVLink domain (dgx-h100) it runs the broadcast form for the late GPU.
 
 Correctness only (speed is not measurable on one host): integer-valued float32 data, so every summation
 order gives the same bits as torch's own all_reduce. The late ranks sleep far longer than the agreement
@@ -52,6 +53,14 @@ def world(rank: int, n: int) -> dict:
     time.sleep(LATE if rank == 6 else 0.0)
     sar(x)
     out["prebuilt"] = (sar.last.form, sar.last.late, bool(torch.equal(x, torch.arange(1003.0) * 36)))
+    # one NVLink domain: the broadcast form of the late GPU (at 64 MiB, what the family is built for)
+    sar = StragglerAwareAllReduce(topology="dgx-h100", cluster_params={"size": 64 << 20}, window=0.3, timeout=60)
+    x = torch.arange(1003, dtype=torch.float32) * (rank + 1)
+    dist.barrier()
+    time.sleep(LATE if rank == 2 else 0.0)
+    sar(x)
+    out["domain"] = (sar.last.form, sar.last.late, sar.last.straggler, sar.last.schedule,
+                     bool(torch.equal(x, torch.arange(1003.0) * 36)))
     return out
 
 
@@ -69,6 +78,8 @@ def test_late_gpu_and_late_node_forms_are_chosen_and_exact(results):
         assert all(g[4] for g in got), case  # exact: bit-identical to torch's all_reduce
     assert all(results[r]["prebuilt"] == ("gpu", (6,), True) for r in range(N)), [results[r]["prebuilt"]
                                                                                  for r in range(N)]
+    assert all(results[r]["domain"] == ("domain", (2,), 2, "clusterstraggler_domain_n8_l2", True) for r in range(N)), \
+        [results[r]["domain"] for r in range(N)]
     none = [results[r]["none"] for r in range(N)]
     assert len({g[:4] for g in none}) == 1 and all(g[4] for g in none)  # whatever was agreed, all agree
 
@@ -80,9 +91,10 @@ def test_cluster_arguments_are_checked():
     assert cluster_family(8, None, None, None, None) is None
     fam = cluster_family(16, "h100-cluster", None, None, None)
     assert fam is not None and fam.gpus_per_node == 8 and len(fam.late_sets()) == 16 + 2
+    one = cluster_family(8, make_topology("nvswitch", 8), None, None, None)  # one NVLink domain: each GPU alone
+    assert one is not None and one.one_domain and len(one.late_sets()) == 8
     for args, msg in (((8, None, 3, None, None), "divides"), ((8, None, 8, None, None), "2 or more nodes"),
-                      ((8, None, 4, None, {0: None}), "not both"), ((8, make_topology("nvswitch", 8), None, None,
-                                                                      None), "no nodes"),
+                      ((8, None, 4, None, {0: None}), "not both"),
                       ((8, make_topology("h100-cluster", 16), None, None, None), "16 GPUs"),
                       ((8, None, None, {"pipeline": 2}, None), "need topology"),
                       ((8, None, 4, {"ports": 2}, None), "not 'ports'")):

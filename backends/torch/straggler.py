@@ -30,6 +30,12 @@ the (n-G)-th arrival, when the G missing ranks are exactly one node, waits ``win
 nobody else arrived meanwhile, proposes that node's form (a later decision, e.g. the (n-1)-th arrival's,
 wins by compare_set otherwise). Every schedule is correct for any arrival order, so a race only costs
 speed, never the result.
+
+In one NVLink domain (``topology=`` "gb200-nvl72", "dgx-h100", "nvswitch" or another topology without nodes)
+the family serves each late GPU with what clusterstraggler builds for it there at ``cluster_params``'s
+``size``: the broadcast form of synth/algorithms/stragglar/domain.py where it is fastest (gb200-nvl72 at
+64 MiB: 0.173 ms after the arrival, where StragglAR's schedule takes 0.343), else multistraggler's flat
+form or a synchronous schedule; ``last.form`` says which ("domain", "multistraggler", "synchronous").
 """
 
 from __future__ import annotations
@@ -70,7 +76,7 @@ class Agreement:
     schedule: str
     agree_s: float  # from this rank's arrival until it knew the schedule
     late: tuple[int, ...] = ()  # the late set the schedule is for; () when the fallback (ring) ran
-    form: str = "fallback"  # stragglar | gpu | node (cluster forms) | fallback
+    form: str = "fallback"  # stragglar | gpu | node (cluster forms) | domain | multistraggler | synchronous | fallback
 
 
 class StragglerAwareAllReduce:
@@ -85,7 +91,8 @@ class StragglerAwareAllReduce:
     ``gpus_per_node`` (an ``n // gpus_per_node`` x ``gpus_per_node`` rail cluster, synth.topology
     ``cluster_topology``) instead of ``family``: the late-GPU or late-node clusterstraggler schedule runs
     for whoever is late (module docstring); ``cluster_params`` (``size``, ``pipeline``) go to
-    clusterstraggler; ``prebuild`` builds the whole family up front instead of lazily.
+    clusterstraggler; ``prebuild`` builds the whole family up front instead of lazily. A ``topology`` of one
+    NVLink domain (gb200-nvl72, dgx-h100) serves each late GPU with clusterstraggler's fastest schedule there.
     """
 
     def __init__(self, group: Any = None, n: int | None = None, *, family: Mapping[int, Schedule] | None = None,
@@ -140,7 +147,7 @@ class StragglerAwareAllReduce:
     # ------------------------------------------------------------------ agreement
     def _watched(self) -> set[int]:
         """How many ranks may be missing when an arrival needs the arrival mask: 1, and the node size."""
-        return {1} if self.cluster is None else {1, self.cluster.gpus_per_node}
+        return {1} if self.cluster is None else self.cluster.missing_counts()
 
     def _arrive(self, call: int) -> tuple[int, int]:
         """Register arrival; returns (arrival order, bit set of arrived ranks). The bit set is read only
@@ -214,7 +221,7 @@ class StragglerAwareAllReduce:
             raise CollectiveError(f"collsynth StragglerAwareAllReduce: no cluster schedule for late ranks {late}")
         check_schedule(sched, self.n, "allreduce")
         ensure_verified(sched)
-        return sched, late, "gpu" if len(late) == 1 else "node"
+        return sched, late, self.cluster.form_of(sched)
 
     def _collect(self, call: int) -> None:
         """Drop call-2's keys: every rank has finished call-1, so nobody reads them again."""

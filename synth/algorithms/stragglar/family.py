@@ -61,21 +61,24 @@ class ClusterFamily:
     one up front. Each schedule is ``build_schedule("clusterstraggler", n, topology=..., arrivals={late
     ranks: CLUSTER_DELAY_S}, **params)``, whose form (``meta["form"]``, ``meta["late"]``) must match the
     late set it is filed under. ``params``: clusterstraggler's ``size`` and ``pipeline``.
+
+    In one NVLink domain (a topology without nodes of two or more GPUs: nvswitch, dgx-h100, gb200-nvl72) the
+    family serves each late GPU alone (``nodes`` is empty) with what clusterstraggler returns for it there,
+    the fastest after the arrival at ``size``: domain.py's broadcast form (gb200-nvl72 at 64 MiB), the flat
+    form of multistraggler (StragglAR's schedule; 1 GiB) or a synchronous schedule (small sizes: twoshot on
+    nvswitch at 1 MiB); ``form_of`` names which.
     """
 
     def __init__(self, topology: Any, **params: Any) -> None:
         n = int(topology.nranks)
         grid = node_grid(topology, n)
-        if grid.shape[0] < 2 or grid.shape[1] < 2:
-            raise CollsynthError(f"topology {topology.name!r} has no nodes of 2 or more GPUs (node sizes must be "
-                                 f"equal, at least 2 nodes): the cluster forms need one, e.g. h100-cluster or "
-                                 f"gpus_per_node=4")
         unknown = sorted(set(params) - {"size", "pipeline"})
         if unknown:
             raise CollsynthError(f"ClusterFamily takes size and pipeline, not {unknown[0]!r}")
         self.topology, self.n, self.params = topology, n, dict(params)
-        self.nodes = tuple(frozenset(int(x) for x in row) for row in grid)
-        self.gpus_per_node = int(grid.shape[1])
+        self.one_domain = bool(grid.shape[0] < 2 or grid.shape[1] < 2)  # as choose.one_domain_late decides
+        self.nodes = () if self.one_domain else tuple(frozenset(int(x) for x in row) for row in grid)
+        self.gpus_per_node = n if self.one_domain else int(grid.shape[1])
         self._cache: dict[frozenset[int], Schedule] = {}
 
     def late_sets(self) -> list[frozenset[int]]:
@@ -91,6 +94,10 @@ class ClusterFamily:
         key = frozenset(int(r) for r in late)
         if not self.serves(key):
             return None
+        if key not in self._cache and self.one_domain:  # whatever clusterstraggler finds fastest there
+            self._cache[key] = check(build_schedule("clusterstraggler", self.n, topology=self.topology,
+                                                    arrivals={r: CLUSTER_DELAY_S for r in sorted(key)},
+                                                    **self.params))
         if key not in self._cache:
             form = "gpu" if len(key) == 1 else "node"
             params = dict(self.params)
@@ -104,6 +111,17 @@ class ClusterFamily:
                                      f"{meta_late}, not the {form} form for {sorted(key)}")  # pragma: no cover
             self._cache[key] = s
         return self._cache[key]
+
+    def missing_counts(self) -> set[int]:
+        """How many ranks may be missing when a late set is proposed: 1 (a GPU), and the node size."""
+        return {1} if self.one_domain else {1, self.gpus_per_node}
+
+    @staticmethod
+    def form_of(schedule: Schedule) -> str:
+        """The form a member has: "gpu" or "node" on a cluster; in one NVLink domain "domain" (the broadcast
+        form), "synchronous" or "multistraggler"."""
+        form = schedule.meta.get("form", schedule.meta.get("algorithm"))
+        return str(form) if form else "clusterstraggler"
 
     def build_all(self) -> dict[frozenset[int], Schedule]:
         """Build and verify every member up front; returns late set -> schedule."""
