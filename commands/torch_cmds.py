@@ -21,7 +21,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                     "on CPU or nccl on GPUs), delay the given ranks before every collective, and time each algorithm "
                     "after the last arrival and from the punctual ranks' arrival. Every result is checked against "
                     "torch.distributed.all_reduce. `torch` is torch's own all_reduce; `auto` detects the straggler at "
-                    "run time (StragglerAwareAllReduce); stragglar takes the most delayed rank.",
+                    "run time (StragglerAwareAllReduce); stragglar takes the most delayed rank; algorithms that take "
+                    "arrivals (multistraggler, clusterstraggler) are built for the --delay values, and every "
+                    "algorithm that takes a size for --size.",
         epilog="example:\n  collsynth bench --backend gloo --ranks 8 --size 32MiB --delay 7=3s "
                "--algorithms ring,stragglar,torch --iters 5")
     p.add_argument("--backend", default="gloo", help="gloo (CPU, default) or nccl (one GPU per rank)")

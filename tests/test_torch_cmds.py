@@ -89,6 +89,18 @@ def test_api_raises_valueerror_with_the_cli_message(capsys):
         parse_delays(["9=1s"], 4)
 
 
+def test_algorithms_that_take_arrivals_are_built_for_the_delays():
+    """multistraggler and clusterstraggler get the --delay values and --size (8 ranks on one machine: one
+    NVLink domain, where clusterstraggler's broadcast form is the fastest at 64 MiB); stragglar the latest rank."""
+    spec = prepare_bench("gloo", 8, 64 << 20, {3: 0.002, 6: 0.005},
+                         ["clusterstraggler", "multistraggler", "stragglar"])
+    built = dict(spec.entries)
+    assert built["clusterstraggler"].name == "clusterstraggler_domain_n8_l6"
+    assert built["clusterstraggler"].meta["late"] == [6]
+    assert built["multistraggler"].meta["late"] == [[3, 0.002], [6, 0.005]]
+    assert built["stragglar"].meta["straggler"] == 6
+
+
 def test_fit_recovers_a_known_model():
     sizes = [4096 * 4**i for i in range(6)]
     alpha, bw = 50e-6, 2e9

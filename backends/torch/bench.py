@@ -105,8 +105,13 @@ def prepare_bench(backend: str, nranks: int, size_bytes: int, delays: dict[int, 
             raise CollsynthError(f"unknown algorithm {name!r} in --algorithms: choose from "
                                  f"{', '.join(names + list(SPECIAL))}")
         params: dict[str, Any] = {}
-        if "straggler" in algorithm_params(name):
+        takes = algorithm_params(name)
+        if "straggler" in takes:
             params["straggler"] = spec.straggler if spec.straggler is not None else nranks - 1
+        if "arrivals" in takes and late:  # multistraggler, clusterstraggler, solver: built for these delays
+            params["arrivals"] = {r: delays[r] for r in sorted(late)}
+        if "size" in takes:
+            params["size"] = spec.size_bytes
         spec.entries.append((name, check(build_schedule(name, nranks, "allreduce", **params))))
     for s in schedules:
         if s.collective != "allreduce":
