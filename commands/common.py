@@ -67,8 +67,12 @@ def number_arg(flag: str) -> Callable[[str], float]:
     return conv
 
 
-def add_model_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
-    """--size, --alpha, --bandwidth, --topology, --arrival: the alpha-beta model's inputs."""
+DEFAULT_TOPOLOGY = "nvswitch"
+
+
+def add_model_args(p: argparse.ArgumentParser, *, required: bool = True, recorded: bool = False) -> None:
+    """--size, --alpha, --bandwidth, --topology, --arrival: the alpha-beta model's inputs. ``recorded``: the
+    command reads a schedule, whose recorded topology is the default (--topology then defaults to None)."""
     p.add_argument("--size", required=required, help="buffer bytes per rank, e.g. 1GiB, 32MB")
     p.add_argument("--alpha", default=None,
                    help="per-message latency, e.g. 3us, or per link class nvlink=1us,net=3us "
@@ -76,7 +80,10 @@ def add_model_args(p: argparse.ArgumentParser, *, required: bool = True) -> None
     p.add_argument("--bandwidth", default=None,
                    help="per-port bandwidth, e.g. 450GiB/s, or per link class nvlink=450GB/s,net=50GB/s "
                         "(default: the topology's own, 450GiB/s for nvswitch)")
-    p.add_argument("--topology", "-t", default="nvswitch",
-                   help="topology preset or JSON file (default nvswitch; see `collsynth topologies`)")
+    p.add_argument("--topology", "-t", default=None if recorded else DEFAULT_TOPOLOGY,
+                   help=("topology preset or JSON file (default: the one the schedule records, as `synth -t` "
+                         "does for topologies with NVLink and NIC classes, else nvswitch; see `collsynth "
+                         "topologies`)" if recorded else
+                         "topology preset or JSON file (default nvswitch; see `collsynth topologies`)"))
     p.add_argument("--arrival", action="append", metavar="RANK=TIME", default=[],
                    help="when RANK arrives (default 0 for every rank); repeat per rank, e.g. --arrival 7=5ms")

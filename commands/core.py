@@ -13,7 +13,7 @@ from collsynth.backends import emit
 from collsynth.backends.cost import check_emit, check_synth_emit
 from collsynth.backends.mscclpp import fit_cluster_pipeline
 from collsynth.commands.catalog import add_command_parser
-from collsynth.commands.common import add_model_args, int_arg, print_json, print_table
+from collsynth.commands.common import DEFAULT_TOPOLOGY, add_model_args, int_arg, print_json, print_table
 from collsynth.commands.emit_cmds import (
     add_msccl_xml_options,
     add_mscclpp_options,
@@ -25,11 +25,12 @@ from collsynth.errors import CollsynthError
 from collsynth.fileio import check_output, write_text_atomic
 from collsynth.synth.algorithms.stragglar.family import write_family
 from collsynth.synth.compare import compare, compare_bound
+from collsynth.synth.ir import Schedule
 from collsynth.synth.registry import algorithm_params, algorithms, build_schedule, param_flag
 from collsynth.synth.simulate import simulate
 from collsynth.synth.solver.solve import status_line
 from collsynth.synth.topology import make_topology
-from collsynth.synth.verify import check, record_topology
+from collsynth.synth.verify import check, record_topology, schedule_topology
 from collsynth.units import (
     check_class_values,
     format_time,
@@ -114,7 +115,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        epilog="example:\n  collsynth simulate ring8.json --size 1GiB --alpha 3us "
                               "--bandwidth 450GiB/s --arrival 7=5ms")
     p.add_argument("file")
-    add_model_args(p)
+    add_model_args(p, recorded=True)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--timeline", metavar="FILE", default=None, help="also write every transfer's start/end as JSON")
     p.set_defaults(func=cmd_simulate)
@@ -134,12 +135,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 # ---------------------------------------------------------------------------------------- helpers
-def model_from_args(args: argparse.Namespace, n: int) -> tuple[int, Any, dict[int, float]]:
-    """(size bytes, Topology, arrivals) from --size/--alpha/--bandwidth/--topology/--arrival."""
+def model_from_args(args: argparse.Namespace, n: int, schedule: Schedule | None = None) -> tuple[int, Any,
+                                                                                            dict[int, float]]:
+    """(size bytes, Topology, arrivals) from --size/--alpha/--bandwidth/--topology/--arrival. Without
+    --topology (None): the topology ``schedule`` records (a cluster's, from `synth -t`), else nvswitch."""
     size = parse_size(args.size, flag="--size")
     check_class_values(args.alpha, parse_time, "--alpha")
     check_class_values(args.bandwidth, parse_rate, "--bandwidth")
-    topo = make_topology(args.topology, n, alpha=args.alpha, bandwidth=args.bandwidth)  # one value or per class
+    recorded = (schedule_topology(schedule, args.alpha, args.bandwidth)
+                if args.topology is None and schedule is not None else None)
+    topo = recorded if recorded is not None else make_topology(args.topology or DEFAULT_TOPOLOGY, n, alpha=args.alpha,
+                                                               bandwidth=args.bandwidth)  # one value or per class
     arrivals = parse_arrivals(args.arrival, n)
     return size, topo, arrivals
 
@@ -313,7 +319,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     s = load_schedule(args.file)  # an XML file or a plan is checked as it is read
     if file_kind(args.file) == "schedule":
         check(s, source=args.file)
-    size, topo, arrivals = model_from_args(args, s.nranks)
+    size, topo, arrivals = model_from_args(args, s.nranks, s)
     res = simulate(s, size, topo, arrivals, timeline=bool(args.timeline))
     out = {
         "file": args.file,
@@ -323,6 +329,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         "after_last_arrival_s": res.after_last_arrival_s,
         "last_arrival_s": res.last_arrival_s,
         "rank_finish_s": list(res.rank_finish_s),
+        "topology": topo.name,
     }
     bound = compare_bound(s.nranks, size, topo, arrivals) if s.collective == "allreduce" else None
     if bound is not None:  # the distance to the proven bound compare measures against (synth.bounds)

@@ -162,8 +162,9 @@ def record_topology(s: Schedule, topology: Topology) -> Schedule:
     return s
 
 
-def schedule_topology(s: Schedule) -> Topology | None:
-    """The topology a schedule records in meta["topology"] (a spec), or None."""
+def schedule_topology(s: Schedule, alpha: Any = None, bandwidth: Any = None) -> Topology | None:
+    """The topology a schedule records in meta["topology"] (a spec), or None; ``alpha`` and ``bandwidth``
+    override its recorded values (topology_from_spec)."""
     spec = s.meta.get("topology")
     if spec is None:
         return None
@@ -171,7 +172,7 @@ def schedule_topology(s: Schedule) -> Topology | None:
     if not isinstance(spec, dict):
         raise CollsynthError(f"{where} must be a topology spec object")
     try:
-        topology = topology_from_spec(spec)
+        topology = topology_from_spec(spec, alpha, bandwidth)
     except CollsynthError as e:  # the spec's fields read like options ("--alpha ..."): say where they came from
         raise CollsynthError(f"{where} cannot be rebuilt ({e}): fix it or delete it") from None
     if topology.nranks != s.nranks:

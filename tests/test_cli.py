@@ -63,6 +63,33 @@ def test_synth_verify_info_simulate_round(capsys, tmp_path):
     assert code == 0 and "x_bound" not in json.loads(out)  # no proven bound for it: none claimed
 
 
+def test_simulate_defaults_to_the_topology_the_schedule_records(capsys, tmp_path):
+    """`synth -t h100-cluster` records the topology; `simulate FILE` without -t runs on it (not nvswitch), with
+    --alpha/--bandwidth overriding its values as they would with -t; a schedule without one gets nvswitch."""
+    path = tmp_path / "h16.json"
+    assert run(capsys, "synth", "-a", "hierarchical", "-n", "16", "-t", "h100-cluster", "-o", str(path))[0] == 0
+
+    def sim(*extra):
+        code, out, err = run(capsys, "simulate", str(path), "--size", "1GiB", "--arrival", "5=1ms", "--json", *extra)
+        assert code == 0, err
+        return json.loads(out)
+
+    own, named, flat = sim(), sim("-t", "h100-cluster"), sim("-t", "nvswitch")
+    assert own["topology"] == named["topology"] == "h100-cluster" and flat["topology"] == "nvswitch"
+    assert own["completion_s"] == named["completion_s"] != flat["completion_s"]
+    assert own["bound_s"] == named["bound_s"]
+    for flag, value in (("--alpha", "net=20us"), ("--bandwidth", "net=100GB/s"), ("--alpha", "5us"),
+                        ("--bandwidth", "nvlink=900GB/s,net=25GB/s")):
+        over, named_over = sim(flag, value), sim(flag, value, "-t", "h100-cluster")
+        assert over["completion_s"] == named_over["completion_s"] != own["completion_s"], (flag, value)
+    ring = tmp_path / "ring8.json"
+    run(capsys, "synth", "-a", "ring", "-n", "8", "-o", str(ring))
+    code, out, _ = run(capsys, "simulate", str(ring), "--size", "1MiB", "--json")
+    assert code == 0 and json.loads(out)["topology"] == "nvswitch"
+    code, _, err = run(capsys, "simulate", str(path), "--size", "1GiB", "--alpha", "net=3")
+    assert code == 2 and "--alpha" in err and err.count("\n") == 1
+
+
 def test_synth_to_stdout_is_the_json(capsys):
     code, out, _ = run(capsys, "synth", "-a", "rhd", "-n", "4")
     assert code == 0 and json.loads(out)["nranks"] == 4

@@ -181,6 +181,30 @@ def test_spec_round_trip():
         assert np.array_equal(u.pair_table(pairs)[0], t.pair_table(pairs)[0])
 
 
+def test_spec_with_overrides_is_the_topology_built_with_them():
+    """topology_from_spec(spec, alpha, bandwidth): the recorded values with the given ones on top, as
+    make_topology applies them (one value for every class, or some classes), for preset and cluster specs."""
+    def same(u, t):
+        return all(np.array_equal(getattr(u, a), getattr(t, a)) for a in ("link_alpha", "link_bw", "link_class"))
+
+    rec = make_topology("h100-cluster", 16, bandwidth="net=25GB/s")
+    spec = json.loads(json.dumps(rec.spec))
+    assert same(topology_from_spec(spec, alpha="net=20us"),
+                make_topology("h100-cluster", 16, alpha="net=20us", bandwidth="net=25GB/s"))
+    assert same(topology_from_spec(spec, bandwidth="nvlink=900GB/s"),
+                make_topology("h100-cluster", 16, bandwidth="nvlink=900GB/s,net=25GB/s"))
+    assert same(topology_from_spec(spec, alpha="5us", bandwidth="100GB/s"),
+                make_topology("h100-cluster", 16, alpha="5us", bandwidth="100GB/s"))
+    own = cluster_topology(3, 4, fabric="fat-tree", routing="spine", oversubscription=3.0)
+    over = topology_from_spec(json.loads(json.dumps(own.spec)), bandwidth="net=10GB/s")
+    assert over.fabric == "fat-tree" and not same(over, own)
+    assert same(over, cluster_topology(3, 4, fabric="fat-tree", routing="spine", oversubscription=3.0,
+                                       net_bandwidth=10e9))
+    assert same(topology_from_spec(spec), rec)  # no override: as recorded
+    with pytest.raises(CollsynthError, match="link class"):
+        topology_from_spec(spec, alpha="pcie=1us")
+
+
 def _two_node_file():
     """2 nodes x 2 GPUs: NVSwitch per node (nvlink), NIC per GPU into one of 2 rails (net)."""
     links = []

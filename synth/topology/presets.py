@@ -237,10 +237,29 @@ def make_topology(spec: str, n: int, alpha: ClassTimes = None, bandwidth: ClassR
                          f"or give a JSON topology file")
 
 
-def topology_from_spec(spec: Mapping[str, Any]) -> Topology:
-    """Rebuild a topology from its ``spec`` (what schedules record in meta["topology"])."""
+def topology_from_spec(spec: Mapping[str, Any], alpha: ClassTimes = None, bandwidth: ClassRates = None) -> Topology:
+    """Rebuild a topology from its ``spec`` (what schedules record in meta["topology"]); ``alpha`` and
+    ``bandwidth`` (as in make_topology: one value for every link class, or some classes) override the
+    recorded values."""
     if not isinstance(spec, Mapping):
         raise CollsynthError(f"a topology spec must be an object, got {spec!r}")
+    if alpha is not None or bandwidth is not None:
+        base = topology_from_spec(spec)
+        spec = dict(spec)
+        for key, over, what in (("alpha", alpha, "alpha"), ("bandwidth", bandwidth, "bandwidth")):
+            value = class_values(over, what)
+            if value is None:
+                continue
+            if "cluster" in spec:  # its alpha and bandwidth are per class; the rest of it stays
+                cluster = dict(spec["cluster"])
+                old = cluster.get(key)
+                cluster[key] = _merged(old if isinstance(old, Mapping) else {}, value, base.classes)
+                spec["cluster"] = cluster
+            else:
+                old = spec.get(key)
+                spec[key] = _merged(old if isinstance(old, Mapping) else
+                                    ({c: float(old) for c in base.classes} if old is not None else {}),
+                                    value, base.classes)
     if "preset" in spec:
         return make_topology(spec["preset"], spec.get("gpus", 0), alpha=spec.get("alpha"),
                              bandwidth=spec.get("bandwidth"))
@@ -256,3 +275,11 @@ def topology_from_spec(spec: Mapping[str, Any]) -> Topology:
         return topology_from_dict(spec["file"], alpha=spec.get("alpha"), bandwidth=spec.get("bandwidth"),
                                   source="spec", default_name="custom")
     raise CollsynthError("a topology spec needs \"preset\", \"cluster\" or \"file\"")
+
+
+def _merged(old: Mapping[str, float], new: float | dict[str, float],
+            classes: Sequence[str]) -> float | dict[str, float]:
+    """``new`` over ``old`` (per-class values): one value replaces every class, a mapping only its classes."""
+    if not isinstance(new, dict):
+        return float(new)
+    return {**{c: float(old[c]) for c in classes if c in old}, **new}
