@@ -279,6 +279,15 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"  phase {ph.name}: steps {ph.start}..{ph.stop - 1} ({ph.stop - ph.start}), waits for {waits}")
     if not s.phases:
         print(f"  one phase: {s.nsteps} steps, waits for all ranks")
+    if s.meta.get("topology") is not None:
+        try:
+            topo = schedule_topology(s)
+            assert topo is not None  # meta names one
+            nodes = f", {topo.node_count} nodes" if topo.node_count > 1 else ""
+            print(f"  topology: {topo.name}{nodes} (recorded: verify enforces its ports per link class, "
+                  f"simulate runs on it)")
+        except CollsynthError as e:
+            print(f"  topology: recorded, but {e}")
     print(f"  bytes sent per buffer byte: min {min(sent):.4f}, max {max(sent):.4f}, mean {sum(sent) / len(sent):.4f}")
     if s.nranks <= 16:
         print("  per rank: " + ", ".join(f"{r}:{x:.4f}" for r, x in enumerate(sent)))

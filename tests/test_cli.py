@@ -86,6 +86,17 @@ def test_simulate_defaults_to_the_topology_the_schedule_records(capsys, tmp_path
     run(capsys, "synth", "-a", "ring", "-n", "8", "-o", str(ring))
     code, out, _ = run(capsys, "simulate", str(ring), "--size", "1MiB", "--json")
     assert code == 0 and json.loads(out)["topology"] == "nvswitch"
+    code, out, _ = run(capsys, "info", str(path))  # info names it; a schedule without one says nothing
+    assert code == 0 and "  topology: h100-cluster, 2 nodes (recorded: verify enforces" in out
+    assert "topology" not in run(capsys, "info", str(ring))[1]
+    broken = tmp_path / "broken.json"
+    d = json.loads(path.read_text())
+    d["meta"]["topology"] = {"preset": "nope", "gpus": 16}
+    broken.write_text(json.dumps(d))
+    code, out, _ = run(capsys, "info", str(broken))
+    assert code == 0 and "  topology: recorded, but " in out and "unknown topology 'nope'" in out
+    code, _, err = run(capsys, "simulate", str(broken), "--size", "1GiB")
+    assert code == 2 and "unknown topology 'nope'" in err and err.count("\n") == 1
     code, _, err = run(capsys, "simulate", str(path), "--size", "1GiB", "--alpha", "net=3")
     assert code == 2 and "--alpha" in err and err.count("\n") == 1
 
