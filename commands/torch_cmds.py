@@ -35,6 +35,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help=f"comma-separated registry algorithms plus torch and auto (default {DEFAULT_ALGORITHMS})")
     p.add_argument("--schedule", action="append", default=[], metavar="FILE",
                    help="also run this AllReduce schedule file (repeatable)")
+    p.add_argument("--topology", "-t", default=None,
+                   help="preset or JSON file for --ranks GPUs (e.g. dgx-h100): the algorithms that take a "
+                        "topology are built for it, and auto runs clusterstraggler's forms on it at --size "
+                        "(default: none)")
     p.add_argument("--iters", type=int_arg("--iters"), default=5, help="timed iterations (default 5)")
     p.add_argument("--warmup", type=int_arg("--warmup"), default=1, help="untimed iterations first (default 1)")
     p.add_argument("--dtype", default="float32", help="float32 (default), float16, bfloat16 or float64")
@@ -73,7 +77,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     schedules = [load_schedule(f) for f in args.schedule]
     timeout = parse_time(args.timeout, allow_zero=False, flag="--timeout") if args.timeout else None
     spec = prepare_bench(args.backend, args.ranks, size, delays, names, schedules=schedules, iters=args.iters,
-                         warmup=args.warmup, dtype=args.dtype, timeout=timeout, progress=not args.no_progress)
+                         warmup=args.warmup, dtype=args.dtype, timeout=timeout, progress=not args.no_progress,
+                         topology=args.topology)
     try:
         res = run_bench(spec)
     except LaunchError as e:
@@ -84,7 +89,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print_json(res)
     else:
         late = ", ".join(f"rank {r} +{format_time(t)}" for r, t in sorted(delays.items()) if t > 0) or "none"
-        print(f"{args.backend}, {args.ranks} ranks, {args.size} {args.dtype} per rank, delayed: {late}; "
+        where = f", topology {args.topology}" if args.topology else ""
+        print(f"{args.backend}, {args.ranks} ranks{where}, {args.size} {args.dtype} per rank, delayed: {late}; "
               f"{args.iters} iterations, median [min .. max]")
         rows = []
         for r in res["results"]:

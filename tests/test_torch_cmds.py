@@ -150,6 +150,26 @@ def test_bench_runs_and_checks_against_torch(capfd):
     assert auto["chosen"] == ["stragglar_n3_s2"] and auto["agreement_last_rank_s"]["median"] > 0
 
 
+def test_bench_on_a_topology_builds_for_it_and_auto_runs_its_cluster_family(capfd):
+    """-t: clusterstraggler is built for the topology (recorded in the schedule) and the delays, and auto runs
+    StragglerAwareAllReduce(topology=...) at --size; one NVLink domain here, so the late GPU's member."""
+    spec = prepare_bench("gloo", 8, 64 << 20, {6: 0.005}, ["clusterstraggler", "hierarchical", "auto"],
+                         topology="dgx-h100")
+    built = dict(spec.entries)
+    assert built["clusterstraggler"].name == "clusterstraggler_domain_n8_l6"
+    assert built["hierarchical"].meta["topology"]["preset"] == "dgx-h100" and built["auto"] == "auto"
+    for bad, msg in (("nope", "unknown topology"), ("gb200-nvl72", "has 72 GPUs")):
+        with pytest.raises(CollsynthError, match=msg):
+            prepare_bench("gloo", 8, 1 << 20, {}, ["ring"], topology=bad)
+    code, out, err = _run(["bench", "--ranks", "3", "--size", "48KiB", "--delay", "2=50ms", "-t", "nvswitch",
+                           "--algorithms", "clusterstraggler,auto", "--iters", "1", "--warmup", "0", "--json"], capfd)
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["topology"] == "nvswitch" and [r["algorithm"] for r in res["results"]] == ["clusterstraggler", "auto"]
+    assert all(r["correct"] and r["identical_across_ranks"] for r in res["results"]), res["results"]
+    assert len(res["results"][1]["chosen"]) == 1
+
+
 def test_calibrate_prints_figures_compare_reads(capsys):
     # sizes large enough that the bandwidth term dominates timing noise on a busy machine
     code, out, err = _run(["calibrate", "--ranks", "2", "--sizes", "16KiB,4MiB,16MiB", "--iters", "3"], capsys)

@@ -27,11 +27,12 @@ from typing import Any
 
 from collsynth.backends.torch.executor import allreduce
 from collsynth.backends.torch.launch import check_backend, check_memory, launch
-from collsynth.backends.torch.straggler import StragglerAwareAllReduce
+from collsynth.backends.torch.straggler import StragglerAwareAllReduce, cluster_family
 from collsynth.errors import CollsynthError
 from collsynth.synth.ir import Schedule
 from collsynth.synth.registry import algorithm_params, build_schedule
 from collsynth.synth.registry import algorithms as registry
+from collsynth.synth.topology import make_topology
 from collsynth.synth.verify import check
 from collsynth.units import parse_rank_map
 
@@ -59,6 +60,7 @@ class BenchSpec:
     entries: list[tuple[str, Any]] = field(default_factory=list)  # (label, Schedule | "torch" | "auto")
     straggler: int | None = None
     progress: bool = True
+    topology: str | None = None  # preset or JSON file: the algorithms that take one, and auto's cluster family
 
     @property
     def numel(self) -> int:
@@ -70,8 +72,10 @@ class BenchSpec:
 def prepare_bench(backend: str, nranks: int, size_bytes: int, delays: dict[int, float],
                   algorithms: Sequence[str], *, schedules: Sequence[Schedule] = (), iters: int = 5,
                   warmup: int = 1, dtype: str = "float32", timeout: float | None = None,
-                  progress: bool = True) -> BenchSpec:
-    """Check the request and build + verify every schedule (CollsynthError on bad input)."""
+                  progress: bool = True, topology: str | None = None) -> BenchSpec:
+    """Check the request and build + verify every schedule (CollsynthError on bad input). ``topology`` (a
+    preset or JSON file for ``nranks`` GPUs): the algorithms that take one are built for it, and ``auto``
+    runs StragglerAwareAllReduce's cluster family on it (clusterstraggler's forms at this size)."""
 
     check_backend(backend, nranks)
     if dtype not in DTYPES:
@@ -82,7 +86,8 @@ def prepare_bench(backend: str, nranks: int, size_bytes: int, delays: dict[int, 
     if iters < 1 or warmup < 0:
         raise CollsynthError(f"--iters must be >= 1 and --warmup >= 0, got {iters} and {warmup}")
     spec = BenchSpec(backend, nranks, int(size_bytes), dtype, dict(delays), int(iters), int(warmup), 0.0,
-                     progress=progress)
+                     progress=progress, topology=topology)
+    topo = make_topology(topology, nranks) if topology is not None else None
     if spec.numel < 1:
         raise CollsynthError(f"--size {size_bytes} B holds no {dtype} element: use a larger size")
     # input, output, reference and the executor's scratch: about 5 buffers per rank (measured 4.7 at 256 MiB)
@@ -98,6 +103,8 @@ def prepare_bench(backend: str, nranks: int, size_bytes: int, delays: dict[int, 
             continue
         seen.add(name)
         if name in SPECIAL:
+            if name == "auto" and topo is not None:  # its family fits the topology (a bad one fails here, not in
+                cluster_family(nranks, topo, None, auto_params(spec), None)  # the processes)
             spec.entries.append((name, name))
             continue
         if name not in regs or "allreduce" not in regs[name].collectives:
@@ -112,6 +119,8 @@ def prepare_bench(backend: str, nranks: int, size_bytes: int, delays: dict[int, 
             params["arrivals"] = {r: delays[r] for r in sorted(late)}
         if "size" in takes:
             params["size"] = spec.size_bytes
+        if "topology" in takes and topo is not None:
+            params["topology"] = topo
         spec.entries.append((name, check(build_schedule(name, nranks, "allreduce", **params))))
     for s in schedules:
         if s.collective != "allreduce":
@@ -153,7 +162,8 @@ def _bench_worker(rank: int, nranks: int, spec: BenchSpec) -> dict[str, Any]:
         if what == "torch":
             runners.append((label, lambda t: dist.all_reduce(t)))
         elif what == "auto":
-            auto = StragglerAwareAllReduce(timeout=spec.timeout, window=0.25)
+            auto = StragglerAwareAllReduce(timeout=spec.timeout, window=0.25, topology=spec.topology,
+                                           cluster_params=auto_params(spec))
             runners.append((label, auto))
         else:
             runners.append((label, functools.partial(allreduce, schedule=what, timeout=spec.timeout)))
@@ -251,8 +261,13 @@ def summarize(spec: BenchSpec, results: dict[int, Any]) -> dict[str, Any]:
     return {
         "backend": spec.backend, "ranks": n, "size_bytes": spec.size_bytes, "dtype": spec.dtype,
         "delays_s": {str(r): t for r, t in sorted(spec.delays.items())}, "straggler": spec.straggler,
-        "iters": spec.iters, "warmup": spec.warmup, "results": rows,
+        "iters": spec.iters, "warmup": spec.warmup, "topology": spec.topology, "results": rows,
     }
+
+
+def auto_params(spec: BenchSpec) -> dict[str, Any] | None:
+    """``cluster_params`` of the ``auto`` entry: the bench's size where a topology is given, else None."""
+    return {"size": spec.size_bytes} if spec.topology is not None else None
 
 
 def run_bench(spec: BenchSpec) -> dict[str, Any]:
