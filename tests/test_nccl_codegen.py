@@ -143,12 +143,16 @@ def emulated(tmp_path_factory):
     root = tmp_path_factory.mktemp("emu")
     built: dict[str, str] = {}
 
+    driver = str(root / "driver.o")
+
     def get(key: str) -> str:
         if key not in built:
             gen = root / key
             generate_nccl_cuda(EMULATED[key](), str(gen), name="t")
+            if not os.path.exists(driver):  # compiled once: it calls only the functions every library declares
+                lib.build_driver(str(gen), "t", driver)
             exe = str(root / f"{key}.exe")
-            lib.build_emulation(str(gen), "t", exe)
+            lib.build_emulation(str(gen), "t", exe, driver)
             built[key] = exe
         return built[key]
 

@@ -114,15 +114,26 @@ def gcc() -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------- emulation
-def build_emulation(gen_dir: str, name: str, out: str) -> None:
-    """Compile the generated library with the host emulation and the test driver (g++)."""
-    cmd = [gxx(), "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-DCOLLSYNTH_HOST_EMULATION",
-           f"-DCS_NAME={name}", f"-I{HERE}", f"-I{gen_dir}", "-include", f"{name}.h",
-           "-x", "c++", os.path.join(gen_dir, f"{name}.cu"), "-x", "c++", os.path.join(HERE, "driver.cpp"),
-           "-o", out]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+def _gxx(*args: str) -> None:
+    r = subprocess.run([gxx(), "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-DCOLLSYNTH_HOST_EMULATION",
+                        f"-I{HERE}", *args], capture_output=True, text=True)
     if r.returncode:
         raise AssertionError(f"emulation build failed:\n{r.stderr[-4000:]}")
+
+
+def build_driver(gen_dir: str, name: str, out: str) -> None:
+    """Compile the test driver alone (an object file) against a generated library's header: the driver calls
+    only the library's functions, whose declarations are the same for every schedule of one ``name``."""
+    _gxx(f"-DCS_NAME={name}", f"-I{gen_dir}", "-include", f"{name}.h", "-x", "c++", os.path.join(HERE, "driver.cpp"),
+         "-c", "-o", out)
+
+
+def build_emulation(gen_dir: str, name: str, out: str, driver: str | None = None) -> None:
+    """Compile the generated library with the host emulation and the test driver (g++); ``driver``: the
+    driver's object file from build_driver, linked instead of compiling driver.cpp again."""
+    tail = [driver] if driver else ["-x", "c++", os.path.join(HERE, "driver.cpp")]
+    _gxx(f"-DCS_NAME={name}", f"-I{gen_dir}", "-include", f"{name}.h", "-x", "c++",
+         os.path.join(gen_dir, f"{name}.cu"), *(["-x", "none"] if driver else []), *tail, "-o", out)
 
 
 def run_emulation(exe: str, mode: str, dtype: str, count: int, inplace: bool,
