@@ -551,7 +551,8 @@ def test_late_node_is_named_only_if_nobody_else_arrived_in_the_window(another_ar
     sar = object.__new__(StragglerAwareAllReduce)
     sar.n, sar.rank, sar.window, sar.timeout, sar._bits, sar._words = 6, 2, 0.01, 1.0, 62, 1
     sar.family = {}
-    sar.cluster = types.SimpleNamespace(gpus_per_node=3, serves=lambda late: late == frozenset({3, 4, 5}))
+    sar.cluster = types.SimpleNamespace(gpus_per_node=3, serves=lambda late: late == frozenset({3, 4, 5}),
+                                        missing_counts=lambda: {1, 3})
     sar._store = _AgreementStore(rank3_arrives)
     sar._store.add("0/m0", 0b011)  # ranks 0 and 1 are there
     assert sar._decide(0) == (decision, 3)
