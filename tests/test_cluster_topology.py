@@ -185,7 +185,8 @@ def test_spec_with_overrides_is_the_topology_built_with_them():
     """topology_from_spec(spec, alpha, bandwidth): the recorded values with the given ones on top, as
     make_topology applies them (one value for every class, or some classes), for preset and cluster specs."""
     def same(u, t):
-        return all(np.array_equal(getattr(u, a), getattr(t, a)) for a in ("link_alpha", "link_bw", "link_class"))
+        return all(np.allclose(getattr(u, a), getattr(t, a), rtol=1e-12, atol=0) for a in ("link_alpha", "link_bw")) \
+            and np.array_equal(u.link_class, t.link_class)
 
     rec = make_topology("h100-cluster", 16, bandwidth="net=25GB/s")
     spec = json.loads(json.dumps(rec.spec))
@@ -200,6 +201,9 @@ def test_spec_with_overrides_is_the_topology_built_with_them():
     assert over.fabric == "fat-tree" and not same(over, own)
     assert same(over, cluster_topology(3, 4, fabric="fat-tree", routing="spine", oversubscription=3.0,
                                        net_bandwidth=10e9))
+    assert same(topology_from_spec(json.loads(json.dumps(own.spec)), alpha="5us"),  # one value: every class
+                cluster_topology(3, 4, fabric="fat-tree", routing="spine", oversubscription=3.0, nvlink_alpha=5e-6,
+                                 net_alpha=5e-6))
     assert same(topology_from_spec(spec), rec)  # no override: as recorded
     with pytest.raises(CollsynthError, match="link class"):
         topology_from_spec(spec, alpha="pcie=1us")

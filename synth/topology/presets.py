@@ -253,7 +253,8 @@ def topology_from_spec(spec: Mapping[str, Any], alpha: ClassTimes = None, bandwi
             if "cluster" in spec:  # its alpha and bandwidth are per class; the rest of it stays
                 cluster = dict(spec["cluster"])
                 old = cluster.get(key)
-                cluster[key] = _merged(old if isinstance(old, Mapping) else {}, value, base.classes)
+                merged = _merged(old if isinstance(old, Mapping) else {}, value, base.classes)
+                cluster[key] = merged if isinstance(merged, dict) else {c: merged for c in base.classes}
                 spec["cluster"] = cluster
             else:
                 old = spec.get(key)
