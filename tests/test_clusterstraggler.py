@@ -428,7 +428,7 @@ def test_late_gpu_estimate_tracks_the_simulator_and_picks_the_block_count():
     """h100-cluster 16 x 8, 1 GiB, rank 5 late: the late-GPU estimate (NVLink front, M + log2 N - 1
     broadcast rounds, last row's spread) is within 0.5% of the simulated time for 24 to 32 blocks per part
     (model: 0.1%), ``auto`` builds the block count whose estimate is least up to the GPU_TIE rule, verifies,
-    is byte-identical when built twice and lands under 3.6 ms (model: 3.591 ms; 3.624 before the side work
+    is byte-identical to the explicit build of that count and lands under 3.6 ms (model: 3.591 ms; 3.624 before the side work
     moved behind the rest of the merge)."""
     from collsynth.synth.algorithms.stragglar import cluster as cs
     from collsynth.synth.topology import make_topology
@@ -436,18 +436,18 @@ def test_late_gpu_estimate_tracks_the_simulator_and_picks_the_block_count():
     t = make_topology("h100-cluster", 128)
     late = {5: 0.05}
     model = cs.link_model(t, node_grid(t, 128))
-    ests = {}
+    ests, built = {}, {}
     for m in (24, 28, 32):
-        s = build_schedule("clusterstraggler", 128, arrivals=late, size=GiB, topology=t, pipeline=m)
-        after = simulate(s, GiB, t, late).after_last_arrival_s
+        built[m] = build_schedule("clusterstraggler", 128, arrivals=late, size=GiB, topology=t, pipeline=m)
+        after = simulate(built[m], GiB, t, late).after_last_arrival_s
         ests[m] = cs.after_arrival_estimate("gpu", 16, 8, m, make_runs(m, 1, m), GiB, model)
         assert after == pytest.approx(ests[m], rel=0.005)
     a = build_schedule("clusterstraggler", 128, arrivals=late, size=GiB, topology=t)
-    b = build_schedule("clusterstraggler", 128, arrivals=late, size=GiB, topology=t)
     chosen = a.meta["pipeline"]
     assert chosen == cs.best_pipeline("gpu", 16, 8, GiB, model)[0] and chosen in ests
     assert ests[chosen] <= min(ests.values()) * (1 + cs.GPU_TIE)
-    assert verify(a).ok and a.to_json() == b.to_json()  # byte-identical
+    # byte-identical to the explicit build of its block count (a second, independent build: deterministic)
+    assert verify(a).ok and a.to_json() == built[chosen].to_json()
     assert simulate(a, GiB, t, late).after_last_arrival_s < 3.6e-3
 
 
