@@ -428,8 +428,8 @@ def test_late_gpu_estimate_tracks_the_simulator_and_picks_the_block_count():
     """h100-cluster 16 x 8, 1 GiB, rank 5 late: the late-GPU estimate (NVLink front, M + log2 N - 1
     broadcast rounds, last row's spread) is within 0.5% of the simulated time for 24 to 32 blocks per part
     (model: 0.1%), ``auto`` builds the block count whose estimate is least up to the GPU_TIE rule, verifies,
-    is byte-identical to the explicit build of that count and lands under 3.6 ms (model: 3.591 ms; 3.624 before the side work
-    moved behind the rest of the merge)."""
+    is byte-identical to the explicit build of that count and lands under 3.6 ms (model: 3.591 ms; 3.624
+    before the side work moved behind the rest of the merge)."""
     from collsynth.synth.algorithms.stragglar import cluster as cs
     from collsynth.synth.topology import make_topology
 
