@@ -205,6 +205,19 @@ def check_class_values(text: str | None, parse: Callable[..., object], flag: str
     return text
 
 
+def rank_ranges(ranks: Sequence[int]) -> str:
+    """Sorted ranks as runs: [0, 1, 2, 5] -> "0-2,5" (what `info`, XML phase comments and file names print)."""
+    parts: list[str] = []
+    i = 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        parts.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
 @overload
 def parse_rank_map(items: Sequence[str] | None, nranks: int, *, flag: str = ..., value: None = None,
                    what: str = ..., example: str = ...) -> dict[int, float]: ...

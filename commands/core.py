@@ -23,7 +23,7 @@ from collsynth.commands.emit_cmds import (
 )
 from collsynth.errors import CollsynthError
 from collsynth.fileio import check_output, write_text_atomic
-from collsynth.synth.algorithms.stragglar.family import write_family
+from collsynth.synth.algorithms.stragglar.family import write_cluster_family, write_family
 from collsynth.synth.compare import compare, compare_bound
 from collsynth.synth.ir import Schedule
 from collsynth.synth.registry import algorithm_params, algorithms, build_schedule, param_flag
@@ -39,6 +39,7 @@ from collsynth.units import (
     parse_rate,
     parse_size,
     parse_time,
+    rank_ranges,
 )
 
 
@@ -53,6 +54,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         epilog="examples:\n  collsynth synth -a ring -n 8 -o ring8.json\n"
                "  collsynth synth -a stragglar -n 8 --straggler 3 -o s8.json\n"
                "  collsynth synth -a stragglar -n 8 --straggler all -o family/\n"
+               "  collsynth synth -a clusterstraggler -n 16 -t h100-cluster --straggler all -o cluster-family/\n"
                "  collsynth synth -a ring -n 8 --format msccl-xml -o ring8.xml\n"
                "  collsynth synth -a stragglar -n 8 --format mscclpp-plan -o s8.plan.json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -63,7 +65,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--topology", "-t", default=None,
                    help="topology preset or JSON file the schedule targets (checked; used by the solver)")
     p.add_argument("--straggler", default=None, help="stragglar: the late rank (default n-1), or `all` for one "
-                                                     "schedule per rank plus a manifest in the -o directory")
+                                                     "schedule per rank plus a manifest in the -o directory; "
+                                                     "clusterstraggler: `all` for one schedule per late GPU and "
+                                                     "per late node of -t's machine")
     p.add_argument("--phase1", default=None, help="stragglar: ReduceScatter among punctual ranks: ring|direct|rhd")
     p.add_argument("--pipeline", default=None, help="stragglar: chunks per punctual rank (K >= 1 or auto)")
     g = p.add_argument_group("model inputs (stragglar --pipeline auto, solver)")
@@ -253,11 +257,20 @@ def cmd_synth(args: argparse.Namespace) -> int:
 
 
 def _synth_family(args: argparse.Namespace, params: dict[str, Any]) -> int:
-    if args.algorithm != "stragglar":
-        raise CollsynthError("--straggler all applies to -a stragglar only")
+    if args.algorithm not in ("stragglar", "clusterstraggler"):
+        raise CollsynthError("--straggler all applies to -a stragglar and -a clusterstraggler only")
     if not args.output or args.output == "-":
         raise CollsynthError("--straggler all writes one file per straggler: give a directory with -o DIR")
-    manifest = write_family(args.gpus, args.output, force=args.force, **params)
+    if args.algorithm == "clusterstraggler":
+        if args.arrival:
+            raise CollsynthError("--straggler all builds a schedule for every late GPU and late node: drop --arrival")
+        if args.topology is None:
+            raise CollsynthError("clusterstraggler --straggler all needs the machine: give -t TOPOLOGY (e.g. "
+                                 "h100-cluster or gb200-nvl72)")
+        topology = params.pop("topology")
+        manifest = write_cluster_family(topology, args.output, force=args.force, **params)
+    else:
+        manifest = write_family(args.gpus, args.output, force=args.force, **params)
     print(f"wrote {len(manifest['schedules'])} verified schedules and manifest.json to {args.output}", file=sys.stderr)
     return 0
 
@@ -275,7 +288,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"{info['name'] or args.file}: {s.collective}, {s.nranks} ranks, {s.nchunks} chunks, {s.nsteps} steps, "
           f"{s.ntransfers} transfers, ports {s.ports}")
     for ph in s.phases:
-        waits = "all ranks" if len(ph.waits_for) == s.nranks else f"ranks {_ranges(ph.waits_for)}"
+        waits = "all ranks" if len(ph.waits_for) == s.nranks else f"ranks {rank_ranges(ph.waits_for)}"
         print(f"  phase {ph.name}: steps {ph.start}..{ph.stop - 1} ({ph.stop - ph.start}), waits for {waits}")
     if not s.phases:
         print(f"  one phase: {s.nsteps} steps, waits for all ranks")
@@ -292,23 +305,6 @@ def cmd_info(args: argparse.Namespace) -> int:
     if s.nranks <= 16:
         print("  per rank: " + ", ".join(f"{r}:{x:.4f}" for r, x in enumerate(sent)))
     return 0
-
-
-def _ranges(ranks: tuple[int, ...]) -> str:
-    """"0-2,5" for (0, 1, 2, 5)."""
-    out: list[str] = []
-    start = prev = None
-    for r in ranks:
-        if start is None or prev is None:
-            start = prev = r
-        elif r == prev + 1:
-            prev = r
-        else:
-            out.append(f"{start}-{prev}" if prev != start else str(start))
-            start = prev = r
-    if start is not None:
-        out.append(f"{start}-{prev}" if prev != start else str(start))
-    return ",".join(out)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ from collsynth.synth.topology_import import (
     parse_nic_speed,
 )
 from collsynth.synth.topology_view import describe, plot_topology
-from collsynth.units import format_time
+from collsynth.units import format_time, rank_ranges
 
 IMPORT_EPILOG = """examples:
   collsynth topology import nccl_topo.xml -o node.json
@@ -151,19 +151,6 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ranges(xs: list[int]) -> str:
-    """[0, 1, 2, 5] -> "0-2,5"."""
-    parts: list[str] = []
-    i = 0
-    while i < len(xs):
-        j = i
-        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
-            j += 1
-        parts.append(str(xs[i]) if i == j else f"{xs[i]}-{xs[j]}")
-        i = j + 1
-    return ",".join(parts)
-
-
 def cmd_import(args: argparse.Namespace) -> int:
     check_output(args.output, inputs=[args.file])
     nic = None if args.nic_speed is None else parse_nic_speed(args.nic_speed)
@@ -187,7 +174,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     print(f"NVLink: {nvl}" + (f", {'/'.join(map(str, links))} links per GPU ({'/'.join(f'{b:g}' for b in gbps)} "
                               "GB/s per direction)" if rep["nvlink"] != "none" else ""))
     for n in rep["nics"]:
-        used = f"used by GPU {_ranges(n['gpus'])}" if n["gpus"] else "unused"
+        used = f"used by GPU {rank_ranges(n['gpus'])}" if n["gpus"] else "unused"
         print(f"NIC {n['name']}: {n['speed_Gbps']:g} Gb/s, {n['placement']}, {used}")
     if not rep["nics"]:
         print("NICs: none listed")

@@ -76,3 +76,15 @@ def test_library_refuses_the_same():
         ClusterFamily(make_topology("dgx-h100", 8), ports=2)
     fam = ClusterFamily(topo, pipeline=2)
     assert fam.get([16]) is None and fam.get([0, 1]) is None  # not one GPU, not one node: no member
+
+
+@pytest.mark.parametrize("argv,needles", [
+    (["-a", "clusterstraggler", "-n", "16"], ("give -t TOPOLOGY",)),
+    (["-a", "clusterstraggler", "-n", "16", "-t", "h100-cluster", "--arrival", "3=1ms"], ("drop --arrival",)),
+    (["-a", "ring", "-n", "16"], ("-a stragglar and -a clusterstraggler only",)),
+    (["-a", "clusterstraggler", "-n", "1024", "-t", "h100-cluster"], ("family of 1152 schedules", "--max-time")),
+])
+def test_cluster_family_refusals_write_nothing(argv, needles, capsys, tmp_path):
+    out = tmp_path / "fam"
+    _one_line_exit_2(["synth", *argv, "--straggler", "all", "-o", str(out)], capsys, *needles)
+    assert not out.exists()

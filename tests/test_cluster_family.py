@@ -4,7 +4,7 @@ per late GPU and per late node, built lazily and cached, or all up front."""
 from __future__ import annotations
 
 from collsynth.synth.algorithms.stragglar.cluster import auto_pipeline
-from collsynth.synth.algorithms.stragglar.family import ClusterFamily
+from collsynth.synth.algorithms.stragglar.family import ClusterFamily, write_cluster_family
 from collsynth.synth.topology import cluster_topology, make_topology
 from collsynth.synth.verify import verify
 
@@ -52,3 +52,34 @@ def test_one_nvlink_domain_serves_each_gpu_with_the_fastest_form_there():
                                                                              "multistraggler_n8_l1_s6")):
         s = ClusterFamily(make_topology("nvswitch", 8), size=size).get([6])
         assert s is not None and verify(s).ok and (ClusterFamily.form_of(s), s.name) == (form, name)
+
+
+def test_written_family_is_every_member_verified_with_its_manifest(tmp_path):
+    """write_cluster_family: late_{ranks}.json per late set (each GPU, each node) and manifest.json, every file
+    verifying with the hash the manifest names; the same inputs give the same bytes; the CLI writes it."""
+    import hashlib
+    import json
+
+    from collsynth.cli import main
+    from collsynth.synth.ir import load_schedule
+
+    topo = cluster_topology(2, 4)
+    out = tmp_path / "fam"
+    manifest = write_cluster_family(topo, str(out), pipeline=2)
+    files = sorted(p.name for p in out.iterdir())
+    assert files == sorted([f"late_{r}.json" for r in range(8)] + ["late_0-3.json", "late_4-7.json", "manifest.json"])
+    assert json.loads((out / "manifest.json").read_text()) == manifest
+    assert manifest["n"] == 8 and manifest["gpus_per_node"] == 4 and manifest["topology"] == topo.spec
+    for e in manifest["schedules"]:
+        text = (out / e["file"]).read_text()
+        assert hashlib.sha256(text.encode()).hexdigest() == e["sha256"]
+        s = load_schedule(str(out / e["file"]))
+        assert verify(s).ok and s.name == e["name"] and sorted(s.meta["late"]) == e["late"]
+        assert e["form"] == ("gpu" if len(e["late"]) == 1 else "node")
+    mib64 = 64 << 20  # the CLI on a preset gives what the library gives
+    lib = write_cluster_family(make_topology("h100-cluster", 16), str(tmp_path / "lib"), size=mib64)
+    assert main(["synth", "-a", "clusterstraggler", "-n", "16", "-t", "h100-cluster", "--size", "64MiB",
+                 "--straggler", "all", "-o", str(tmp_path / "cli")]) == 0
+    assert len(lib["schedules"]) == 16 + 2
+    for name in sorted(p.name for p in (tmp_path / "lib").iterdir()):
+        assert (tmp_path / "cli" / name).read_bytes() == (tmp_path / "lib" / name).read_bytes(), name

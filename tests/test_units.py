@@ -1,7 +1,7 @@
 import pytest
 
 from collsynth.errors import CollsynthError
-from collsynth.units import parse_arrivals, parse_rate, parse_size, parse_time
+from collsynth.units import parse_arrivals, parse_rate, parse_size, parse_time, rank_ranges
 
 
 @pytest.mark.parametrize("text,value", [("1GiB", 2**30), ("32MiB", 32 * 2**20), ("1.5KB", 1500), ("4096", 4096),
@@ -44,3 +44,9 @@ def test_arrivals():
     for twice in (["5=10ms,5=3ms"], ["5=10ms", "5=10ms"]):  # the same rank twice, one flag or two
         with pytest.raises(CollsynthError, match="names rank 5 twice"):
             parse_arrivals(twice, 8)
+
+
+def test_rank_ranges():
+    assert rank_ranges([0, 1, 2, 5]) == "0-2,5"
+    assert rank_ranges([]) == "" and rank_ranges([7]) == "7" and rank_ranges((3, 4)) == "3-4"
+    assert rank_ranges([0, 2, 4, 5, 6, 9]) == "0,2,4-6,9"

@@ -32,6 +32,7 @@ from collsynth.backends.msccl.model import (
 )
 from collsynth.backends.render import render
 from collsynth.errors import CollsynthError
+from collsynth.units import rank_ranges
 
 
 def _hoist_re_chains(tb: TbPlan) -> None:
@@ -204,23 +205,12 @@ def _render(low: Lowered, xs: dict[int, int], *, algo_attrs: list[tuple[str, Any
     return render("msccl/msccl.xml.j2", algo=algo_attrs, gpus=gpus, comment=comment)
 
 
-def _ranges(ranks: tuple[int, ...]) -> str:
-    out, i = [], 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        out.append(f"{ranks[i]}-{ranks[j]}" if j > i else str(ranks[i]))
-        i = j + 1
-    return ",".join(out)
-
-
 def phases_comment(s: Any) -> str:
     """The Schedule's phases (which ranks each step waits for), kept in a comment before <algo> so that
     ``xml_to_schedule`` can restore them; the runtimes skip comments."""
     parts = []
     for ph in s.phases:
-        who = "all" if len(ph.waits_for) == s.nranks else _ranges(ph.waits_for)
+        who = "all" if len(ph.waits_for) == s.nranks else rank_ranges(ph.waits_for)
         if any(c in ph.name for c in " ;<>&") or "--" in ph.name or ph.name.startswith("-") or not ph.name:
             return ""
         parts.append(f"{ph.name} {ph.start} {ph.stop} {who}")

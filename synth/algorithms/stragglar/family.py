@@ -7,14 +7,16 @@ import hashlib
 import json
 from typing import Any
 
+from collsynth import budget, progress
 from collsynth.errors import CollsynthError
 from collsynth.fileio import check_outdir, write_tree
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar.build import build
 from collsynth.synth.algorithms.stragglar.cluster import auto_pipeline
 from collsynth.synth.ir import Schedule
-from collsynth.synth.registry import build_schedule
+from collsynth.synth.registry import build_schedule, work
 from collsynth.synth.verify import check
+from collsynth.units import rank_ranges
 
 
 def build_family(n: int, **params: Any) -> dict[int, Schedule]:
@@ -95,22 +97,26 @@ class ClusterFamily:
         if not self.serves(key):
             return None
         if key not in self._cache and self.one_domain:  # whatever clusterstraggler finds fastest there
-            self._cache[key] = check(build_schedule("clusterstraggler", self.n, topology=self.topology,
-                                                    arrivals={r: CLUSTER_DELAY_S for r in sorted(key)},
-                                                    **self.params))
+            self._cache[key] = check(build_schedule("clusterstraggler", self.n, **self.member_params(key)))
         if key not in self._cache:
             form = "gpu" if len(key) == 1 else "node"
-            params = dict(self.params)
-            if params.get("pipeline", "auto") == "auto":  # auto's M, explicit: the late form, never the
-                params["pipeline"] = auto_pipeline(self.n, self.topology, form, params.get("size"))  # synchronous
-            s = check(build_schedule("clusterstraggler", self.n, topology=self.topology,
-                                     arrivals={r: CLUSTER_DELAY_S for r in sorted(key)}, **params))
+            s = check(build_schedule("clusterstraggler", self.n, **self.member_params(key)))
             meta_late = s.meta.get("late")
             if s.meta.get("form") != form or not isinstance(meta_late, list) or frozenset(meta_late) != key:
                 raise CollsynthError(f"clusterstraggler built the {s.meta.get('form')} form for late ranks "
                                      f"{meta_late}, not the {form} form for {sorted(key)}")  # pragma: no cover
             self._cache[key] = s
         return self._cache[key]
+
+    def member_params(self, late: frozenset[int]) -> dict[str, Any]:
+        """clusterstraggler's keywords for the member of late set ``late``: its arrivals, the topology, and on
+        a cluster auto's block count made explicit (the late form itself, never the synchronous schedule)."""
+        params: dict[str, Any] = dict(self.params, topology=self.topology,
+                                      arrivals={r: CLUSTER_DELAY_S for r in sorted(late)})
+        if not self.one_domain and params.get("pipeline", "auto") == "auto":
+            params["pipeline"] = auto_pipeline(self.n, self.topology, "gpu" if len(late) == 1 else "node",
+                                               params.get("size"))
+        return params
 
     def missing_counts(self) -> set[int]:
         """How many ranks may be missing when a late set is proposed: 1 (a GPU), and the node size."""
@@ -131,3 +137,40 @@ class ClusterFamily:
             assert s is not None  # every late set of late_sets() is served
             out[late] = s
         return out
+
+
+def write_cluster_family(topology: Any, outdir: str, force: bool = False, **params: Any) -> dict[str, Any]:
+    """Write every member of ``ClusterFamily(topology, **params)`` as ``late_{ranks}.json`` (ranks as ranges,
+    ``late_8-15.json``) plus manifest.json into ``outdir``, all or nothing (fileio.write_tree), for a runtime
+    that picks by late set (the MSCCL scheduler plugin and the MSCCL++ selector take their emitted files).
+    The work of all n + N members (n in one NVLink domain) is estimated before any is built
+    (budget.check_work); every one is verified. Returns the manifest."""
+    check_outdir(outdir, force)
+    fam = ClusterFamily(topology, **params)
+    sets = fam.late_sets()
+    jobs: list[budget.Work] = []
+    for late in sets:
+        w = work("clusterstraggler", fam.n, "allreduce", fam.member_params(late))
+        jobs.extend([w] if isinstance(w, budget.Work) else w)
+    what = f"the clusterstraggler family of {len(sets)} schedules on {fam.n} ranks"
+    hint = "build the members you need one at a time (synth -a clusterstraggler --arrival RANK=TIME)"
+    budget.check(max(w.nbytes() for w in jobs), what, hint=hint)
+    budget.check_seconds(sum(w.seconds() for w in jobs), what, hint=hint)
+    texts: dict[str, str | bytes] = {}
+    entries = []
+    for i, late in enumerate(sets):
+        progress.note(f"clusterstraggler family: late set {i + 1} of {len(sets)}")
+        s = fam.get(late)
+        assert s is not None  # every late set of late_sets() is served
+        name = f"late_{rank_ranges(sorted(late))}.json"
+        text = s.to_json()
+        texts[name] = text
+        entries.append({"late": sorted(late), "form": fam.form_of(s), "file": name, "name": s.name,
+                        "sha256": hashlib.sha256(text.encode()).hexdigest(), "steps": s.nsteps})
+    manifest = {"algorithm": "clusterstraggler", "n": fam.n, "topology": topology.spec,
+                "gpus_per_node": fam.gpus_per_node if not fam.one_domain else None,
+                "params": {k: v for k, v in sorted(fam.params.items())}, "delay_s": CLUSTER_DELAY_S,
+                "schedules": entries}
+    texts["manifest.json"] = json.dumps(manifest, indent=1) + "\n"
+    write_tree(outdir, texts, force=force)
+    return manifest
