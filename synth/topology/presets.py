@@ -244,23 +244,21 @@ def topology_from_spec(spec: Mapping[str, Any], alpha: ClassTimes = None, bandwi
     if not isinstance(spec, Mapping):
         raise CollsynthError(f"a topology spec must be an object, got {spec!r}")
     if alpha is not None or bandwidth is not None:
-        base = topology_from_spec(spec)
         spec = dict(spec)
-        for key, over, what in (("alpha", alpha, "alpha"), ("bandwidth", bandwidth, "bandwidth")):
-            value = class_values(over, what)
+        for key, over in (("alpha", alpha), ("bandwidth", bandwidth)):
+            value = class_values(over, key)
             if value is None:
                 continue
             if "cluster" in spec:  # its alpha and bandwidth are per class; the rest of it stays
                 cluster = dict(spec["cluster"])
                 old = cluster.get(key)
-                merged = _merged(old if isinstance(old, Mapping) else {}, value, base.classes)
-                cluster[key] = merged if isinstance(merged, dict) else {c: merged for c in base.classes}
+                cluster[key] = _merged(old if isinstance(old, Mapping) else {}, value, always_per_class=True)
                 spec["cluster"] = cluster
-            else:
+            else:  # a preset's are per class; a file's are None or as given to it (one value or per class)
                 old = spec.get(key)
-                spec[key] = _merged(old if isinstance(old, Mapping) else
-                                    ({c: float(old) for c in base.classes} if old is not None else {}),
-                                    value, base.classes)
+                if isinstance(old, (int, float)) and isinstance(value, dict):  # one recorded value, some classes
+                    old = {c: float(old) for c in topology_from_spec(spec).classes}  # over it: name them all
+                spec[key] = _merged(old if isinstance(old, Mapping) else None, value)
     if "preset" in spec:
         return make_topology(spec["preset"], spec.get("gpus", 0), alpha=spec.get("alpha"),
                              bandwidth=spec.get("bandwidth"))
@@ -278,9 +276,10 @@ def topology_from_spec(spec: Mapping[str, Any], alpha: ClassTimes = None, bandwi
     raise CollsynthError("a topology spec needs \"preset\", \"cluster\" or \"file\"")
 
 
-def _merged(old: Mapping[str, float], new: float | dict[str, float],
-            classes: Sequence[str]) -> float | dict[str, float]:
-    """``new`` over ``old`` (per-class values): one value replaces every class, a mapping only its classes."""
+def _merged(old: Mapping[str, float] | None, new: float | dict[str, float], *,
+            always_per_class: bool = False) -> float | dict[str, float]:
+    """``new`` over ``old`` (per-class values or None): one value replaces every class (``always_per_class``:
+    as a value for each of ``old``'s classes), a mapping only its classes."""
     if not isinstance(new, dict):
-        return float(new)
-    return {**{c: float(old[c]) for c in classes if c in old}, **new}
+        return {c: float(new) for c in old or {}} if always_per_class else float(new)
+    return {**{c: float(v) for c, v in (old or {}).items()}, **new}

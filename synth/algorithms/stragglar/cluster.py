@@ -620,12 +620,10 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
         M = int(pipeline)
         runs = make_runs(M, 1, M)
         rows = best_rows(N, G, M, s_bytes, model) if form == "node" and coarse_rows_apply(N, G) else runs
-    plan = merged_plan(topology, n, times, s_bytes, M, runs, rows, late)
-    if form == "node" and N & (N - 1) and pipeline == "auto" and n <= BALANCED_MAX_GPUS:
-        # three broadcasts for the late node's exchange with its partners: the fastest in the simulator
-        # (none wins always)
-        plan = fastest(plan, [partial(merged_plan, topology, n, times, s_bytes, M, runs, rows, late, rule)
-                              for rule in ("balanced", "cube")], s_bytes, topology, times)
+    if form == "node" and pipeline == "auto" and n <= BALANCED_MAX_GPUS:
+        plan = late_node_plan(topology, n, times, s_bytes, M, runs, rows, late, grid)
+    else:
+        plan = merged_plan(topology, n, times, s_bytes, M, runs, rows, late)
     if form == "gpu" and pipeline == "auto" and n <= BALANCED_MAX_GPUS:
         plan = fit_delay(plan, topology, n, times, s_bytes, late, after_arrival_estimate(
             form, N, G, M, runs, s_bytes, model, rows))
@@ -700,6 +698,19 @@ def fit_delay(plan: ClusterPlan, topology: Any, n: int, times: np.ndarray, size:
     fewer = sorted((u for u in UNITS if u < plan.M // plan.units_per_block), reverse=True)[:SPILL_TRIES]
     return fastest(plan, [partial(merged_plan, topology, n, times, size, m, make_runs(m, 1, m), make_runs(m, 1, m),
                                   late) for m in fewer], size, topology, times, res.completion_s)
+
+
+def late_node_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int, runs: list[tuple[int, int]],
+                   rows: list[tuple[int, int]], late: list[int], grid: np.ndarray | None = None) -> ClusterPlan:
+    """``merged_plan`` of a late node (domain.py: a late GPU on a grid of one-GPU nodes); on a node count that
+    is not a power of two the three broadcasts of its exchange with its partners, plain, "balanced" and
+    "cube", the fastest in the simulator (none wins always)."""
+    plan = merged_plan(topology, n, times, size, M, runs, rows, late, grid=grid)
+    N = (node_grid(topology, n) if grid is None else grid).shape[0]
+    if N & (N - 1):
+        plan = fastest(plan, [partial(merged_plan, topology, n, times, size, M, runs, rows, late, rule, grid)
+                              for rule in ("balanced", "cube")], size, topology, times)
+    return plan
 
 
 def fastest(plan: ClusterPlan, alternatives: list[Callable[[], ClusterPlan]], size: float, topology: Any,

@@ -18,7 +18,6 @@ NVL72, 256 MiB: 0.491 ms after the last arrival, multistraggler 0.585).
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -51,8 +50,5 @@ def build(n: int, times: np.ndarray, size: float, topology: Any) -> Schedule | N
     late = [latest_rank(times, n)]
     grid = np.arange(n, dtype=np.int64).reshape(n, 1)
     M, runs, rows = cluster.best_pipeline("node", n, 1, size, cluster.link_model(topology, grid))
-    plan = cluster.merged_plan(topology, n, times, size, M, runs, rows, late, grid=grid)
-    if n & (n - 1):  # the copy-back broadcasts (cluster.build does the same for a late node)
-        plan = cluster.fastest(plan, [partial(cluster.merged_plan, topology, n, times, size, M, runs, rows, late,
-                                              rule, grid) for rule in ("balanced", "cube")], size, topology, times)
+    plan = cluster.late_node_plan(topology, n, times, size, M, runs, rows, late, grid)
     return cluster.plan_schedule(plan, "domain", late, topology, size)
