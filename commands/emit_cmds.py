@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from collsynth.api import file_kind
-from collsynth.backends import FORMATS, emit, emit_to, get_format
+from collsynth.backends import FORMATS, emit, emit_family, emit_to, get_format
 from collsynth.backends.libraries import build_files, compare_folder, write
 from collsynth.backends.msccl.library import default_dir
 from collsynth.backends.msccl.model import DIALECTS, PROTOCOLS
@@ -163,10 +163,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                "  collsynth emit --format msccl-scheduler algos -o plugin\n"
                "  collsynth emit s8.json --format mscclpp-plan -o s8.plan.json\n"
                "  collsynth emit s8.json --format mscclpp-plan --proto LL --max-bytes 1MiB --no-inplace -o s8.ll.json\n"
-               "  collsynth emit --format mscclpp-selector plans -o selector",
+               "  collsynth emit --format mscclpp-selector plans -o selector\n"
+               "  collsynth emit family --format msccl-xml -o family-xml   # every member of `synth --straggler all`",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("schedule", help="schedule JSON file (msccl-scheduler: a folder of MSCCL XML files; "
-                                    "mscclpp-selector: a folder of MSCCL++ plans)")
+    p.add_argument("schedule", help="schedule JSON file (msccl-xml and mscclpp-plan: or a family folder from `synth "
+                                    "--straggler all`, every member into the -o folder; msccl-scheduler: a folder "
+                                    "of MSCCL XML files; mscclpp-selector: a folder of MSCCL++ plans)")
     p.add_argument("--format", "-f", required=True, metavar="FORMAT",
                    help="output format: " + ", ".join(f.name for f in FORMATS))
     p.add_argument("-o", "--output", default=None, help="output file, or folder for multi-file formats "
@@ -219,6 +221,8 @@ def _need_folder(args: argparse.Namespace, fmt: str) -> str:
 def cmd_emit(args: argparse.Namespace) -> int:
     fmt = get_format(args.format)
     check_format_flags(args, fmt.name)
+    if fmt.reads == "schedule" and os.path.isdir(args.schedule):
+        return _emit_family(args, fmt.name)
     check_output(args.output, flag="-o", inputs=[args.schedule], folder=fmt.writes == "folder")
     if fmt.reads == "xml-folder":
         out = _need_folder(args, fmt.name)
@@ -252,6 +256,24 @@ def cmd_emit(args: argparse.Namespace) -> int:
     write_text_atomic(args.output, result)
     print(f"wrote {args.output} ({fmt.name}, from verified {schedule.name}: {schedule.nranks} ranks, "
           f"{schedule.nsteps} steps)", file=sys.stderr)
+    return 0
+
+
+def _emit_family(args: argparse.Namespace, fmt: str) -> int:
+    """`emit FAMILY_FOLDER --format msccl-xml|mscclpp-plan -o FOLDER`: every member, into one folder."""
+    if fmt not in XML_PLAN:
+        raise CollsynthError(f"{args.schedule} is a folder: --format {fmt} reads one schedule JSON file; a family "
+                             f"folder (`synth ... --straggler all`) emits with --format msccl-xml or mscclpp-plan")
+    if getattr(args, "name", None):
+        raise CollsynthError("--name names one schedule: drop it for a family folder (each member keeps its name)")
+    check_output(args.output, flag="-o", inputs=[args.schedule], folder=True)
+    out = _need_folder(args, fmt)
+    check_outdir(out, args.force, inputs=[args.schedule])
+    files = emit_family(args.schedule, fmt, **_format_options(fmt, args))
+    write_tree(out, files, force=args.force)
+    after = "msccl-scheduler" if fmt == "msccl-xml" else "mscclpp-selector"
+    print(f"wrote {len(files)} {fmt} file(s) to {out} from the verified schedules of {args.schedule}; next: "
+          f"`collsynth emit --format {after} {out} -o FOLDER`", file=sys.stderr)
     return 0
 
 

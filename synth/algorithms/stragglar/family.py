@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from typing import Any
 
 from collsynth import budget, progress
-from collsynth.errors import CollsynthError
-from collsynth.fileio import check_outdir, write_tree
+from collsynth.errors import CollsynthError, ScheduleFileError
+from collsynth.fileio import check_outdir, json_loads, read_bytes, read_text, write_tree
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar.build import build
 from collsynth.synth.algorithms.stragglar.cluster import auto_pipeline
@@ -180,3 +181,58 @@ def write_cluster_family(topology: Any, outdir: str, force: bool = False, **para
     texts["manifest.json"] = json.dumps(manifest, indent=1) + "\n"
     write_tree(outdir, texts, force=force)
     return manifest
+
+
+MANIFEST = "manifest.json"  # the manifest of a family folder (write_family, write_cluster_family)
+
+
+def read_manifest(folder: str) -> dict[str, Any]:
+    """The manifest of a family folder written by ``write_family`` or ``write_cluster_family``, checked: an
+    "algorithm", and "schedules" whose entries name distinct ``*.json`` files of the folder (no path) with
+    their sha256. A missing or malformed manifest raises CollsynthError (one line naming what to change)."""
+    path = os.path.join(folder, MANIFEST)
+    if not os.path.isdir(folder):
+        raise CollsynthError(f"{folder} is not a folder: give the folder `collsynth synth ... --straggler all -o "
+                             f"FOLDER` wrote")
+    if not os.path.isfile(path):
+        raise CollsynthError(f"{folder} holds no {MANIFEST}: give a schedule JSON file, or a folder written by "
+                             f"`collsynth synth ... --straggler all -o FOLDER`")
+    try:
+        m = json_loads(read_text(path))
+    except json.JSONDecodeError as e:
+        raise CollsynthError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}): write the family again "
+                             f"with `collsynth synth ... --straggler all`") from None
+    entries = m.get("schedules") if isinstance(m, dict) else None
+    if not isinstance(m, dict) or not isinstance(m.get("algorithm"), str) or not isinstance(entries, list) \
+            or not entries:
+        raise CollsynthError(f"{path}: not a collsynth family manifest (it needs \"algorithm\" and a non-empty "
+                             f"\"schedules\" list): write the family again with `collsynth synth ... --straggler all`")
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        f = entry.get("file") if isinstance(entry, dict) else None
+        sha = entry.get("sha256") if isinstance(entry, dict) else None
+        if not isinstance(f, str) or not isinstance(sha, str) or os.path.basename(f) != f or not f.endswith(".json") \
+                or f in (MANIFEST, ".json") or f.startswith("."):
+            raise CollsynthError(f"{path}: schedules[{i}] needs \"file\" (a .json file name in the folder, no path) "
+                                 f"and \"sha256\": write the family again with `collsynth synth ... --straggler all`")
+        if f in seen:
+            raise CollsynthError(f"{path}: {f} is listed twice: write the family again with `collsynth synth ... "
+                                 f"--straggler all`")
+        seen.add(f)
+    return m
+
+
+def load_member(folder: str, entry: dict[str, Any]) -> Schedule:
+    """The schedule of one manifest entry (``read_manifest``), whose file must still have the sha256 the
+    manifest records (a member edited or replaced since the family was written is refused)."""
+    path = os.path.join(folder, entry["file"])
+    raw = read_bytes(path, what="family member ", error=ScheduleFileError)
+    if hashlib.sha256(raw).hexdigest() != entry["sha256"]:
+        raise ScheduleFileError(f"{path} does not have the sha256 {MANIFEST} records for it (it changed after the "
+                                f"family was written): write the family again with `collsynth synth ... "
+                                f"--straggler all`")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ScheduleFileError(f"{path} is not a UTF-8 text file") from None
+    return Schedule.from_json(text, source=path)
