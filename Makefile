@@ -32,7 +32,7 @@ lint: $(TEST_STAMP)
 	         -not -path './bench/*' | sed 's|^\./|collsynth/|' | sort)
 
 test: lint
-	$(BIN)/python -m pytest -n auto
+	$(BIN)/python -m pytest -n auto --dist worksteal
 
 bench: $(TEST_STAMP)
 	$(BIN)/python bench/run_all.py
