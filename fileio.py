@@ -150,7 +150,8 @@ def _check_not_input(path: str, full: str, flag: str, inputs: Sequence[str | Non
             same = False
         rin = os.path.realpath(inp)
         if same or rin == real:
-            raise CollsynthError(f"{flag} {path} is the input file {inp}: writing it would overwrite the input; "
+            what = "folder" if os.path.isdir(rin) else "file"
+            raise CollsynthError(f"{flag} {path} is the input {what} {inp}: writing it would overwrite the input; "
                                  "choose another path")
         if folder and rin.startswith(real.rstrip(os.sep) + os.sep):
             raise CollsynthError(f"{flag} {path} contains the input file {inp}: choose another folder")

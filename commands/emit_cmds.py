@@ -18,6 +18,7 @@ from collsynth.commands.catalog import add_command_parser, show_help
 from collsynth.commands.common import print_json, print_table
 from collsynth.errors import CollsynthError
 from collsynth.fileio import check_outdir, check_output, json_loads, read_text, write_text_atomic, write_tree
+from collsynth.synth.algorithms.stragglar.family import read_manifest
 from collsynth.synth.ir import load_schedule
 from collsynth.synth.topology.gpus import MAX_SMS
 from collsynth.synth.verify import check
@@ -264,6 +265,7 @@ def _emit_family(args: argparse.Namespace, fmt: str) -> int:
     if fmt not in XML_PLAN:
         raise CollsynthError(f"{args.schedule} is a folder: --format {fmt} reads one schedule JSON file; a family "
                              f"folder (`synth ... --straggler all`) emits with --format msccl-xml or mscclpp-plan")
+    read_manifest(args.schedule)  # a family folder, before the output is looked at
     if getattr(args, "name", None):
         raise CollsynthError("--name names one schedule: drop it for a family folder (each member keeps its name)")
     check_output(args.output, flag="-o", inputs=[args.schedule], folder=True)

@@ -105,12 +105,13 @@ def test_malformed_manifests(small_family, tmp_path, capsys, manifest, words):
 
 
 def test_requests_that_cannot_be_a_family_emit(small_family, tmp_path, capsys):
-    _refused(["emit", str(tmp_path), "-f", "msccl-xml", "-o", str(tmp_path / "o")], capsys, "holds no manifest.json")
+    _refused(["emit", str(tmp_path), "-f", "msccl-xml", "-o", str(tmp_path / "o")], capsys,
+             "is a directory without manifest.json")
     _refused(["emit", small_family, "-f", "nccl-cuda", "-o", str(tmp_path / "o")], capsys,
              "--format msccl-xml or mscclpp-plan")
     _refused(["emit", small_family, "-f", "msccl-xml", "--name", "x", "-o", str(tmp_path / "o")], capsys, "--name")
     _refused(["emit", small_family, "-f", "msccl-xml"], capsys, "-o FOLDER")
-    _refused(["emit", small_family, "-f", "msccl-xml", "-o", small_family, "--force"], capsys, "input")
+    _refused(["emit", small_family, "-f", "msccl-xml", "-o", small_family, "--force"], capsys, "is the input folder")
     with pytest.raises(CollsynthError, match="does not take a family folder"):
         emit_family(small_family, "mscclpp-selector")
     with pytest.raises(CollsynthError, match="takes no 'dtypes' option"):

@@ -195,8 +195,8 @@ def read_manifest(folder: str) -> dict[str, Any]:
         raise CollsynthError(f"{folder} is not a folder: give the folder `collsynth synth ... --straggler all -o "
                              f"FOLDER` wrote")
     if not os.path.isfile(path):
-        raise CollsynthError(f"{folder} holds no {MANIFEST}: give a schedule JSON file, or a folder written by "
-                             f"`collsynth synth ... --straggler all -o FOLDER`")
+        raise CollsynthError(f"{folder} is a directory without {MANIFEST}: give a schedule JSON file, or a family "
+                             f"folder written by `collsynth synth ... --straggler all -o FOLDER`")
     try:
         m = json_loads(read_text(path))
     except json.JSONDecodeError as e:
