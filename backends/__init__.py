@@ -121,11 +121,21 @@ def emit_to(source: Schedule | str, format: str, output: str, *, force: bool = F
     return [output]
 
 
+def family_format(format: str) -> Format:
+    """The registry row of ``format`` when a family folder can be emitted in it (a one-file format that reads a
+    schedule: msccl-xml, mscclpp-plan); CollsynthError naming those otherwise."""
+    fmt = get_format(format)
+    if fmt.reads != "schedule" or fmt.writes != "file":
+        raise CollsynthError(f"--format {fmt.name} does not take a family folder (`synth ... --straggler all`): "
+                             f"emit it with --format msccl-xml or mscclpp-plan, then give that folder to --format "
+                             f"msccl-scheduler or mscclpp-selector")
+    return fmt
+
+
 def family_file_name(member: str, format: str) -> str:
     """The name a family member's file (``late_5.json``) gets in ``format``: ``late_5.xml`` for msccl-xml, the
     same name for mscclpp-plan (plans are JSON)."""
-    stem = member[: -len(".json")] if member.endswith(".json") else member
-    return stem + (".xml" if format == "msccl-xml" else ".json")
+    return os.path.splitext(member)[0] + (".xml" if format == "msccl-xml" else ".json")
 
 
 def emit_family(folder: str, format: str, **options: EmitOption) -> dict[str, str]:
@@ -136,11 +146,7 @@ def emit_family(folder: str, format: str, **options: EmitOption) -> dict[str, st
     each is verified before it is emitted. The work is estimated first, every member loaded once for it: the
     seconds of all the emits add up, and so do the texts held until the folder is written, beside the largest
     emit's peak; one that does not fit is refused (CollsynthError, nothing emitted)."""
-    fmt = get_format(format)
-    if fmt.reads != "schedule" or fmt.writes != "file":
-        raise CollsynthError(f"--format {fmt.name} does not take a family folder: emit the family with --format "
-                             f"msccl-xml or mscclpp-plan, then give that folder to --format msccl-scheduler or "
-                             f"mscclpp-selector")
+    fmt = family_format(format)
     _check_options(fmt, options)
     entries = read_manifest(folder)["schedules"]
     seconds = held = peak = 0.0
@@ -164,4 +170,5 @@ def emit_family(folder: str, format: str, **options: EmitOption) -> dict[str, st
     return out
 
 
-__all__ = ["FORMATS", "Format", "emit", "emit_family", "emit_to", "family_file_name", "get_format"]
+__all__ = ["FORMATS", "Format", "emit", "emit_family", "emit_to", "family_file_name", "family_format",
+           "get_format"]

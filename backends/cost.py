@@ -111,14 +111,19 @@ def shape_of_work(w: Work, peers: int | None = None) -> Shape:
     return Shape(n, int(w.transfers), int(w.moves), per, p, min(n * p, int(w.transfers)))
 
 
+def _xml_units(shape: Shape, options: Mapping[str, Any]) -> float:
+    """msccl-xml's units (module docstring): a transfer plus 1/16 per chunk moved, times ``--instances``."""
+    inst = options.get("instances", 1)
+    inst = inst if isinstance(inst, int) and not isinstance(inst, bool) and inst >= 1 else 1
+    return (shape.transfers + shape.moves / 16) * inst
+
+
 def cost(fmt: str, shape: Shape, options: Mapping[str, Any] | None = None) -> tuple[float, float]:
     """About (peak bytes, seconds) of emitting a schedule of this shape in ``fmt`` (module docstring);
     (0, 0) for the formats that read folders."""
     options = options or {}
     if fmt == "msccl-xml":
-        inst = options.get("instances", 1)
-        inst = inst if isinstance(inst, int) and not isinstance(inst, bool) and inst >= 1 else 1
-        units = (shape.transfers + shape.moves / 16) * inst
+        units = _xml_units(shape, options)
         return XML_BYTES_PER_UNIT * units, XML_SECONDS_PER_UNIT * units
     if fmt == "mscclpp-plan":
         n = max(shape.nranks, 1)
@@ -141,9 +146,7 @@ def text_bytes(fmt: str, shape: Shape, options: Mapping[str, Any] | None = None)
     """About the bytes of the text ``fmt`` writes for a schedule of this shape (upper-bound style; module
     docstring); 0 for the folder formats."""
     if fmt == "msccl-xml":
-        inst = (options or {}).get("instances", 1)
-        inst = inst if isinstance(inst, int) and not isinstance(inst, bool) and inst >= 1 else 1
-        return XML_TEXT_BYTES_PER_UNIT * (shape.transfers + shape.moves / 16) * inst
+        return XML_TEXT_BYTES_PER_UNIT * _xml_units(shape, options or {})
     if fmt == "mscclpp-plan":
         return PLAN_TEXT_BYTES_PER_OP * PLAN_OPS_PER_TRANSFER * shape.transfers
     return 0.0

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from collsynth.api import file_kind
-from collsynth.backends import FORMATS, emit, emit_family, emit_to, get_format
+from collsynth.backends import FORMATS, emit, emit_family, emit_to, family_format, get_format
 from collsynth.backends.libraries import build_files, compare_folder, write
 from collsynth.backends.msccl.library import default_dir
 from collsynth.backends.msccl.model import DIALECTS, PROTOCOLS
@@ -262,9 +262,7 @@ def cmd_emit(args: argparse.Namespace) -> int:
 
 def _emit_family(args: argparse.Namespace, fmt: str) -> int:
     """`emit FAMILY_FOLDER --format msccl-xml|mscclpp-plan -o FOLDER`: every member, into one folder."""
-    if fmt not in XML_PLAN:
-        raise CollsynthError(f"{args.schedule} is a folder: --format {fmt} reads one schedule JSON file; a family "
-                             f"folder (`synth ... --straggler all`) emits with --format msccl-xml or mscclpp-plan")
+    family_format(fmt)
     read_manifest(args.schedule)  # a family folder, before the output is looked at
     if getattr(args, "name", None):
         raise CollsynthError("--name names one schedule: drop it for a family folder (each member keeps its name)")

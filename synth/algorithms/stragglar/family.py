@@ -20,6 +20,8 @@ from collsynth.synth.registry import build_schedule, work
 from collsynth.synth.verify import check
 from collsynth.units import rank_ranges
 
+MANIFEST = "manifest.json"  # the manifest of a family folder (write_family, write_cluster_family)
+
 
 def build_family(n: int, **params: Any) -> dict[int, Schedule]:
     """One verified schedule per possible straggler rank (a runtime picks one once it knows)."""
@@ -47,7 +49,7 @@ def write_family(n: int, outdir: str, force: bool = False, **params: Any) -> dic
     first = family[0].meta
     manifest = {"algorithm": "stragglar", "n": n, "phase1": first["phase1"], "pipeline": first["pipeline"],
                 "phase2_rounds": first["phase2_rounds"], "schedules": entries}
-    texts["manifest.json"] = json.dumps(manifest, indent=1) + "\n"
+    texts[MANIFEST] = json.dumps(manifest, indent=1) + "\n"
     write_tree(outdir, texts, force=force)
     return manifest
 
@@ -178,12 +180,9 @@ def write_cluster_family(topology: Any, outdir: str, force: bool = False, **para
                 "gpus_per_node": fam.gpus_per_node if not fam.one_domain else None,
                 "params": {k: v for k, v in sorted(fam.params.items())}, "delay_s": CLUSTER_DELAY_S,
                 "schedules": entries}
-    texts["manifest.json"] = json.dumps(manifest, indent=1) + "\n"
+    texts[MANIFEST] = json.dumps(manifest, indent=1) + "\n"
     write_tree(outdir, texts, force=force)
     return manifest
-
-
-MANIFEST = "manifest.json"  # the manifest of a family folder (write_family, write_cluster_family)
 
 
 def read_manifest(folder: str) -> dict[str, Any]:
