@@ -30,10 +30,30 @@ steps wait), so at most B bytes per second cross a cut of bandwidth B.
   T >= tau + alpha_min + 2|A| s / (sum of B_out(r), r in A, + B_in(X)). For one late GPU that
   is s / B_gpu, no more than ``late-out``; for a whole late node of G GPUs, whose NVLink only reaches
   each other, 2 s / (B_nv + 2 B_net): 3.90 ms on H100 nodes at 1 GiB (``late-out``: 2.68 ms).
-- ``latency``: on a topology with several link classes the simulator gives each rank P = ``ports``
-  receive slots, a message lasts at least alpha_min, so a rank learns of at most (1+P)^k ranks within k
-  alpha_min: T >= t0 + ceil(log_{1+P} n) alpha_min. (With one class a schedule may declare any number of
-  ports, so the latency bound is alpha_min, inside the late bounds.)
+- ``late-gossip``: the ranks arriving at or after tau lie in k of the P parties (the server nodes, or the
+  GPUs themselves); every party must learn each of the k parties' late values, element by element (our
+  argument, session of 2026-12-06, after the gossip count of Harary & Schwenk). Count the messages between
+  parties that carry an element's late information: the first party to know all k values has them through
+  a tree of messages from the k - 1 (or k) other holders, at least k - 1 messages, all ending before it is
+  complete; each of the other P - 1 parties is made complete by a message of its own, which ends no
+  earlier. So P + k - 2 messages per element cross party boundaries, all after tau, through the parties'
+  cuts: T >= tau + alpha_min + (P + k - 2) s / min(sum B_in, sum B_out). With k = P it is the node-cut
+  bound; it beats ``late-out`` from k = 3 late nodes arriving together (three GPUs of three nodes at 8 x 8
+  H100, 1 GiB: 9/8 of 2.68 ms, 3.02 ms).
+- ``latency``: on a topology with several link classes the simulator gives each rank P = ``ports`` send
+  slots (the sum over the classes) and a message lasts at least alpha_min, so information spreads at most
+  (1+P)-fold per alpha_min. Combined with rank r's own data (our argument, session of 2026-12-06):
+  T >= a_r + s / B_out(r) + ceil(log_{1+P} n) alpha_min. Proof: every element of r's buffer leaves r in
+  some message; let D_e be the earliest end of a message out of r carrying element e, and E = max_e D_e.
+  The messages achieving the D_e carry all s bytes; on each out-link of r the transfers of different
+  steps do not overlap (link FIFO) and a step's k transfers on it run at most B/k each, so those ending by
+  E need E >= a_r + alpha_min + s / B_out(r). For the e with D_e = E, at time E only r and the receivers
+  of r's messages ending at E hold e (at most P, one per slot): at most 1 + P ranks. A message ending in
+  (t, t + alpha_min] started by t, so it was sent by a rank that held e at t, and each of its P slots ends
+  at most one message in such a window: the holders grow at most (1+P)-fold per alpha_min, and all n
+  ranks need e: T >= E + (ceil(log_{1+P} n) - 1) alpha_min. With s -> 0 and r the first rank this is the
+  gossip round count t0 + ceil(log_{1+P} n) alpha_min. (With one class a schedule may declare any number
+  of ports, so the bound is r's ``late-out``.)
 """
 
 from __future__ import annotations
@@ -54,7 +74,7 @@ class Bound:
 
     value_s: float
     after_last_arrival_s: float  # value_s - the last arrival
-    kind: str  # per-gpu | node-cut | late-out | late-in | late-set | latency
+    kind: str  # per-gpu | node-cut | late-out | late-in | late-set | late-gossip | latency
     formula: str  # e.g. "t0 + 2(N-1)/N s / B_node"
     numbers: str  # the formula with the values put in
     terms: dict[str, float] = field(default_factory=dict)
@@ -177,6 +197,27 @@ def late_set_bound(topology: Topology, size: float, arrivals: np.ndarray, amin: 
     return best
 
 
+def late_gossip_bound(size: float, arrivals: np.ndarray, amin: float, party: np.ndarray, cap_in: np.ndarray,
+                      cap_out: np.ndarray, what: str) -> tuple[float, str, str] | None:
+    """The ``late-gossip`` bound (module docstring) at its best threshold among the latest arrival times,
+    for the parties ``party[r]`` (every rank's node, or the ranks themselves) with the bandwidths into and
+    out of each (``cap_in``, ``cap_out``): (seconds, kind, "formula||numbers"), or None when every rank
+    arrives at the first arrival time."""
+    P = len(cap_in)
+    cap = min(float(cap_in.sum()), float(cap_out.sum()))
+    if P < 2 or cap <= 0:
+        return None
+    best: tuple[float, str, str] | None = None
+    for tau in np.unique(arrivals)[1:][-LATE_SET_THRESHOLDS:]:
+        k = len(np.unique(party[arrivals >= tau]))
+        v = float(tau) + amin + (P + k - 2) * size / cap
+        if best is None or v > best[0]:
+            best = (v, "late-gossip", f"tau + alpha + (P + k - 2) s / B_all, {P} {what}s, k = {k} holding ranks "
+                    f"arriving at or after tau||{_fmt(float(tau))} + {_fmt(amin)} + {P + k - 2} * {size:.6g} B / "
+                    f"{_rate(cap)}")
+    return best
+
+
 def allreduce_bound(topology: Topology, size: float, arrivals: Sequence[float] | np.ndarray | None = None) -> Bound:
     """The largest proven lower bound (module docstring) on the completion of an AllReduce of ``size``
     bytes per rank on ``topology`` with per-rank ``arrivals`` (seconds, default all 0)."""
@@ -227,11 +268,18 @@ def allreduce_bound(topology: Topology, size: float, arrivals: Sequence[float] |
     late_set = late_set_bound(topology, s, a, amin, gpu_out)
     if late_set is not None:
         cands.append(late_set)
+    gossips = [late_gossip_bound(s, a, amin, np.arange(n), gpu_in, gpu_out, "GPU")]
+    if N > 1:
+        gossips.append(late_gossip_bound(s, a, amin, topology.node_of, node_in, node_out, "node"))
+    cands += [g for g in gossips if g is not None]
     if len(topology.classes) > 1 and n > 1:
         P = topology.ports
         rounds = math.ceil(math.log(n) / math.log(1 + P) - 1e-12)
-        cands.append((t0 + rounds * amin, "latency",
-                      f"t0 + ceil(log_(1+P) n) alpha, P = {P}||{_fmt(t0)} + {rounds} * {_fmt(amin)}"))
+        spread = a + s / gpu_out + rounds * amin
+        r = int(np.argmax(spread))
+        cands.append((float(spread[r]), "latency",
+                      f"a_r + s / B_out(r) + ceil(log_(1+P) n) alpha, r = {r}, P = {P}||{_fmt(a[r])} + "
+                      f"{s:.6g} B / {_rate(gpu_out[r])} + {rounds} * {_fmt(amin)}"))
     terms: dict[str, float] = {}
     for v, kind, _ in cands:
         terms[kind] = max(terms.get(kind, -math.inf), v)

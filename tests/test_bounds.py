@@ -85,6 +85,19 @@ def test_latency_bound_on_clusters():
     assert b.kind == "latency" and b.value_s == pytest.approx(math.ceil(math.log(128, 3)) * 3.4e-6)
 
 
+def test_latency_bound_adds_the_late_ranks_bytes():
+    """One late GPU in an NVLink domain with a NIC per GPU (P = 2 send ports): its bytes leave over both
+    links, then the last of them needs ceil(log_3 72) - 1 more message times to reach all 72 ranks."""
+    t = make_topology("gb200-nvl72", 72)
+    a = np.zeros(72)
+    a[5] = 5e-3
+    size = 64 << 20
+    b = allreduce_bound(t, size, a)
+    assert t.ports == 2 and b.kind == "latency" and "r = 5" in b.formula
+    assert b.after_last_arrival_s == pytest.approx(size / 950e9 + 4 * 3.4e-6)
+    assert b.terms["late-out"] == pytest.approx(5e-3 + 3.4e-6 + size / 950e9)  # what it tightens
+
+
 def _all_schedules(n, t, size, arrivals):
     regs = algorithms()
     late = int(np.argmax(arrivals))
@@ -105,18 +118,23 @@ def _all_schedules(n, t, size, arrivals):
 
 
 @pytest.mark.parametrize("topo,n", [("h100-cluster", 16), ("h100-cluster", 24), ("dgx1", 8), ("ring", 6),
-                                    ("torus2d", 8), ("fat", 8)])
+                                    ("torus2d", 8), ("fat", 8), ("domain", 12)])
 @pytest.mark.parametrize("size", [1 << 10, 64 << 20])
-@pytest.mark.parametrize("late", [None, 3, "node", "node-but-one"])
+@pytest.mark.parametrize("late", [None, 3, "node", "node-but-one", "spread"])
 def test_no_schedule_beats_the_bound(topo, n, size, late):
     """Brute force: every algorithm of the table (built for this topology where it takes one) simulates
-    to no less than the bound; late: one rank, the last node (the upper half of a single node), or all
-    of it but one GPU."""
+    to no less than the bound; late: one rank, the last node (the upper half of a single node), all
+    of it but one GPU, or one GPU of every node (ranks 1, 3 and 5 where there is one node or one GPU per
+    node: the late-gossip bound's case)."""
     t = (cluster_topology(2, 4, fabric="fat-tree", routing="spine", oversubscription=2.0) if topo == "fat"
+         else cluster_topology(1, n) if topo == "domain"  # one NVLink domain and a NIC per GPU, as gb200-nvl72
          else make_topology(topo, n))
     a = np.zeros(n)
     if isinstance(late, int):
         a[late] = 2e-3
+    elif late == "spread":
+        firsts = np.unique(t.node_of, return_index=True)[1]
+        a[firsts + 1 if 1 < len(firsts) < n else [1, 3, 5]] = 2e-3
     elif late is not None:
         last = np.flatnonzero(t.node_of == t.node_count - 1) if t.node_count > 1 else np.arange(n // 2, n)
         a[last[1:] if late == "node-but-one" else last] = 2e-3
@@ -145,3 +163,18 @@ def test_compare_carries_the_bound(capsys):
                  "--arrival", "3=1ms"]) == 0
     text = capsys.readouterr().out
     assert "bound: " in text and "x bound" in text
+
+
+def test_late_gossip_bound_for_late_gpus_in_several_nodes():
+    """Three GPUs of three nodes late together at 8 x 8: 8 + 3 - 2 = 9 messages per element cross the
+    nodes' NICs (64 of 50 GB/s), 9/8 of the single late GPU's 2.68 ms; two late nodes give no more than
+    late-out."""
+    t = make_topology("h100-cluster", 64)
+    size = 2**30
+    a = np.zeros(64)
+    a[[5, 13, 21]] = 1e-2
+    b = allreduce_bound(t, size, a)
+    assert b.kind == "late-gossip" and "k = 3" in b.formula and "8 nodes" in b.formula
+    assert b.after_last_arrival_s == pytest.approx(min_route_alpha(t) + 9 * size / (64 * 50e9))
+    a[21] = 0.0
+    assert allreduce_bound(t, size, a).kind == "late-out"
