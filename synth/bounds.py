@@ -30,14 +30,14 @@ steps wait), so at most B bytes per second cross a cut of bandwidth B.
   T >= tau + alpha_min + 2|A| s / (sum of B_out(r), r in A, + B_in(X)). For one late GPU that
   is s / B_gpu, no more than ``late-out``; for a whole late node of G GPUs, whose NVLink only reaches
   each other, 2 s / (B_nv + 2 B_net): 3.90 ms on H100 nodes at 1 GiB (``late-out``: 2.68 ms).
-- ``late-gossip``: the ranks arriving at or after tau lie in k of the P parties (the server nodes, or the
+- ``late-gossip``: the ranks arriving at or after tau lie in k of the Q parties (the server nodes, or the
   GPUs themselves); every party must learn each of the k parties' late values, element by element (our
   argument, session of 2026-12-06, after the gossip count of Harary & Schwenk). Count the messages between
   parties that carry an element's late information: the first party to know all k values has them through
-  a tree of messages from the k - 1 (or k) other holders, at least k - 1 messages, all ending before it is
-  complete; each of the other P - 1 parties is made complete by a message of its own, which ends no
-  earlier. So P + k - 2 messages per element cross party boundaries, all after tau, through the parties'
-  cuts: T >= tau + alpha_min + (P + k - 2) s / min(sum B_in, sum B_out). With k = P it is the node-cut
+  a tree of messages from the k - 1 (or k) other holders, at least k - 1 messages, all ending by then;
+  each of the other Q - 1 parties is made complete by a message of its own, which ends no earlier. So
+  Q + k - 2 messages per element cross party boundaries, all after tau, through the parties'
+  cuts: T >= tau + alpha_min + (Q + k - 2) s / min(sum B_in, sum B_out). With k = Q it is the node-cut
   bound; it beats ``late-out`` from k = 3 late nodes arriving together (three GPUs of three nodes at 8 x 8
   H100, 1 GiB: 9/8 of 2.68 ms, 3.02 ms).
 - ``latency``: on a topology with several link classes the simulator gives each rank P = ``ports`` send
@@ -203,17 +203,17 @@ def late_gossip_bound(size: float, arrivals: np.ndarray, amin: float, party: np.
     for the parties ``party[r]`` (every rank's node, or the ranks themselves) with the bandwidths into and
     out of each (``cap_in``, ``cap_out``): (seconds, kind, "formula||numbers"), or None when every rank
     arrives at the first arrival time."""
-    P = len(cap_in)
+    Q = len(cap_in)
     cap = min(float(cap_in.sum()), float(cap_out.sum()))
-    if P < 2 or cap <= 0:
+    if Q < 2 or cap <= 0:
         return None
     best: tuple[float, str, str] | None = None
     for tau in np.unique(arrivals)[1:][-LATE_SET_THRESHOLDS:]:
         k = len(np.unique(party[arrivals >= tau]))
-        v = float(tau) + amin + (P + k - 2) * size / cap
+        v = float(tau) + amin + (Q + k - 2) * size / cap
         if best is None or v > best[0]:
-            best = (v, "late-gossip", f"tau + alpha + (P + k - 2) s / B_all, {P} {what}s, k = {k} holding ranks "
-                    f"arriving at or after tau||{_fmt(float(tau))} + {_fmt(amin)} + {P + k - 2} * {size:.6g} B / "
+            best = (v, "late-gossip", f"tau + alpha + (Q + k - 2) s / B_all, Q = {Q} {what}s, k = {k} holding ranks "
+                    f"arriving at or after tau||{_fmt(float(tau))} + {_fmt(amin)} + {Q + k - 2} * {size:.6g} B / "
                     f"{_rate(cap)}")
     return best
 

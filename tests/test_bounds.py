@@ -174,7 +174,7 @@ def test_late_gossip_bound_for_late_gpus_in_several_nodes():
     a = np.zeros(64)
     a[[5, 13, 21]] = 1e-2
     b = allreduce_bound(t, size, a)
-    assert b.kind == "late-gossip" and "k = 3" in b.formula and "8 nodes" in b.formula
+    assert b.kind == "late-gossip" and "k = 3" in b.formula and "Q = 8 nodes" in b.formula
     assert b.after_last_arrival_s == pytest.approx(min_route_alpha(t) + 9 * size / (64 * 50e9))
     a[21] = 0.0
     assert allreduce_bound(t, size, a).kind == "late-out"
