@@ -9,6 +9,9 @@ switch), 1 GiB per rank, delays long enough to hide the work before the arrival.
 - both rows also carry the largest proven bound of synth.bounds (``proven_bound_ms``, its kind and
   ``x_proven_bound``): for the late node the late-set bound 2 s / (B_nv + 2 B_net), tighter than the
   issue's;
+- three_late_together_8_nodes: GPU 5 of nodes 0, 1 and 2 late together at 64 GPUs, likewise (a case the
+  straggler forms do not win yet: the synchronous schedule is returned; its proven bound is the late-gossip
+  bound, docs/stragglar.md section 11);
 - random: V arrival vectors at 64 GPUs (8 nodes), 2 to 8 late ranks, delays uniform in 0-10 ms (seeded):
   the median of (completion - last arrival) / max(late-GPU bound, synchronous bound - last arrival) of
   the best of clusterstraggler and multistraggler (what `compare` shows), and of the best synchronous;
@@ -140,6 +143,8 @@ def main() -> None:
                                                  max(GiB / (G * B_NET), (G - 1) / G * GiB / B_NV))
             topo64 = (make_topology("h100-cluster", 64) if label == "h100-cluster"
                       else make_topology(json_topology(64, os.path.join(tmp, "h100-64.json")), 64))
+            res["three_late_together_8_nodes"] = one_late(topo64, 64, {5: 0.05, 13: 0.05, 21: 0.05}, GiB,
+                                                          late_gpu_bound(GiB))
             if a.vectors > 0:
                 res["random_64_gpus"] = random_vectors(topo64, 64, GiB, a.vectors)
             out[label] = res
