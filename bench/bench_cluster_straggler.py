@@ -17,9 +17,11 @@ switch), 1 GiB per rank, delays long enough to hide the work before the arrival.
   the best of clusterstraggler and multistraggler (what `compare` shows), and of the best synchronous;
 - synthesis: build (and verify) time of clusterstraggler at 1,024 GPUs (128 nodes), GPU and node form;
 - with ``--nodes 6,12,24``: the late-GPU and late-node rows on those node counts too (h100-cluster only;
-  node counts that are not powers of two use the broadcasts of bcast.py's placement search).
+  node counts that are not powers of two use the broadcasts of bcast.py's placement search);
+- with ``--sizes 1MiB,4MiB``: the 16-node late-GPU and late-node rows at those buffer sizes too
+  (h100-cluster only; their ``bound_ms`` is the issue's formula at that size).
 
-    python bench/bench_cluster_straggler.py [--vectors 100] [--skip-1024] [--nodes 6,12,24]
+    python bench/bench_cluster_straggler.py [--vectors 100] [--skip-1024] [--nodes 6,12,24] [--sizes 1MiB,4MiB]
     (--vectors 0 skips the random vectors)
 """
 
@@ -42,6 +44,7 @@ from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import make_topology
 from collsynth.synth.verify import check
+from collsynth.units import parse_size
 
 GiB = 2**30
 B_NV, B_NET, G = 450e9, 50e9, 8
@@ -126,6 +129,9 @@ def main() -> None:
     ap.add_argument("--vectors", type=int, default=100)
     ap.add_argument("--skip-1024", action="store_true")
     ap.add_argument("--nodes", default="", help="comma-separated extra node counts (8 GPUs each) for the late rows")
+    ap.add_argument("--sizes", default="",
+                    help="comma-separated extra buffer sizes (e.g. 1MiB,4MiB,16MiB) for the 16-node late rows "
+                         "(h100-cluster only)")
     ap.add_argument("--jobs", type=int, default=1,
                     help="worker processes for clusterstraggler's candidates (collsynth.workers; 0: one per core); "
                          "the schedules are the same, the seconds shorter")
@@ -155,6 +161,13 @@ def main() -> None:
             "late_gpu": one_late(topo, n, {5: 0.05}, GiB, late_gpu_bound(GiB)),
             "late_node": one_late(topo, n, {r: 0.05 for r in range(8, 16)}, GiB,
                                   max(GiB / (G * B_NET), (G - 1) / G * GiB / B_NV))}
+    for size_s in (x.strip() for x in a.sizes.split(",") if x.strip()):
+        size = float(parse_size(size_s))
+        topo = make_topology("h100-cluster", 128)
+        out[f"h100-cluster_16_nodes_{size_s}"] = {
+            "late_gpu": one_late(topo, 128, {5: 0.05}, size, late_gpu_bound(size)),
+            "late_node": one_late(topo, 128, {r: 0.05 for r in range(8, 16)}, size,
+                                  max(size / (G * B_NET), (G - 1) / G * size / B_NV))}
     if not a.skip_1024:
         topo = make_topology("h100-cluster", 1024)
         syn = {}

@@ -106,19 +106,20 @@ def test_synth_fits_the_automatic_block_count(tmp_path, capsys):
 
 
 def test_a_late_node_is_fitted_too_and_other_schedules_are_left_alone():
-    t = make_topology("h100-cluster", 16)
+    t = make_topology("h100-cluster", 32)  # 4 x 8: 9 blocks per part (2 x 8: 3, the fewest of a tie)
     late = {r: 0.05 for r in range(8, 16)}
     params = {"arrivals": late, "size": 2**30, "topology": t}
-    s = build_schedule("clusterstraggler", 16, **params)
-    assert s.meta["form"] == "node" and thread_blocks(s)[1] > 6
-    fitted, note = fit_cluster_pipeline(s, params, sms=6)
+    s = build_schedule("clusterstraggler", 32, **params)
+    sms = 6
+    assert s.meta["form"] == "node" and thread_blocks(s)[1] > sms
+    fitted, note = fit_cluster_pipeline(s, params, sms=sms)
     assert fitted.meta["form"] == "node" and fitted.meta["pipeline"] < s.meta["pipeline"]
-    assert thread_blocks(fitted)[1] <= 6 and "the most whose plan fits" in note
+    assert thread_blocks(fitted)[1] <= sms and "the most whose plan fits" in note
     assert fit_cluster_pipeline(s, params)[1] == ""  # 132 SMs hold it as built
     ring = build_schedule("ring", 16)
     assert fit_cluster_pipeline(ring, {}, sms=1) == (ring, "")  # emit_plan names the limit for the rest
     with pytest.raises(CollsynthError, match="the largest --pipeline that fits is"):
-        fit_cluster_pipeline(s, {**params, "pipeline": s.meta["pipeline"]}, sms=6)
+        fit_cluster_pipeline(s, {**params, "pipeline": s.meta["pipeline"]}, sms=sms)
 
 
 @pytest.mark.parametrize("shape", ["linear", "offset", "steps", "unusable", "none"])

@@ -538,7 +538,9 @@ def after_arrival_estimate(form: str, N: int, G: int, M: int, runs: list[tuple[i
     return max(front + rails, port) + steps * a_nv + (G - 1) * w_last * unit / b_nv
 
 
-UNITS = (4, 6, 8, 9, 10, 12, 16, 20, 24, 28, 32, 40, 48, 64)  # candidate blocks per part
+# candidate blocks per part (1 to 3 since the session of 2026-12-06: below a few MiB the rounds are message
+# start-ups; h100-cluster 16 x 8, one GPU late, 1 MiB: 4 blocks 166.6 us after the arrival, 1 block 104.6)
+UNITS = (1, 2, 3, 4, 6, 8, 9, 10, 12, 16, 20, 24, 28, 32, 40, 48, 64)
 GPU_TIE = 0.0025  # a late GPU: estimates this close to the least are ties (best_pipeline)
 ROWS = (1, 2, 3, 4, 5, 6, 8)  # candidate NVLink rows of a late node (at most the blocks)
 AHEAD = 2  # the wave's reductions are emitted this many blocks ahead of the broadcast (a late node: all)

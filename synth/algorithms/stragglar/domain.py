@@ -32,10 +32,6 @@ MIN_GPUS = 3  # a present AllReduce of at least two GPUs
 # is this much shorter: the flat form only reduce-scatters before the arrival (half the bytes of an AllReduce),
 # so it needs a shorter delay; ties such as 8 GPUs at 1 GiB (2.459 against 2.460 ms) keep it
 TIE = 0.005
-# block counts weighed (cluster.best_pipeline's estimate, which is the simulated time here): cluster.UNITS and
-# 1 to 3 blocks, the best below a few MiB, where the broadcast's rounds are message start-ups (gb200-nvl72, one
-# GPU late, 1 MiB: 4 blocks 36.9 us, 2 blocks 31.9; dgx-h100 1 MiB: 23.9 us, 1 block 17.2)
-UNITS = (1, 2, 3, *cluster.UNITS)
 
 
 def applies(n: int, times: np.ndarray) -> bool:
@@ -48,11 +44,13 @@ def applies(n: int, times: np.ndarray) -> bool:
 def build(n: int, times: np.ndarray, size: float, topology: Any) -> Schedule | None:
     """The form for the arrival ``times`` (seconds per rank) of ``size`` bytes per rank on ``topology`` (its
     routes and link classes; its nodes are not used: every GPU is a node of its own), or None where it does
-    not apply (``applies``). Its block count is cluster.best_pipeline's for a late node of one GPU, over UNITS."""
+    not apply (``applies``). Its block count is cluster.best_pipeline's for a late node of one GPU (its estimate
+    is the simulated time here; below a few MiB 1 to 3 blocks win: gb200-nvl72, one GPU late, 1 MiB: 2 blocks
+    31.9 us, 4 blocks 36.9)."""
     if not applies(n, times):
         return None
     late = [latest_rank(times, n)]
     grid = np.arange(n, dtype=np.int64).reshape(n, 1)
-    M, runs, rows = cluster.best_pipeline("node", n, 1, size, cluster.link_model(topology, grid), UNITS)
+    M, runs, rows = cluster.best_pipeline("node", n, 1, size, cluster.link_model(topology, grid))
     plan = cluster.late_node_plan(topology, n, times, size, M, runs, rows, late, grid)
     return cluster.plan_schedule(plan, "domain", late, topology, size)
