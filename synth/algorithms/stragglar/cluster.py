@@ -574,13 +574,13 @@ def best_rows(N: int, G: int, M: int, size: float, model: tuple[float, ...]) -> 
                                         len(rows)))
 
 
-def best_pipeline(form: str, N: int, G: int, size: float, model: tuple[float, ...],
-                  units: tuple[int, ...] = UNITS) -> tuple[int, list[tuple[int, int]], list[tuple[int, int]]]:
-    """(M, runs, rows): the M of ``units`` (default UNITS) with the least estimate, one block per unit; a
-    late node's NVLink rows (``best_rows`` where ``coarse_rows_apply``), else one row per block. A late GPU:
-    estimates within GPU_TIE of the least count as ties and go to the most blocks (a smaller last row to
-    spread; on 2 x 8 this keeps 20 blocks, the warm start tests/test_solver_lns.py searches around)."""
-    cands = [m for m in units if G * m <= MAX_CHUNKS] or [1]
+def best_pipeline(form: str, N: int, G: int, size: float,
+                  model: tuple[float, ...]) -> tuple[int, list[tuple[int, int]], list[tuple[int, int]]]:
+    """(M, runs, rows): the M of UNITS with the least estimate, one block per unit; a late node's
+    NVLink rows (``best_rows`` where ``coarse_rows_apply``), else one row per block. A late GPU: estimates
+    within GPU_TIE of the least count as ties and go to the most blocks (a smaller last row to spread;
+    on 2 x 8 this keeps 20 blocks, the warm start tests/test_solver_lns.py searches around)."""
+    cands = [m for m in UNITS if G * m <= MAX_CHUNKS] or [1]
     scored = []
     for m in cands:
         runs = make_runs(m, 1, m)
