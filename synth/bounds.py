@@ -159,6 +159,12 @@ def _rate(b: float) -> str:
 LATE_SET_THRESHOLDS = 64  # the latest distinct arrival times tried by late_set_bound (bounded work)
 
 
+def late_thresholds(arrivals: np.ndarray) -> np.ndarray:
+    """The thresholds tau the late-set and late-gossip bounds try: the latest LATE_SET_THRESHOLDS distinct
+    arrival times above the first."""
+    return np.unique(arrivals)[1:][-LATE_SET_THRESHOLDS:]
+
+
 def late_set_bound(topology: Topology, size: float, arrivals: np.ndarray, amin: float,
                    gpu_out: np.ndarray) -> tuple[float, str, str] | None:
     """The ``late-set`` bound (module docstring) at its best threshold among the latest arrival times:
@@ -170,7 +176,7 @@ def late_set_bound(topology: Topology, size: float, arrivals: np.ndarray, amin: 
     has_gpu = np.bincount(sw, minlength=nv) > 0
     owner = node_owner(topology)
     switch = np.arange(nv) >= n
-    times = np.unique(arrivals)[1:][-LATE_SET_THRESHOLDS:]  # thresholds above the first arrival
+    times = late_thresholds(arrivals)
     best: tuple[float, str, str] | None = None
     for tau in times:
         late = arrivals >= tau
@@ -208,7 +214,7 @@ def late_gossip_bound(size: float, arrivals: np.ndarray, amin: float, party: np.
     if Q < 2 or cap <= 0:
         return None
     best: tuple[float, str, str] | None = None
-    for tau in np.unique(arrivals)[1:][-LATE_SET_THRESHOLDS:]:
+    for tau in late_thresholds(arrivals):
         k = len(np.unique(party[arrivals >= tau]))
         v = float(tau) + amin + (Q + k - 2) * size / cap
         if best is None or v > best[0]:
