@@ -538,3 +538,41 @@ def test_late_node_at_64_nodes_is_chosen_for_a_20_ms_delay():
     plain = cs.new_plan(t, n, times, GiB, s.meta["pipeline"])  # one unit per block: the rings' old pieces
     plain.pre(set(late))
     assert max(plain.est) > 0.02 > pre  # the old AllReduce did not fit the delay
+
+
+def test_the_search_shrinks_with_large_nodes_and_the_funnel_waits_for_a_spill(monkeypatch):
+    """waves.searched: the candidates are simulated up to SEARCH_MAX_GPUS GPUs and SEARCH_MAX_SPREAD GPUs
+    times GPUs per node (a candidate's moves grow as n G): nodes of 8 keep the search up to 256 GPUs, 2 nodes
+    of 40 GPUs (n G = 6,400) build one funnel choice, and the estimate counts what is built. Beyond the search
+    one late GPU's funnel is built only where the late-GPU form spilled past its estimate (cluster.spilled):
+    50 ms late it fits (the estimate now counts the star spread of the last row on 40 GPUs, 0.604 ms, where
+    log2 G messages said 0.491) and only the synchronous schedule is weighed; 1 ms late the funnel too."""
+    from collsynth.synth.algorithms.estimate import work
+    from collsynth.synth.algorithms.stragglar import cluster as late_forms
+    from collsynth.synth.algorithms.stragglar import waves
+
+    assert waves.searched(256, 8) and not waves.searched(264, 8) and waves.searched(64, 32)
+    assert not waves.searched(80, 40) and not waves.searched(144, 72)
+    assert waves.funnel_choices(80, 2) == waves.SCALE_CHOICES[:1]
+    assert len(waves.funnel_choices(256, 32)) == len(waves.FUNNEL_CHOICES) + len(waves.SCALE_CHOICES)
+    assert late_forms.spilled(1.03, 1.0) and not late_forms.spilled(1.01, 1.0)
+    topo, n, size = cluster(2, 40, a_nv=3.4e-6, a_net=14e-6), 80, 2**26
+    calls: list[str] = []
+    run = waves.candidate_run
+
+    def spy(call):
+        calls.append(call[0])
+        return run(call)
+
+    monkeypatch.setattr(waves, "candidate_run", spy)
+    for delay, built in ((0.05, ["sync"]), (0.001, ["funnel", "sync"])):
+        calls.clear()
+        arr = {5: delay}
+        s = build_schedule("clusterstraggler", n, arrivals=arr, size=size, topology=topo)
+        assert calls == built and verify(s).ok, (delay, calls)
+        w = work("clusterstraggler", n, "allreduce", {"topology": topo, "size": size, "arrivals": arr})
+        assert w.copies >= len(built) + 1
+    fit = build_schedule("clusterstraggler", n, arrivals={5: 0.05}, size=size, topology=topo)
+    est = fit.meta["after_arrival_estimate_s"]
+    assert fit.meta["form"] == "gpu" and simulate(fit, size, topo, {5: 0.05}).after_last_arrival_s == \
+        pytest.approx(est, rel=1e-3)

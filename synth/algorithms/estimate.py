@@ -19,7 +19,7 @@ tests/test_estimate.py checks them against built schedules):
 - clusterstraggler: the punctual AllReduce, then the late buffer in at most cluster.MAX_CHUNKS blocks
   streamed to every rank (measured: 16 nodes x 8 GPUs with one late GPU, 18,672 transfers in 1.8 s).
   With several late ranks on a topology with nodes (its waves form) it builds and simulates the schedules
-  waves.build tries (``_waves_copies``: three above waves.SEARCH_MAX_GPUS, not multistraggler's 20 per late
+  waves.build tries (``_waves_copies``: three beyond waves.searched, not multistraggler's 20 per late
   rank, which refused 64 nodes with 5 late ranks at ~1,650 s, built in 4 s). With the last rank late alone in
   one NVLink domain it also builds domain.py's broadcast form (``_domain_copies``), within the same counts (72 and 256
   GPUs: tests/test_estimate.py).
@@ -176,7 +176,7 @@ def _resolved_k(n: int, pipeline: Any, params: Mapping[str, Any]) -> int:
 
 def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
     """clusterstraggler's one-plan forms (one late GPU, one whole late node) on a topology with nodes (module
-    docstring), and its several-late-rank candidates above waves.SEARCH_MAX_GPUS (a funnel and choose.py's
+    docstring), and its several-late-rank candidates beyond waves.searched (a funnel and choose.py's
     forms, each about one such plan: 1,024 GPUs with 3 late ranks, 537,620 transfers, against 537,634 for
     one late GPU), else None (the flat form or the waves search: the multistraggler estimate)."""
     topo = params.get("topology")
@@ -194,7 +194,7 @@ def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
     late = {int(r) for r in np.flatnonzero(times > times.min())}
     pipe = params.get("pipeline", "auto")
     several = len(late) > 1 and not any(late == {int(x) for x in row} for row in grid)
-    if several and not (pipe == "auto" and n > stragglar_waves.SEARCH_MAX_GPUS):
+    if several and not (pipe == "auto" and not stragglar_waves.searched(n, G)):
         return None
     fixed = isinstance(pipe, int) and not isinstance(pipe, bool) and pipe >= 1
     m = min(pipe if fixed else max(stragglar_cluster.UNITS), stragglar_cluster.MAX_CHUNKS // G)
@@ -225,7 +225,7 @@ def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
 
 def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
     """The schedules clusterstraggler's waves form (several late ranks on a topology with nodes) builds and
-    simulates (waves.build): up to waves.SEARCH_MAX_GPUS with pipeline "auto", two (as built, retimed) per
+    simulates (waves.build): where waves.searched, with pipeline "auto", two (as built, retimed) per
     cutoff (none, and each late arrival time), two more pairs at the best cutoff, one funnel form per
     waves.funnel_choices, the synchronous hierarchical
     and choose.last_alone's late-GPU form (with fit_delay's probe and smaller block counts); above it
@@ -246,7 +246,7 @@ def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
         return None
     if params.get("pipeline", "auto") != "auto":
         return 1
-    if n > stragglar_waves.SEARCH_MAX_GPUS:  # one funnel, at most one of choose.py's alternatives, synchronous
+    if not stragglar_waves.searched(n, G):  # one funnel, at most one of choose.py's alternatives, synchronous
         return 3
     # choose.last_alone where the last rank arrives alone: the late-GPU form, fit_delay's probe and block counts
     alone = 2 + stragglar_cluster.SPILL_TRIES

@@ -1,14 +1,14 @@
 """clusterstraggler's entry point (issue 15): the fastest of its forms for the given arrivals.
 
-cluster.py builds the late-GPU or the late-node form (waves.py several late ranks, with its own choices up
-to waves.SEARCH_MAX_GPUS GPUs, one funnel form above). Their AllReduce before the arrival (prephase.py) is
+cluster.py builds the late-GPU or the late-node form (waves.py several late ranks, with its own choices where
+waves.searched, one funnel form beyond). Their AllReduce before the arrival (prephase.py) is
 hidden only behind a delay long enough; for a shorter one, or close arrivals of several ranks, waiting for
 everybody and running the fastest synchronous schedule (synth/algorithms/synchronous.py: ``hierarchical`` on
 h100-cluster) can finish first. So with a late rank and ``pipeline="auto"`` both are simulated
 (synth/simulate.py, the arrivals given) and the faster is returned; the synchronous one as form
 "synchronous" (as waves.py does), its meta naming it and the late ranks. One late GPU
 also weighs the funnel form (``one_late_calls``: before the arrival only a reduction toward its node, which a
-medium delay hides where the others' AllReduce does not; above waves.SEARCH_MAX_GPUS GPUs the one funnel
+medium delay hides where the others' AllReduce does not; beyond waves.searched the one funnel
 that reduces by trees). In one NVLink domain (cluster.build makes multistraggler's flat form there) with a
 late rank, the same weighing against the fastest synchronous schedule (``one_domain_late``), with the last
 GPU arriving alone also against domain.py's broadcast form, kept where it is faster by more than domain.TIE after the
@@ -16,7 +16,7 @@ arrival (gb200-nvl72, 50 ms late, 64 MiB: 0.173 ms after the arrival, where radi
 multistraggler 0.343). Without a late rank, or with an explicit ``pipeline``, the constructed form is
 returned as is (the run-time families, synth/algorithms/stragglar/family.py, need the late forms themselves).
 
-Several late ranks (after waves.py's search, or its one funnel above waves.SEARCH_MAX_GPUS GPUs, where the
+Several late ranks (after waves.py's search, or its one funnel beyond waves.searched, where the
 synchronous schedule is weighed here): when the others are all in at least
 GPU_FORM_GAP_T times T = s/(G B_net) (funnel.rail_time) before the last rank L, the late-GPU form for L alone
 (cluster.merged_plan: every other rank in the AllReduce before L's arrival, at its own arrival time) is also
@@ -24,7 +24,7 @@ simulated and returned when it completes first: its AllReduce (about 7 ms, 2.6 T
 ends before L arrives, and after L it is the late-GPU form (3.479 ms at 8 x 8, against 3.505 ms for the
 funnel at best; docs/stragglar.md section 11). When the late ranks are all in one node but not all of it,
 the late-node form for that node (``whole_node``, its punctual GPUs treated as late) is simulated too
-(above waves.SEARCH_MAX_GPUS only where the late-GPU form is not, and that one without fit_delay's smaller
+(beyond waves.searched only where the late-GPU form is not, and that one without fit_delay's smaller
 block counts: one build each, so that 1,024 GPUs build in under 30 s).
 """
 
@@ -45,7 +45,7 @@ from collsynth.synth.ir import Schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import make_topology
 from collsynth.units import parse_size
-from collsynth.workers import imap_ordered
+from collsynth.workers import imap_ordered, map_ordered
 
 
 def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size: int | float | str | None = None,
@@ -56,19 +56,21 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     the same order as without."""
     late_calls = one_late_calls(n, collective, arrivals, size, topology, pipeline)
     more_calls = several_late_calls(n, collective, arrivals, size, topology, pipeline)
-    late_pending = imap_ordered(waves.candidate_run, late_calls)
+    # beyond waves.searched the one funnel waits for the late-GPU form: built only where that one spilled
+    defer = bool(late_calls) and not waves.searched(n, node_grid(topology, n).shape[1])
+    late_pending = imap_ordered(waves.candidate_run, late_calls[-1:] if defer else late_calls)
     more_pending = imap_ordered(alternative_run, more_calls)
     s = cluster.build(n, collective, arrivals, size, topology, pipeline)
     if pipeline == "auto" and s.meta.get("form") in ("waves", "funnel", "synchronous"):
         times, s_bytes = arrival_vector(arrivals, n), _bytes(size)
         best_s = simulate(s, s_bytes, topology, times).completion_s
         alts: Iterable[tuple[float, Schedule] | None] = more_pending
-        if not more_calls:  # above waves.SEARCH_MAX_GPUS one alternative at most, the late-GPU form first:
+        if not more_calls:  # without waves.searched one alternative at most, the late-GPU form first:
             # after the last arrival it is the faster where both apply, and 1,024 GPUs build in under 30 s
             alone = alternative_run(("alone", (n, times, s_bytes, topology)))
             alts = [alone, alternative_run(("node", (n, times, s_bytes, topology))) if alone is None else None]
         best, best_s = waves.keep_fastest(s, best_s, (a for a in alts if a is not None))
-        if n > waves.SEARCH_MAX_GPUS:  # waves.build made one funnel without weighing the synchronous one
+        if not waves.searched(n, node_grid(topology, n).shape[1]):  # one funnel, the synchronous one not weighed
             sync = synchronous.fastest(n, topology, s_bytes, times)
             if sync.completion_s < best_s * (1 - 1e-12):
                 return sync.as_form("clusterstraggler", times)
@@ -89,8 +91,15 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     if not late_calls or s.meta.get("form") not in ("gpu", "node"):  # chosen by waves.py, or no late rank
         return s
     s_bytes = _bytes(size)
-    ours = simulate(s, s_bytes, topology, arrival_vector(arrivals, n)).completion_s
-    s, ours = waves.keep_fastest(s, ours, (next(late_pending)[0] for _ in late_calls[:-1]))  # reduce only
+    res = simulate(s, s_bytes, topology, arrival_vector(arrivals, n))
+    ours, funnels = res.completion_s, late_calls[:-1]
+    if defer:  # reduce only, where the late-GPU form spilled (one_late_calls)
+        est = s.meta.get("after_arrival_estimate_s")
+        spilt = not isinstance(est, float) or cluster.spilled(res.after_last_arrival_s, est)
+        reduce_only = iter(map_ordered(waves.candidate_run, funnels) if spilt else [])
+    else:
+        reduce_only = (next(late_pending) for _ in funnels)
+    s, ours = waves.keep_fastest(s, ours, (r[0] for r in reduce_only))
     (t_sync, waited), = next(late_pending)
     return waited if t_sync < ours * (1 - 1e-12) else s
 
@@ -135,11 +144,15 @@ def one_late_calls(n: int, collective: str, arrivals: Arrivals, size: int | floa
     waves.candidate_run, in the order it folds them (ties keep the earlier); [] where cluster.build makes
     neither. One late GPU: first the funnel form of each of waves.funnel_choices (*reduce only*: before the
     arrival only a reduction toward the late GPU's node instead of an AllReduce of the others, issue 15
-    point 1's "only a ReduceScatter", where that wins in total; above waves.SEARCH_MAX_GPUS GPUs the one
+    point 1's "only a ReduceScatter", where that wins in total; beyond waves.searched the one
     funnel that reduces by trees). h100-cluster 8 x 8, 1 GiB, one GPU 4 ms late: the synchronous schedule
     5.548 ms after the arrival, the funnel 3.477 ms; 10 ms late: the late-GPU form stays (3.479 ms;
     bench/bench_late_gpu_delay.py). 64 x 8, 5 ms late: synchronous 6.590 ms, the funnel with trees 4.109
-    ms. Then, for either form, the fastest synchronous schedule."""
+    ms. Then, for either form, the fastest synchronous schedule. Beyond waves.searched ``build`` makes that
+    funnel only where the late-GPU form spilled (cluster.spilled: its AllReduce before the arrival did not
+    fit the delay); where it fits, the funnel's time after the arrival is about the late-GPU form's (at 4 to
+    32 nodes, 10 ms late, within 0.1% or slower), and at 128 x 8, 50 ms late, it took 4.4 s of the 12.6 s
+    build for 4.235 ms against the late-GPU form's 3.869."""
     case = _late_case(n, collective, arrivals, size, topology, pipeline)
     if case is None or case[1]:  # several late ranks: waves.build's search
         return []
@@ -150,10 +163,10 @@ def one_late_calls(n: int, collective: str, arrivals: Arrivals, size: int | floa
 
 def several_late_calls(n: int, collective: str, arrivals: Arrivals, size: int | float | str | None, topology: Any,
                        pipeline: int | str) -> list[tuple[str, tuple[Any, ...]]]:
-    """Several late ranks up to waves.SEARCH_MAX_GPUS GPUs: ``last_alone`` and ``whole_node`` as calls of
-    ``alternative_run``, which ``build`` weighs after waves.build's choice; [] otherwise."""
+    """Several late ranks where waves.build searches (``waves.searched``): ``last_alone`` and ``whole_node`` as
+    calls of ``alternative_run``, which ``build`` weighs after waves.build's choice; [] otherwise."""
     case = _late_case(n, collective, arrivals, size, topology, pipeline)
-    if case is None or not case[1] or n > waves.SEARCH_MAX_GPUS:
+    if case is None or not case[1] or not waves.searched(n, node_grid(topology, n).shape[1]):
         return []
     _, _, times, s_bytes = case
     return [(kind, (n, times, s_bytes, topology)) for kind in ("alone", "node")]
@@ -193,7 +206,7 @@ def last_alone(n: int, times: np.ndarray, size: int | float | str | None, topolo
     M, runs, rows = cluster.best_pipeline("gpu", N, G, s_bytes, model)
     est = cluster.after_arrival_estimate("gpu", N, G, M, runs, s_bytes, model, rows)
     plan = cluster.merged_plan(topology, n, times, s_bytes, M, runs, rows, [L])
-    if n <= waves.SEARCH_MAX_GPUS:  # (above: one build, for the time of synthesis)
+    if waves.searched(n, G):  # (else one build, for the time of synthesis)
         plan = cluster.fit_delay(plan, topology, n, times, s_bytes, [L], est)
     t0 = float(times.min())
     present = sorted(np.flatnonzero(times > t0).tolist(), key=lambda r: (float(times[r]), r))

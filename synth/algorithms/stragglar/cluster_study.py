@@ -230,7 +230,7 @@ def reproduce_cluster(nodes: Sequence[int] = DEFAULT_NODES, cases: Sequence[str]
                       **model: Any) -> list[dict[str, Any]]:
     """The study's rows for every node count in ``nodes`` (sorted) and case; progress on stderr (the
     synchronous schedules once per node count, then each case, with the seconds each took). With worker
-    processes (collsynth.workers) the node counts above waves.SEARCH_MAX_GPUS GPUs, where clusterstraggler
+    processes (collsynth.workers) the node counts beyond waves.searched, where clusterstraggler
     builds one candidate, share out their synchronous schedules and cases as whole tasks, while the others
     share out their search's candidates; the rows are the same."""
     ns = sorted(set(nodes))
@@ -239,7 +239,7 @@ def reproduce_cluster(nodes: Sequence[int] = DEFAULT_NODES, cases: Sequence[str]
     size = float(model.get("size", 2**30))
     study_topology(spec, ns[0], gpn)  # a bad topology fails before any work
     works = check_study(ns, cases, **model)
-    whole = [N for N in ns if N * gpn > waves.SEARCH_MAX_GPUS]
+    whole = [N for N in ns if not waves.searched(N * gpn, gpn)]
     # tasks at once (>= 1): each in its own process, counting ring and multiring as if built
     task = max((w.share_bytes() for N in whole for ws in works[N] for w in ws), default=1)
     fit = budget.max_memory() // max(task, 1)

@@ -109,7 +109,7 @@ FUNNEL_CHOICES: tuple[Choice, ...] = (
     Choice(22, ahead=3, first=True, pxn_first=3),
     Choice(22, pxn=True, leaves=1.5, backnow=True))
 # from TREE_NODES nodes on also these (the fully punctual nodes reduce by two binary trees instead of heading
-# each rail's chain: funnel.construct's reduce_trees); above SEARCH_MAX_GPUS GPUs only the first is built
+# each rail's chain: funnel.construct's reduce_trees); where ``searched`` says no only the first is built
 SCALE_CHOICES: tuple[Choice, ...] = (Choice(24, reduce_trees=True), Choice(28, reduce_trees=True))
 TREE_NODES = 16
 
@@ -128,8 +128,8 @@ def funnel_candidate(n: int, arrivals: Arrivals, size: float, topology: Any, cho
 
 def funnel_choices(n: int, nodes: int) -> tuple[Choice, ...]:
     """The funnel candidates simulated for n GPUs in ``nodes`` nodes: FUNNEL_CHOICES, and SCALE_CHOICES from
-    TREE_NODES nodes on; above SEARCH_MAX_GPUS GPUs SCALE_CHOICES[0] alone."""
-    if n > SEARCH_MAX_GPUS:
+    TREE_NODES nodes on; where ``searched`` says no, SCALE_CHOICES[0] alone."""
+    if not searched(n, n // max(nodes, 1)):
         return SCALE_CHOICES[:1]
     return (*FUNNEL_CHOICES, *(SCALE_CHOICES if nodes >= TREE_NODES else ()))
 
@@ -179,7 +179,18 @@ def candidate_run(call: tuple[str, tuple[Any, ...]]) -> list[tuple[float, Schedu
     raise ValueError(f"candidate_run: unknown kind {kind!r}")
 
 
-SEARCH_MAX_GPUS = 256  # up to this many GPUs "auto" simulates several (M, broadcast) choices and keeps the best
+SEARCH_MAX_GPUS = 256  # up to this many GPUs "auto" simulates several (M, broadcast) choices and keeps the best ...
+SEARCH_MAX_SPREAD = 8 * SEARCH_MAX_GPUS  # ... and up to this many GPUs times GPUs per node (``searched``)
+
+
+def searched(n: int, gpus_per_node: int) -> bool:
+    """Whether "auto" searches, simulating several choices and keeping the fastest, on n GPUs in nodes of
+    ``gpus_per_node`` G: up to SEARCH_MAX_GPUS GPUs and SEARCH_MAX_SPREAD n G. A candidate's moves grow as
+    n G (every node spreads each block of every part to its G - 1 peers): two GB200 NVL72 racks on a rail
+    fabric (144 GPUs, G = 72), one GPU 50 ms late, 1 GiB, took 97.6 s for its 13 funnel candidates, the
+    late-GPU form winning; without the search 10.5 s, the same time after the arrival (2.663 ms at 5 ms
+    late, 2.652 at 50). Nodes of at most 8 GPUs: up to SEARCH_MAX_GPUS GPUs, as before."""
+    return n <= SEARCH_MAX_GPUS and n * gpus_per_node <= SEARCH_MAX_SPREAD
 
 
 class _Waves:
@@ -380,13 +391,13 @@ def construct(n: int, arrivals: Arrivals, size: float, topology: Any, M: int, ru
 def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = None, topology: Any = None,
           pipeline: int | str = "auto") -> Schedule:
     """Waves of late ranks on a cluster topology (module docstring). ``pipeline`` is M (units per part) or
-    "auto". Up to SEARCH_MAX_GPUS GPUs the fastest simulated of: every cutoff (no late rank absorbed into the
-    first AllReduce, or all up to one arrival time) with M = 32 and chains, then at the best cutoff M = 16
-    with chains and with two trees, each also retimed (multi.retime: its moves reordered by their simulated
-    start), the funnel form (funnel.py) for each of FUNNEL_CHOICES, and the fastest synchronous schedule
-    (synchronous.fastest; form "synchronous") when it is faster still (from TREE_NODES nodes on also the
-    funnel of each of SCALE_CHOICES); above it the funnel of SCALE_CHOICES[0] alone (nodes of one GPU: the
-    waves with M = 16, chains, nothing absorbed)."""
+    "auto". Where ``searched`` (up to SEARCH_MAX_GPUS GPUs in nodes of up to 8) the fastest simulated of:
+    every cutoff (no late rank absorbed into the first AllReduce, or all up to one arrival time) with M = 32
+    and chains, then at the best cutoff M = 16 with chains and with two trees, each also retimed
+    (multi.retime: its moves reordered by their simulated start), the funnel form (funnel.py) for each of
+    FUNNEL_CHOICES, and the fastest synchronous schedule (synchronous.fastest; form "synchronous") when it is
+    faster still (from TREE_NODES nodes on also the funnel of each of SCALE_CHOICES); elsewhere the funnel
+    of SCALE_CHOICES[0] alone (nodes of one GPU: the waves with M = 16, chains, nothing absorbed)."""
     grid = node_grid(topology, n)
     N, G = grid.shape
     if N < 2:
@@ -398,7 +409,7 @@ def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = No
             raise CollsynthError(f"--pipeline for clusterstraggler must be auto or an integer from 1 to "
                                  f"{MAX_CHUNKS // G}, got {pipeline!r}")
         return construct(n, arrivals, s_bytes, topology, int(pipeline), tree=False)
-    if n > SEARCH_MAX_GPUS:  # the funnel reducing by trees: the waves' passes are chains along the rails
+    if not searched(n, G):  # the funnel reducing by trees: the waves' passes are chains along the rails
         if G < 2:
             return construct(n, arrivals, s_bytes, topology, 16, tree=False)
         return funnel_candidate(n, arrivals, s_bytes, topology, funnel_choices(n, N)[0],
