@@ -57,7 +57,7 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     late_calls = one_late_calls(n, collective, arrivals, size, topology, pipeline)
     more_calls = several_late_calls(n, collective, arrivals, size, topology, pipeline)
     # beyond waves.searched the one funnel waits for the late-GPU form: built only where that one spilled
-    defer = bool(late_calls) and not waves.searched(n, node_grid(topology, n).shape[1])
+    defer = bool(late_calls) and not waves.searched_on(topology, n)
     late_pending = imap_ordered(waves.candidate_run, late_calls[-1:] if defer else late_calls)
     more_pending = imap_ordered(alternative_run, more_calls)
     s = cluster.build(n, collective, arrivals, size, topology, pipeline)
@@ -70,7 +70,7 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
             alone = alternative_run(("alone", (n, times, s_bytes, topology)))
             alts = [alone, alternative_run(("node", (n, times, s_bytes, topology))) if alone is None else None]
         best, best_s = waves.keep_fastest(s, best_s, (a for a in alts if a is not None))
-        if not waves.searched(n, node_grid(topology, n).shape[1]):  # one funnel, the synchronous one not weighed
+        if not waves.searched_on(topology, n):  # one funnel, the synchronous one not weighed
             sync = synchronous.fastest(n, topology, s_bytes, times)
             if sync.completion_s < best_s * (1 - 1e-12):
                 return sync.as_form("clusterstraggler", times)
@@ -166,7 +166,7 @@ def several_late_calls(n: int, collective: str, arrivals: Arrivals, size: int | 
     """Several late ranks where waves.build searches (``waves.searched``): ``last_alone`` and ``whole_node`` as
     calls of ``alternative_run``, which ``build`` weighs after waves.build's choice; [] otherwise."""
     case = _late_case(n, collective, arrivals, size, topology, pipeline)
-    if case is None or not case[1] or not waves.searched(n, node_grid(topology, n).shape[1]):
+    if case is None or not case[1] or not waves.searched_on(topology, n):
         return []
     _, _, times, s_bytes = case
     return [(kind, (n, times, s_bytes, topology)) for kind in ("alone", "node")]

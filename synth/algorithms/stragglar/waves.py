@@ -193,6 +193,11 @@ def searched(n: int, gpus_per_node: int) -> bool:
     return n <= SEARCH_MAX_GPUS and n * gpus_per_node <= SEARCH_MAX_SPREAD
 
 
+def searched_on(topology: Any, n: int) -> bool:
+    """``searched`` for n GPUs in the nodes of ``topology`` (layout.node_grid)."""
+    return searched(n, node_grid(topology, n).shape[1])
+
+
 class _Waves:
     """One schedule under construction (module docstring)."""
 
