@@ -215,6 +215,8 @@ def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
         return Work(n, c, 4 * c + 4 * N + pre, transfers, 4 * n * c, copies=3)
     if pipe == "auto" and len(late) == 1:  # choose.reduce_only's funnel forms (one above the search's limit)
         copies += len(stragglar_waves.funnel_choices(n, N))
+    if len(late) == 1 and stragglar_cluster.wide_applies(G) and n <= stragglar_cluster.BALANCED_MAX_GPUS:
+        copies += 1  # cluster.late_gpu_plan: the star and the wide form
     if pipe == "auto" and n <= stragglar_cluster.BALANCED_MAX_GPUS:
         if len(late) == 1:  # fit_delay's probe and smaller block counts
             copies += 1 + stragglar_cluster.SPILL_TRIES
@@ -249,7 +251,7 @@ def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
     if not stragglar_waves.searched(n, G):  # one funnel, at most one of choose.py's alternatives, synchronous
         return 3
     # choose.last_alone where the last rank arrives alone: the late-GPU form, fit_delay's probe and block counts
-    alone = 2 + stragglar_cluster.SPILL_TRIES
+    alone = 2 + stragglar_cluster.SPILL_TRIES + (1 if stragglar_cluster.wide_applies(G) else 0)
     return 2 * (len(late) + 1) + 4 + len(stragglar_waves.funnel_choices(n, N)) + 1 + alone
 
 

@@ -202,10 +202,7 @@ def last_alone(n: int, times: np.ndarray, size: int | float | str | None, topolo
     T = funnel.rail_time(topology, n, s_bytes)
     if not others.size or float(times[L]) - float(others.max()) < GPU_FORM_GAP_T * T:
         return None
-    model = cluster.link_model(topology, grid)
-    M, runs, rows = cluster.best_pipeline("gpu", N, G, s_bytes, model)
-    est = cluster.after_arrival_estimate("gpu", N, G, M, runs, s_bytes, model, rows)
-    plan = cluster.merged_plan(topology, n, times, s_bytes, M, runs, rows, [L])
+    plan, est = cluster.late_gpu_plan(topology, n, times, s_bytes, L, search=waves.searched(n, G))
     if waves.searched(n, G):  # (else one build, for the time of synthesis)
         plan = cluster.fit_delay(plan, topology, n, times, s_bytes, [L], est)
     t0 = float(times.min())

@@ -30,11 +30,18 @@ Per block of part g:
 - the root's node broadcasts the final block along rail g to every other node taking part
   (``broadcast_rounds``: the hypercube exchange, blocks + log2 N - 1 rounds of one message per NIC
   and direction on 2^k nodes), and every node spreads it over NVLink from the GPU that received it:
-  a node whose G GPUs all take part (G a power of two) spreads the whole row of block j once its G
-  parts are there, by recursive doubling (log2 G messages per GPU instead of G - 1);
+  a node whose G GPUs all take part spreads the whole row of block j once its G parts are there, by
+  recursive doubling where G is a power of two, else by Bruck's AllGather (log2 G messages per GPU instead
+  of G - 1);
 - a whole late node reduces each row by recursive halving (log2 G messages per GPU), its rail-g GPU
   sends the raw sum, gets the final block back from its broadcast partner, and the node spreads the
   row by recursive doubling.
+
+One late GPU in a node of G GPUs, G not a power of two (``wide_applies``; NVL72 racks as nodes), may take
+the *wide* form (``_wide_row``): L reduces each block row into about sqrt(G) group leaders instead of one
+root per part, the leaders scatter, and L's node gathers the row by Bruck's AllGather (bruck.py) as every
+other node does (``_row_done``): about log2 G NVLink messages per GPU and row instead of G - 1.
+``late_gpu_plan`` builds both and keeps the faster.
 
 A whole late node may group its blocks into fewer NVLink *rows* (``set_blocks``; the chunks are then
 row-major, part g of a row contiguous): it reduces and spreads whole rows (fewer NVLink messages) while
@@ -66,6 +73,7 @@ from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import node_grid, pair_model
 from collsynth.synth.algorithms.stragglar import multi, waves
 from collsynth.synth.algorithms.stragglar.bcast import broadcast_rounds, copyback_cube_rounds, copyback_rounds
+from collsynth.synth.algorithms.stragglar.bruck import bruck_steps, cyclic_runs
 from collsynth.synth.algorithms.stragglar.listsched import Busy, common_fit
 from collsynth.synth.algorithms.stragglar.multi import Move, pack
 from collsynth.synth.algorithms.stragglar.prephase import pre_units, present_allreduce
@@ -156,6 +164,10 @@ class ClusterPlan:
         self.rule = "plain"
         self.units_per_block = 1  # M units per part: this many per block of a uniform pipeline (merged_plan)
         self._deferred: list[tuple[PartPlan, int]] = []  # case-B side work: (part plan, block)
+        self.allow_wide = False  # one late GPU in a node of G GPUs, G not a power of two, may gather by rows
+        self.wide = False  # merge's state: it does (``_wide_row``)
+        self._wide_back: dict[int, list[tuple[int, int, int, int, bool]]] = {}  # _wide_row's copies back to L
+        self._wide_bruck: dict[int, tuple[list[int], list[int], list[int], int]] = {}  # block -> _bruck's arguments
 
     def add(self, src: int, dst: int, chunk: int, count: int, reduce: bool) -> None:
         """Append one move and its start in a list-scheduling model (one NVLink and one NIC port per GPU
@@ -284,11 +296,13 @@ class ClusterPlan:
         contrib = [b for b in range(N) if wave_node[b]]
         nb = len(self.runs)
         pow2 = G & (G - 1) == 0
-        full = [pow2 and len(in_node[b]) == G for b in range(N)]  # rows spread by recursive doubling
+        full = [len(in_node[b]) == G for b in range(N)]  # rows spread by recursive doubling or Bruck's
         # a whole late node reduces whole rows (one late GPU: reducing per part into each root and star
         # spreads in its node measured faster than rows there)
-        fast = "node" if len(contrib) == 1 and full[contrib[0]] and len(wave_node[contrib[0]]) == G else ""
+        fast = "node" if pow2 and len(contrib) == 1 and full[contrib[0]] and len(wave_node[contrib[0]]) == G else ""
         self._fast = fast
+        # one late GPU in a node of G GPUs, G not a power of two: rows in its node too (``_wide_row``)
+        self.wide = self.allow_wide and wide_applies(G) and len(wave) == 1 and full[contrib[0]]
         self._rowcnt = {}
         plans = [self._part_plan(g, contrib, in_node, act_node, wave_node, active) for g in range(G)]
         roots = {p.root_node for p in plans}
@@ -344,7 +358,16 @@ class ClusterPlan:
         last, so that in the list-scheduling model they take the wave's NVLink port only where its
         reductions into the other parts' roots leave it free (one late GPU at 16 x 8, 1 GiB: its NVLink
         port sends 8 messages per block row, about one NIC block time; the rails the roots serve no longer
-        wait for it: 3.624 -> 3.606 ms after the arrival)."""
+        wait for it: 3.624 -> 3.606 ms after the arrival). ``_wide_row``: its copies back to L not yet
+        listed, then node a's AllGathers in row order (listed last, they take the peers' ports where L's
+        reductions, the scatters and the copies back leave them free: 2 x 72, 8 blocks, 2.18 -> 2.15 ms)."""
+        for k in sorted(self._wide_back):
+            for mv in self._wide_back[k]:
+                self.add(*mv)
+        self._wide_back = {}
+        for j in sorted(self._wide_bruck):
+            self._bruck(*self._wide_bruck[j])
+        self._wide_bruck = {}
         for p, j in self._deferred:
             root = self._holder(p, 0, j)
             peer = p.side_holder[j]
@@ -359,12 +382,20 @@ class ClusterPlan:
         spreads that can follow at once."""
         if self._fast:
             self._gather_row(plans, j)
+        elif self.wide:
+            self._wide_row(plans[0], j)
         else:  # the roots first, the node peer that only spreads in the wave's node (case B) last
             for p in sorted(plans, key=lambda p: (p.case == "B", p.g)):
                 self._gather(p, j)
 
     def _root_spreads(self, plans: list[PartPlan], j: int) -> None:
         """The star spreads of block j in the root's node once the root holds it (not fast)."""
+        if self.wide:  # the copies back to L of the rows whose block of part l L has sent raw (_wide_row)
+            own = plans[int(self.local[plans[0].wave_node[plans[0].contrib[0]]][0])]
+            for k in [k for k in self._wide_back if own.last[k] < own.emitted]:
+                for mv in self._wide_back.pop(k):
+                    self.add(*mv)
+            return
         if self._fast:
             return
         for p in plans:
@@ -392,11 +423,60 @@ class ClusterPlan:
         if self._rowcnt[key] < self.G * self.row_blocks[r]:
             return
         row = [int(x) for x in self.grid[node]]
+        if self.G & (self.G - 1):
+            self._bruck(row, list(range(self.G)), [1] * self.G, r)
+            return
         b = 1
         while b < self.G:  # recursive doubling: GPU h sends the aligned b parts it holds to h xor b
             for h in range(self.G):
                 self.add(row[h], row[h ^ b], *self.rowloc((h // b) * b, r, b), False)
             b *= 2
+
+    def _bruck(self, ranks: list[int], starts: list[int], lens: list[int], r: int) -> None:
+        """Bruck's AllGather (bruck.py) of row r among ``ranks``, rank i holding the final parts starts[i] ..
+        starts[i] + lens[i] - 1 (mod G; consecutive: each rank's run starts where the previous one's ends): about
+        log2 of the ranks messages per GPU, two where a run of parts passes part G - 1."""
+        R, G = len(ranks), self.G
+        for step in bruck_steps(R, mirrored=r % 2 == 1):  # the two-message ranges fall on other ranks
+            for i, d, f, c in step:
+                for g, w in cyclic_runs(starts[f], sum(lens[(f + k) % R] for k in range(c)), G):
+                    self.add(ranks[i], ranks[d], *self.rowloc(g, r, w), False)
+
+    def _wide_row(self, p: PartPlan, j: int) -> None:
+        """Block row j of one late GPU L in node a of G GPUs, G not a power of two (two GB200 NVL72 racks as
+        nodes, 1 GiB: 2.652 -> 2.114 ms after the arrival; docs/stragglar.md section 9, "Large NVLink domains as
+        nodes"). L's G - 1 node peers, in part order from L's local index l + 1, each hold part l + 1 + i (the
+        last, l - 1, part l too); in groups of about sqrt(G) consecutive peers (shifted by j, so that the leaders
+        change from row to row) L reduces the group's parts into its leader (one message per group instead
+        of one per part), the leader copies each member its part and L the group's final parts, and the peers
+        gather the row by Bruck's AllGather. Every peer then holds its part's final block for the broadcast
+        along its rail; L sends its own part raw on its NIC (case B) as before."""
+        a = p.contrib[0]
+        L = p.wave_node[a][0]
+        G, own, r = self.G, int(self.local[L]), self.row_of[j]
+        row = [int(x) for x in self.grid[a]]
+        R = G - 1
+        starts = [(own + 1 + i) % G for i in range(R)]
+        lens = [1] * (R - 1) + [2]
+        ranks = [row[g] for g in starts]
+        size = math.isqrt(R - 1) + 1  # ceil(sqrt(R))
+        groups = [[(j + t + u) % R for u in range(min(size, R - t))] for t in range(0, R, size)]
+        for grp in groups:  # L's reductions first: its NVLink port sets the pace of the row
+            for g, w in cyclic_runs(starts[grp[0]], sum(lens[i] for i in grp), G):
+                self.add(L, ranks[grp[0]], *self.rowloc(g, r, w), True)
+        for grp in groups:
+            for i in grp[1:]:
+                for g, w in cyclic_runs(starts[i], lens[i], G):
+                    self.add(ranks[grp[0]], ranks[i], *self.rowloc(g, r, w), False)
+        for grp in groups:  # the group holding part l after L's last raw send of it (``_side_work``)
+            back = [(ranks[grp[0]], L, *self.rowloc(g, r, w), False)
+                    for g, w in cyclic_runs(starts[grp[0]], sum(lens[i] for i in grp), G)]
+            if R - 1 in grp:
+                self._wide_back[j] = back
+            else:
+                for mv in back:
+                    self.add(*mv)
+        self._wide_bruck[j] = (ranks, starts, lens, r)
 
     def _round(self, p: PartPlan, r: int) -> None:
         """The moves of broadcast round r of part g, and the spreads they complete."""
@@ -520,6 +600,8 @@ def after_arrival_estimate(form: str, N: int, G: int, M: int, runs: list[tuple[i
     hops = math.ceil(math.log2(N)) if N > 1 else 0
     steps = math.ceil(math.log2(G)) if G > 1 else 0
     w_last = runs[-1][1] if runs else 1
+    if form == "wide":
+        return wide_estimate(N, G, [w * unit * G for _, w in runs], model)
     if form == "node":
         rows = rows if rows is not None else runs
         nv = sum(2 * steps * a_nv + 2 * (G - 1) * w * unit / b_nv for _, w in rows)
@@ -539,6 +621,37 @@ def after_arrival_estimate(form: str, N: int, G: int, M: int, runs: list[tuple[i
     # nodes of 40 GPUs, 64 MiB: 0.604 ms in the simulator, and so estimated, where log2 G said 0.491)
     spread = steps if G & (G - 1) == 0 else G - 1
     return max(front + rails, port) + spread * a_nv + (G - 1) * w_last * unit / b_nv
+
+
+def wide_applies(G: int) -> bool:
+    """Whether one late GPU's node may gather its block rows by Bruck's AllGather (``ClusterPlan._wide_row``):
+    G not a power of two (there recursive doubling is as short and the star spreads of the roots measured
+    faster) and over 2."""
+    return G > 2 and G & (G - 1) != 0
+
+
+def wide_estimate(N: int, G: int, rows: list[float], model: tuple[float, ...]) -> float:
+    """Alpha-beta estimate of the time after one late GPU's arrival in the wide form (``_wide_row``; ``rows``:
+    the bytes of each block row): the largest of the late GPU's NVLink port (a reduction per group of about
+    sqrt(G) peers and the row), its node's AllGather (per row the Bruck steps and (G - 1)/G of the row, plus
+    the scatter and copy back of that row's leaders: the AllGather waits for its slowest member) and the NIC
+    path (a block per row and the broadcast's further hops), then the last row's NIC block and AllGather in
+    the other nodes. Fitted by nothing; within 10% of the simulator on 2-4 nodes of 6-72 GPUs at 450 and 900
+    GB/s NVLink and 2-16 blocks per part (docs/stragglar.md section 9, "Large NVLink domains as nodes")."""
+    a_nv, b_nv, a_net, b_net = model
+    if not rows:
+        return 0.0
+    R = G - 1
+    size = math.isqrt(R - 1) + 1
+    groups = -(-R // size)
+    steps = math.ceil(math.log2(R))
+    hops = math.ceil(math.log2(N)) if N > 1 else 0
+    port = sum(groups * a_nv + B / b_nv for B in rows)
+    node = sum((steps + size) * a_nv + (G - 1 + 2 * size - 1) / G * B / b_nv for B in rows)
+    nic = sum(a_net + B / G / b_net for B in rows) + max(hops - 1, 0) * (a_net + max(rows) / G / b_net)
+    last = rows[-1]
+    drain = a_net + last / G / b_net + math.ceil(math.log2(G)) * a_nv + (G - 1) / G * last / b_nv
+    return max(port, node, nic) + drain
 
 
 # candidate blocks per part (1 to 3 since the session of 2026-12-06: below a few MiB the rounds are message
@@ -625,14 +738,46 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
         M = int(pipeline)
         runs = make_runs(M, 1, M)
         rows = best_rows(N, G, M, s_bytes, model) if form == "node" and coarse_rows_apply(N, G) else runs
-    if form == "node" and pipeline == "auto" and n <= BALANCED_MAX_GPUS:
+    if form == "gpu":
+        plan, est = late_gpu_plan(topology, n, times, s_bytes, late[0], None if pipeline == "auto" else M,
+                                  n <= BALANCED_MAX_GPUS)
+        if pipeline == "auto" and n <= BALANCED_MAX_GPUS:
+            plan = fit_delay(plan, topology, n, times, s_bytes, late, est)
+    elif pipeline == "auto" and n <= BALANCED_MAX_GPUS:
         plan = late_node_plan(topology, n, times, s_bytes, M, runs, rows, late, grid)
     else:
         plan = merged_plan(topology, n, times, s_bytes, M, runs, rows, late)
-    if form == "gpu" and pipeline == "auto" and n <= BALANCED_MAX_GPUS:
-        plan = fit_delay(plan, topology, n, times, s_bytes, late, after_arrival_estimate(
-            form, N, G, M, runs, s_bytes, model, rows))
     return plan_schedule(plan, form, late, topology, s_bytes)
+
+
+def late_gpu_plan(topology: Any, n: int, times: np.ndarray, size: float, L: int, pipeline: int | None = None,
+                  search: bool = True) -> tuple[ClusterPlan, float]:
+    """One late GPU L (``merged_plan``) and its after-arrival estimate: the form of roots and star spreads and,
+    where ``wide_applies``, the wide form (``ClusterPlan._wide_row``), each with its best block count
+    (``best_pipeline``) or ``pipeline`` blocks per part; where both apply, with ``search`` (waves.searched) the
+    faster in the simulator, else the one of the smaller estimate."""
+    grid = node_grid(topology, n)
+    N, G = grid.shape
+    model = link_model(topology, grid)
+    cands = []
+    for form in ["gpu", "wide"] if wide_applies(G) else ["gpu"]:
+        if pipeline is None:
+            M, runs, rows = best_pipeline(form, N, G, size, model)
+        else:
+            M, runs, rows = pipeline, make_runs(pipeline, 1, pipeline), make_runs(pipeline, 1, pipeline)
+        cands.append((after_arrival_estimate(form, N, G, M, runs, size, model, rows), form, M, runs, rows))
+    if not search:
+        cands = [min(cands, key=lambda c: c[0])]
+    best: tuple[float, ClusterPlan, float] | None = None
+    for est, form, M, runs, rows in cands:
+        plan = merged_plan(topology, n, times, size, M, runs, rows, [L], wide=form == "wide")
+        if len(cands) == 1:
+            return plan, est
+        t = simulate(plan.to_schedule("probe", {}), size, topology, times).completion_s
+        if best is None or t < best[0] * (1 - 1e-9):
+            best = (t, plan, est)
+    assert best is not None
+    return best[1], best[2]
 
 
 def plan_schedule(plan: ClusterPlan, form: str, late: list[int], topology: Any, size: float,
@@ -643,13 +788,13 @@ def plan_schedule(plan: ClusterPlan, form: str, late: list[int], topology: Any, 
     late-node form on a grid of one-GPU nodes in one NVLink domain (domain.py): no nodes in its meta (the
     backends then place every peer in one node) and one port per GPU and direction."""
     N, G = plan.N, plan.G
-    est = after_arrival_estimate("node" if form == "domain" else form, N, G, plan.M, plan.runs, size, plan.model,
-                                 plan.rows)
+    est = after_arrival_estimate("node" if form == "domain" else "wide" if plan.wide else form, N, G, plan.M,
+                                 plan.runs, size, plan.model, plan.rows)
     shape: dict[str, object] = {} if form == "domain" else {"nodes": N, "gpus_per_node": G}
     meta: dict[str, object] = {"algorithm": "clusterstraggler", "form": form, "late": late, **shape,
                                "pipeline": plan.M // plan.units_per_block,
                                "units_per_block": plan.units_per_block, "messages_per_part": len(plan.runs),
-                               "nvlink_rows": len(plan.rows), "topology_name": topology.name,
+                               "nvlink_rows": len(plan.rows), "wide": plan.wide, "topology_name": topology.name,
                                "after_arrival_estimate_s": est, **(extra or {})}
     spec = getattr(topology, "spec", None)
     if spec is not None:
@@ -674,16 +819,18 @@ SPILL_TRIES = 3  # ... then this many smaller block counts of UNITS are built an
 
 def merged_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int, runs: list[tuple[int, int]],
                 rows: list[tuple[int, int]], late: list[int], rule: str = "plain",
-                grid: np.ndarray | None = None) -> ClusterPlan:
+                grid: np.ndarray | None = None, wide: bool = False) -> ClusterPlan:
     """``new_plan`` with the present ranks' AllReduce (``pre``) and the late ranks merged (``merge``), the
     late node's broadcast by ``rule``; M units per part cut ``pre_units`` times finer (the blocks ``runs``
-    and NVLink ``rows`` keep their bytes). ``grid``: the nodes (default ``node_grid`` of the topology)."""
+    and NVLink ``rows`` keep their bytes). ``grid``: the nodes (default ``node_grid`` of the topology);
+    ``wide``: one late GPU's node gathers its rows by Bruck's AllGather where ``wide_applies``."""
     grid = node_grid(topology, n) if grid is None else grid
     k = pre_units(grid, set(late), M, MAX_CHUNKS)
     plan = new_plan(topology, n, times, size, k * M, [(k * f, k * w) for f, w in runs],
                     [(k * f, k * w) for f, w in rows], grid)
     plan.units_per_block = k
     plan.rule = rule
+    plan.allow_wide = wide
     plan.pre(set(late))
     plan.merge(set(late), set(range(n)) - set(late))
     return plan
@@ -709,7 +856,7 @@ def fit_delay(plan: ClusterPlan, topology: Any, n: int, times: np.ndarray, size:
         return plan
     fewer = sorted((u for u in UNITS if u < plan.M // plan.units_per_block), reverse=True)[:SPILL_TRIES]
     return fastest(plan, [partial(merged_plan, topology, n, times, size, m, make_runs(m, 1, m), make_runs(m, 1, m),
-                                  late) for m in fewer], size, topology, times, res.completion_s)
+                                  late, wide=plan.allow_wide) for m in fewer], size, topology, times, res.completion_s)
 
 
 def late_node_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int, runs: list[tuple[int, int]],

@@ -1,0 +1,109 @@
+"""One late GPU in nodes of many GPUs (G not a power of two): Bruck's AllGather (synth/algorithms/stragglar/
+bruck.py) and the wide form of clusterstraggler (cluster.ClusterPlan._wide_row; docs/stragglar.md section 9,
+"Large NVLink domains as nodes"). Every schedule is verified; times are model results."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from test_cluster_algorithms import cluster
+
+from collsynth.synth.algorithms.layout import node_grid
+from collsynth.synth.algorithms.stragglar import cluster as cs
+from collsynth.synth.algorithms.stragglar.bruck import bruck_steps, cyclic_runs
+from collsynth.synth.registry import build_schedule
+from collsynth.synth.simulate import simulate
+from collsynth.synth.verify import verify
+
+GiB = 2**30
+
+
+@pytest.mark.parametrize("mirrored", [False, True])
+def test_bruck_gathers_every_block_in_log_steps(mirrored):
+    for R in range(2, 80):
+        held = [{i} for i in range(R)]
+        sent = [0] * R
+        steps = bruck_steps(R, mirrored)
+        assert len(steps) == math.ceil(math.log2(R))
+        for step in steps:
+            assert sorted(src for src, *_ in step) == list(range(R))  # one message per rank and step
+            assert sorted(dst for _, dst, *_ in step) == list(range(R))
+            new = [set(h) for h in held]
+            for src, dst, first, count in step:
+                blocks = {(first + k) % R for k in range(count)}
+                assert len(blocks) == count and blocks <= held[src] and not blocks & held[dst]
+                new[dst] |= blocks
+                sent[src] += count
+            held = new
+        assert all(h == set(range(R)) for h in held) and sent == [R - 1] * R, R
+
+
+def test_cyclic_runs():
+    assert cyclic_runs(3, 4, 8) == [(3, 4)]
+    assert cyclic_runs(6, 4, 8) == [(6, 2), (0, 2)]
+    assert cyclic_runs(9, 2, 8) == [(1, 2)]
+    assert cyclic_runs(0, 8, 8) == [(0, 8)]
+
+
+def nvlink_sends(plan: cs.ClusterPlan, rank: int, after: float) -> int:
+    """NVLink messages ``rank`` sends after ``after`` in the plan's list-scheduling model."""
+    return sum(1 for i, atom in enumerate(plan.atoms) for src, dst, *_ in atom
+               if src == rank and plan.est[i] >= after and plan.node[src] == plan.node[dst])
+
+
+@pytest.mark.parametrize("N,G,L", [(2, 6, 0), (2, 6, 3), (2, 6, 5), (3, 6, 8), (2, 12, 11), (3, 5, 7)])
+def test_wide_form_verifies_for_any_late_index(N, G, L):
+    """The late GPU's local index decides where the peers' runs of parts pass part G - 1 (two messages)."""
+    n, M = N * G, 3
+    t = cluster(N, G)
+    times = np.zeros(n)
+    times[L] = 0.05
+    runs = cs.make_runs(M, 1, M)
+    plan = cs.merged_plan(t, n, times, GiB, M, runs, runs, [L], wide=True)
+    assert plan.wide
+    s = plan.to_schedule("wide", {})
+    r = verify(s)
+    assert r.ok, r.message
+    R = G - 1
+    groups = -(-R // (math.isqrt(R - 1) + 1))
+    assert nvlink_sends(plan, L, 0.05) <= M * (groups + 1)  # one reduction per group (a wrapped group: two)
+    star = cs.merged_plan(t, n, times, GiB, M, runs, runs, [L])
+    assert not star.wide and nvlink_sends(star, L, 0.05) >= M * (G - 1)  # one per root and block
+
+
+def test_powers_of_two_keep_the_star_form():
+    t, n = cluster(2, 8), 16
+    times = np.zeros(n)
+    times[5] = 0.05
+    runs = cs.make_runs(4, 1, 4)
+    wide = cs.merged_plan(t, n, times, GiB, 4, runs, runs, [5], wide=True)
+    star = cs.merged_plan(t, n, times, GiB, 4, runs, runs, [5])
+    assert not wide.wide and wide.to_schedule("x", {}).to_json() == star.to_schedule("x", {}).to_json()
+    assert not cs.wide_applies(8) and not cs.wide_applies(2) and cs.wide_applies(6) and cs.wide_applies(72)
+
+
+@pytest.mark.parametrize("N,G", [(2, 24), (4, 24), (2, 40)])
+def test_build_keeps_the_faster_form_and_the_estimate_holds(N, G):
+    """Up to 256 GPUs both forms are built with their own block counts (best_pipeline) and the faster kept:
+    at 900 GB/s and 1 GiB the star form on 2 x 24, the wide one on 4 x 24 and 2 x 40; the wide estimate
+    within 10% of the simulator."""
+    t = cluster(N, G, bw_nv=900e9, a_nv=3.4e-6, a_net=14e-6)
+    n = N * G
+    times = np.zeros(n)
+    times[5] = 0.05
+    s = build_schedule("clusterstraggler", n, arrivals={5: 0.05}, size=GiB, topology=t)
+    assert verify(s).ok
+    got = simulate(s, GiB, t, times).after_last_arrival_s
+    model = cs.link_model(t, node_grid(t, n))
+    after = {}
+    for form in ("gpu", "wide"):
+        M, runs, rows = cs.best_pipeline(form, N, G, GiB, model)
+        plan = cs.merged_plan(t, n, times, GiB, M, runs, rows, [5], wide=form == "wide")
+        after[form] = simulate(plan.to_schedule("x", {}), GiB, t, times).after_last_arrival_s
+        if form == "wide":
+            est = cs.after_arrival_estimate(form, N, G, M, runs, GiB, model, rows)
+            assert after[form] == pytest.approx(est, rel=0.1)
+    assert got == pytest.approx(min(after.values()), rel=1e-9)
+    assert s.meta["wide"] == (after["wide"] < after["gpu"])
