@@ -10,6 +10,9 @@ import numpy as np
 import pytest
 from test_cluster_algorithms import cluster
 
+from collsynth.backends import emit
+from collsynth.backends.msccl.schedule import xml_to_schedule
+from collsynth.backends.mscclpp import check_plan_text, plan_text_to_schedule
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar import cluster as cs
 from collsynth.synth.algorithms.stragglar.bruck import bruck_steps, cyclic_runs
@@ -107,3 +110,22 @@ def test_build_keeps_the_faster_form_and_the_estimate_holds(N, G):
             assert after[form] == pytest.approx(est, rel=0.1)
     assert got == pytest.approx(min(after.values()), rel=1e-9)
     assert s.meta["wide"] == (after["wide"] < after["gpu"])
+
+
+def test_the_wide_form_lowers_to_a_plan_and_xml_that_check(tmp_path):
+    """The wide form's schedule (2 x 6, rank 3 late) as an MSCCL++ plan that round-trips and passes the plan
+    checker, and as MSCCL XML that reads back to a schedule that verifies."""
+    t, n = cluster(2, 6), 12
+    times = np.zeros(n)
+    times[3] = 0.05
+    runs = cs.make_runs(2, 1, 2)
+    plan = cs.merged_plan(t, n, times, 2**20, 2, runs, runs, [3], wide=True)
+    s = cs.plan_schedule(plan, "gpu", [3], t, 2**20)
+    assert s.meta["wide"] and verify(s).ok
+    text = emit(s, "mscclpp-plan")
+    back = plan_text_to_schedule(text, "plan.json")
+    assert verify(back).ok and len(back.src) == len(s.src)
+    assert check_plan_text(text).ok
+    path = tmp_path / "wide.xml"
+    path.write_text(emit(s, "msccl-xml"))
+    assert verify(xml_to_schedule(str(path))).ok
