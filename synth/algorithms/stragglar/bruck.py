@@ -23,6 +23,15 @@ def bruck_steps(R: int, mirrored: bool = False) -> list[list[tuple[int, int, int
     return steps
 
 
+def bruck_reduce_steps(R: int, mirrored: bool = False) -> list[list[tuple[int, int, int, int]]]:
+    """Per step, the (src, dst, first block, blocks) moves of a ReduceScatter over R ranks: src reduces its
+    partial sums of the blocks into dst, and rank i ends with the sum of block i. Bruck's AllGather
+    transposed (its steps in reverse order, every move reversed): the AllGather hands each rank each block
+    exactly once, so here each rank sends each partial sum once, after every partial sum it gets for it."""
+    return [[(dst, src, first, count) for src, dst, first, count in step]
+            for step in reversed(bruck_steps(R, mirrored))]
+
+
 def cyclic_runs(first: int, count: int, total: int) -> list[tuple[int, int]]:
     """The cyclic range first .. first + count - 1 (mod ``total``) as at most two (first, count) runs."""
     first %= total

@@ -33,9 +33,9 @@ Per block of part g:
   a node whose G GPUs all take part spreads the whole row of block j once its G parts are there, by
   recursive doubling where G is a power of two, else by Bruck's AllGather (log2 G messages per GPU instead
   of G - 1);
-- a whole late node reduces each row by recursive halving (log2 G messages per GPU), its rail-g GPU
-  sends the raw sum, gets the final block back from its broadcast partner, and the node spreads the
-  row by recursive doubling.
+- a whole late node reduces each row by recursive halving (log2 G messages per GPU; Bruck's AllGather
+  transposed where G is not a power of two), its rail-g GPU sends the raw sum, gets the final block back
+  from its broadcast partner, and the node spreads the row by recursive doubling (or Bruck's).
 
 One late GPU in a node of G GPUs, G not a power of two (``wide_applies``; NVL72 racks as nodes), may take
 the *wide* form (``_wide_row``): L reduces each block row into about sqrt(G) group leaders instead of one
@@ -73,7 +73,7 @@ from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import node_grid, pair_model
 from collsynth.synth.algorithms.stragglar import multi, waves
 from collsynth.synth.algorithms.stragglar.bcast import broadcast_rounds, copyback_cube_rounds, copyback_rounds
-from collsynth.synth.algorithms.stragglar.bruck import bruck_steps, cyclic_runs
+from collsynth.synth.algorithms.stragglar.bruck import bruck_reduce_steps, bruck_steps, cyclic_runs
 from collsynth.synth.algorithms.stragglar.listsched import Busy, common_fit
 from collsynth.synth.algorithms.stragglar.multi import Move, pack
 from collsynth.synth.algorithms.stragglar.prephase import pre_units, present_allreduce
@@ -295,11 +295,10 @@ class ClusterPlan:
         wave_node = [[int(x) for x in grid[b] if int(x) in wave] for b in range(N)]
         contrib = [b for b in range(N) if wave_node[b]]
         nb = len(self.runs)
-        pow2 = G & (G - 1) == 0
         full = [len(in_node[b]) == G for b in range(N)]  # rows spread by recursive doubling or Bruck's
         # a whole late node reduces whole rows (one late GPU: reducing per part into each root and star
         # spreads in its node measured faster than rows there)
-        fast = "node" if pow2 and len(contrib) == 1 and full[contrib[0]] and len(wave_node[contrib[0]]) == G else ""
+        fast = "node" if len(contrib) == 1 and full[contrib[0]] and len(wave_node[contrib[0]]) == G else ""
         self._fast = fast
         # one late GPU in a node of G GPUs, G not a power of two: rows in its node too (``_wide_row``)
         self.wide = self.allow_wide and wide_applies(G) and len(wave) == 1 and full[contrib[0]]
@@ -404,9 +403,16 @@ class ClusterPlan:
 
     def _gather_row(self, plans: list[PartPlan], j: int) -> None:
         """A whole late node: a recursive-halving ReduceScatter of its row j (``rows``; Thakur,
-        Rabenseifner & Gropp, IJHPCA 2005): GPU g ends with part g of the node's sum."""
+        Rabenseifner & Gropp, IJHPCA 2005), or Bruck's AllGather transposed where G is not a power of two
+        (bruck.py): GPU g ends with part g of the node's sum."""
         G = self.G
         row = [int(x) for x in self.grid[plans[0].contrib[0]]]
+        if G & (G - 1):
+            for step in bruck_reduce_steps(G, mirrored=j % 2 == 1):
+                for i, d, f, c in step:
+                    for g, w in cyclic_runs(f, c, G):
+                        self.add(row[i], row[d], *self.rowloc(g, j, w), True)
+            return
         b = G // 2
         while b >= 1:
             for h in range(G):
