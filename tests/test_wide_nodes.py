@@ -15,7 +15,7 @@ from collsynth.backends.msccl.schedule import xml_to_schedule
 from collsynth.backends.mscclpp import check_plan_text, plan_text_to_schedule
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar import cluster as cs
-from collsynth.synth.algorithms.stragglar.bruck import bruck_reduce_steps, bruck_steps, cyclic_runs
+from collsynth.synth.bruck import bruck_reduce_steps, bruck_steps, cyclic_runs
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.verify import verify

@@ -39,7 +39,7 @@ Per block of part g:
 
 One late GPU in a node of G GPUs, G not a power of two (``wide_applies``; NVL72 racks as nodes), may take
 the *wide* form (``_wide_row``): L reduces each block row into about sqrt(G) group leaders instead of one
-root per part, the leaders scatter, and L's node gathers the row by Bruck's AllGather (bruck.py) as every
+root per part, the leaders scatter, and L's node gathers the row by Bruck's AllGather (synth/bruck.py) as every
 other node does (``_row_done``): about log2 G NVLink messages per GPU and row instead of G - 1.
 ``late_gpu_plan`` builds both and keeps the faster.
 
@@ -73,11 +73,11 @@ from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import node_grid, pair_model
 from collsynth.synth.algorithms.stragglar import multi, waves
 from collsynth.synth.algorithms.stragglar.bcast import broadcast_rounds, copyback_cube_rounds, copyback_rounds
-from collsynth.synth.algorithms.stragglar.bruck import bruck_reduce_steps, bruck_steps, cyclic_runs
 from collsynth.synth.algorithms.stragglar.listsched import Busy, common_fit
 from collsynth.synth.algorithms.stragglar.multi import Move, pack
 from collsynth.synth.algorithms.stragglar.prephase import pre_units, present_allreduce
 from collsynth.synth.arrivals import arrival_vector, latest_rank
+from collsynth.synth.bruck import bruck_reduce_steps, bruck_steps, cyclic_runs
 from collsynth.synth.ir import Schedule, derived_phases
 from collsynth.synth.simulate import simulate
 from collsynth.units import parse_size
@@ -404,7 +404,7 @@ class ClusterPlan:
     def _gather_row(self, plans: list[PartPlan], j: int) -> None:
         """A whole late node: a recursive-halving ReduceScatter of its row j (``rows``; Thakur,
         Rabenseifner & Gropp, IJHPCA 2005), or Bruck's AllGather transposed where G is not a power of two
-        (bruck.py): GPU g ends with part g of the node's sum."""
+        (synth/bruck.py): GPU g ends with part g of the node's sum."""
         G = self.G
         row = [int(x) for x in self.grid[plans[0].contrib[0]]]
         if G & (G - 1):
@@ -439,7 +439,7 @@ class ClusterPlan:
             b *= 2
 
     def _bruck(self, ranks: list[int], starts: list[int], lens: list[int], r: int) -> None:
-        """Bruck's AllGather (bruck.py) of row r among ``ranks``, rank i holding the final parts starts[i] ..
+        """Bruck's AllGather (synth/bruck.py) of row r among ``ranks``, rank i holding the final parts starts[i] ..
         starts[i] + lens[i] - 1 (mod G; consecutive: each rank's run starts where the previous one's ends): about
         log2 of the ranks messages per GPU, two where a run of parts passes part G - 1."""
         R, G = len(ranks), self.G
