@@ -107,6 +107,7 @@ TARGETS: dict[str, tuple[list[str], list[str]]] = {
                         ["tests/test_topology_import.py", KS]),
     "topology-view": (["synth/topology_view.py"], ["tests/test_topology_show.py", KS]),
     "composition": (["synth/composition.py"], ["tests/test_cluster_algorithms.py", KS]),
+    "bruck": (["synth/bruck.py"], ["tests/test_wide_nodes.py", KS]),
     "registry": (["synth/registry.py", "synth/__init__.py"],
                  ["tests/test_algorithms.py", "tests/test_verify.py", KS]),
     # the rail broadcasts of the cluster forms (2026-12-02: phantom cubes, copy-back, ClusterPlan.rule), the

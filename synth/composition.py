@@ -35,6 +35,7 @@ from collsynth.synth import trees
 from collsynth.synth.ir import Schedule, ScheduleBuilder
 
 KINDS = ("ring", "rhd", "tree", "radix")  # the rail AllReduces a composition can use
+INTRA = ("ring", "radix")  # the intra-node ReduceScatter / AllGather patterns (``intra_steps``)
 RAIL_TREE_PIPELINE = 4  # pieces per tree of the rail tree (8 chunks a block): few steps, some overlap
 
 
@@ -122,6 +123,23 @@ def radix_steps(N: int) -> list[tuple[np.ndarray, np.ndarray, int, bool]]:
     return rs + ag
 
 
+IntraStep = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # per position: dst, first block, blocks, reduce
+
+
+@lru_cache(maxsize=32)
+def intra_steps(G: int, intra: str) -> tuple[list[IntraStep], list[IntraStep]]:
+    """The steps of the intra-node ReduceScatter and AllGather of pattern ``intra`` on G positions (position
+    g: local index g, ending with / starting from block g): "radix" is ``radix_steps`` on the node's GPUs
+    (ring stages over G's prime factors, one contiguous run of blocks per message: sum(f - 1) steps where
+    the ring takes G - 1, 7 instead of 71 on 72 GPUs; recursive halving and doubling where G is a power of
+    two). "ring" has no table here (``_Emitter`` shifts along the ring order)."""
+    if intra != "radix":
+        raise ValueError(f"no step table for the intra-node pattern {intra!r}")
+    steps = [(to, first, np.full(G, run, np.int64), np.full(G, up)) for to, first, run, up in radix_steps(G)]
+    half = len(steps) // 2
+    return steps[:half], steps[half:]
+
+
 @lru_cache(maxsize=32)
 def rail_tree(N: int) -> Schedule:
     """The rail pattern of kind "tree": NCCL's double binary tree AllReduce on N ranks, pipelined in
@@ -142,27 +160,39 @@ class _Sub:
     dur: float
 
 
-def chains(N: int, G: int, weights: list[int], kind: str, size: float, lm: LinkModel) -> list[list[_Sub]]:
+def intra_blocks(G: int, intra: str) -> tuple[list[int], list[int]]:
+    """The most blocks one message carries in each step of the intra-node ReduceScatter and AllGather of
+    pattern ``intra`` (``intra_steps``; the ring: one block in each of its G - 1 steps)."""
+    if intra == "ring" or G < 2:
+        return [1] * (G - 1), [1] * (G - 1)
+    rs, ag = intra_steps(G, intra)
+    return [int(st[2].max()) for st in rs], [int(st[2].max()) for st in ag]
+
+
+def chains(N: int, G: int, weights: list[int], kind: str, size: float, lm: LinkModel,
+           intra: str = "ring") -> list[list[_Sub]]:
     """Per slice, its steps in dependency order (the model's view); slice k holds weights[k]/sum of the
     buffer."""
     fracs = inter_steps(kind, N)[1] if N > 1 else []
+    rs, ag = intra_blocks(G, intra)
     W = sum(weights)
     out = []
     for k, w in enumerate(weights):
         block = size * w / (W * G)
-        nv = lm.alpha_nv + block / lm.bw_nv
-        out.append([_Sub(k, 0, t, 0, nv) for t in range(G - 1)]
+        out.append([_Sub(k, 0, t, 0, lm.alpha_nv + c * block / lm.bw_nv) for t, c in enumerate(rs)]
                    + [_Sub(k, 1, t, 1, lm.alpha_net + f * block / lm.bw_net) for t, f in enumerate(fracs)]
-                   + [_Sub(k, 2, t, 0, nv) for t in range(G - 1)])
+                   + [_Sub(k, 2, t, 0, lm.alpha_nv + c * block / lm.bw_nv) for t, c in enumerate(ag)])
     return out
 
 
 class _Emitter:
     """Adds the transfers of one _Sub to a builder (vectorised over every node or rail)."""
 
-    def __init__(self, grid: np.ndarray, local: list[int], kind: str, M: int, weights: list[int]) -> None:
+    def __init__(self, grid: np.ndarray, local: list[int], kind: str, M: int, weights: list[int],
+                 intra: str = "ring") -> None:
         N, G = grid.shape
         self.grid, self.kind, self.M, self.N, self.G = grid, kind, M, N, G
+        self.intra = intra_steps(G, intra) if intra != "ring" and G > 1 else None
         self.w = [int(x) for x in weights]  # slice k: blocks of w[k] M chunks from chunk start[k]
         self.start = np.concatenate([[0], np.cumsum(self.w)]) * G * M
         self.loc = np.asarray(local, np.int64)
@@ -200,6 +230,11 @@ class _Emitter:
         k, t, G, M = sub.slice, sub.index, self.G, self.M
         w, s0 = self.w[k], int(self.start[k])
         bm = w * M  # chunks per block of this slice; a rail "chunk" m is the run of w chunks s0 + g bm + m w
+        if sub.phase != 1 and self.intra is not None:  # a step of intra_steps in every node
+            dst, blk, runs, ups = self.intra[sub.phase // 2][t]
+            b.add_many(self.grid.ravel(), self.grid[:, dst].ravel(), np.tile(s0 + blk * bm, self.N),
+                       np.tile(runs * bm, self.N), np.tile(ups, self.N))
+            return
         if sub.phase != 1:  # intra-node ring: member i sends the block of member i-t-1 (RS) or i-t (AG)
             shift = t + 1 if sub.phase == 0 else t
             owner = self.loc[(np.arange(G) - shift) % G]
@@ -273,16 +308,18 @@ def list_schedule(chains: list[list[_Sub]]) -> tuple[list[_Sub], float]:
 
 
 def compose(grid: np.ndarray, local: list[int], weights: list[int], kind: str, lm: LinkModel, size: float,
-            meta: Mapping[str, object] | None = None) -> Schedule:
-    """The hierarchical AllReduce of ``grid`` (see the module docstring), ``meta`` added to its own."""
+            meta: Mapping[str, object] | None = None, intra: str = "ring") -> Schedule:
+    """The hierarchical AllReduce of ``grid`` (see the module docstring), ``meta`` added to its own; the
+    intra-node phases by pattern ``intra`` (INTRA)."""
     N, G = grid.shape
     n = N * G
     M = inter_steps(kind, N)[0] if N > 1 else 1
-    order, _ = list_schedule(chains(N, G, weights, kind, size, lm))
-    emit = _Emitter(grid, local, kind, M, weights)
+    order, _ = list_schedule(chains(N, G, weights, kind, size, lm, intra))
+    emit = _Emitter(grid, local, kind, M, weights, intra)
     standard = bool(np.array_equal(grid, np.arange(n).reshape(N, G)))
     desc = {"grid": None if standard else grid.tolist(), "local": [int(x) for x in local],
             "slices": [int(w) for w in weights], "inter": kind if N > 1 else "none",
+            **({"intra": intra} if intra != "ring" else {}),
             "model": {"size": size, "alpha_nv": lm.alpha_nv, "bw_nv": _finite(lm.bw_nv),
                       "alpha_net": lm.alpha_net, "bw_net": _finite(lm.bw_net)}}
     b = ScheduleBuilder("allreduce", n, sum(weights) * G * M, name=f"hierarchical_allreduce_n{n}",
@@ -297,7 +334,7 @@ def _finite(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
-def _from_meta(s: Schedule) -> tuple[np.ndarray, list[int], list[int], str, LinkModel, float] | None:
+def _from_meta(s: Schedule) -> tuple[np.ndarray, list[int], list[int], str, LinkModel, float, str] | None:
     """The composition a schedule records, or None when it records none (or a malformed one)."""
     d = s.meta.get("composition")
     if not isinstance(d, dict):
@@ -311,28 +348,31 @@ def _from_meta(s: Schedule) -> tuple[np.ndarray, list[int], list[int], str, Link
         lm = LinkModel(float(m["alpha_nv"]), inf if m["bw_nv"] is None else float(m["bw_nv"]),
                        float(m["alpha_net"]), inf if m["bw_net"] is None else float(m["bw_net"]))
         kind = "ring" if d["inter"] == "none" else str(d["inter"])
+        intra = str(d.get("intra", "ring"))  # files from before the intra-node patterns: the ring
         local = [int(x) for x in d["local"]]
         if (grid.shape != (N, G) or sorted(grid.ravel().tolist()) != list(range(s.nranks))
-                or sorted(local) != list(range(G)) or kind not in KINDS):
+                or sorted(local) != list(range(G)) or kind not in KINDS or intra not in INTRA):
             return None
         weights = [int(w) for w in d["slices"]]
         if not weights or min(weights) < 1:
             return None
-        return grid, local, weights, kind, lm, float(m["size"])
+        return grid, local, weights, kind, lm, float(m["size"]), intra
     except (KeyError, TypeError, ValueError):
         return None
 
 
-def patterns(N: int, G: int, local: list[int], kind: str) -> list[tuple[str, Schedule]]:
-    """The three patterns a composition is made of, as schedules on their own ranks: the intra-node ring
-    ReduceScatter and AllGather on G ranks (chunk j owned by local j), the rail AllReduce on N ranks."""
+def patterns(N: int, G: int, local: list[int], kind: str, intra: str = "ring") -> list[tuple[str, Schedule]]:
+    """The three patterns a composition is made of, as schedules on their own ranks: the intra-node
+    ReduceScatter and AllGather of pattern ``intra`` on G ranks (chunk j owned by local j), the rail
+    AllReduce on N ranks."""
     out: list[tuple[str, Schedule]] = []
     if G > 1:
         grid = np.arange(G).reshape(1, G)
-        emit = _Emitter(grid, local, kind, 1, [1])
+        emit = _Emitter(grid, local, kind, 1, [1], intra)
+        counts = [len(x) for x in intra_blocks(G, intra)]
         for phase, coll in ((0, "reducescatter"), (2, "allgather")):
             b = ScheduleBuilder(coll, G, G, name=f"node-{coll}", owner=list(range(G)))
-            for t in range(G - 1):
+            for t in range(counts[phase // 2]):
                 b.new_step()
                 emit(b, _Sub(0, phase, t, 0, 0.0))
             out.append((f"intra-node {coll} on {G} ranks", b.build()))
@@ -353,24 +393,25 @@ def verify_composed(s: Schedule, flat: Callable[[Schedule], tuple[bool, str]]) -
     got = _from_meta(s)
     if got is None or s.collective != "allreduce":
         return None
-    grid, local, weights, kind, lm, size = got
+    grid, local, weights, kind, lm, size, intra = got
     N, G = grid.shape
-    want = compose(grid, local, weights, kind, lm, size)
+    want = compose(grid, local, weights, kind, lm, size, intra=intra)
     same = (want.nranks == s.nranks and want.nchunks == s.nchunks and want.nsteps == s.nsteps
             and not s.phases and all(np.array_equal(getattr(want, c), getattr(s, c))
                                      for c in ("step", "src", "dst", "chunk", "count", "reduce")))
     if not same:
         return None
-    order, _ = list_schedule(chains(N, G, weights, kind, size, lm))
+    order, _ = list_schedule(chains(N, G, weights, kind, size, lm, intra))
     last: dict[int, tuple[int, int]] = {}
     for sub in order:  # (c): every slice in phase order
         key = (sub.phase, sub.index)
         if sub.slice in last and key <= last[sub.slice]:
             return False, f"FAIL slice {sub.slice}: step ({sub.phase}, {sub.index}) out of phase order"
         last[sub.slice] = key
-    for what, p in patterns(N, G, local, kind):
+    for what, p in patterns(N, G, local, kind, intra):
         ok, msg = flat(p)
         if not ok:
             return False, f"FAIL {what}: {msg}"
-    return True, (f"by composition: {N} nodes x {G} GPUs, {len(weights)} slices; intra-node ReduceScatter/AllGather "
-                  f"and rail {kind} AllReduce each proved exactly, transfers identical to their composition")
+    return True, (f"by composition: {N} nodes x {G} GPUs, {len(weights)} slices; intra-node {intra} "
+                  f"ReduceScatter/AllGather and rail {kind} AllReduce each proved exactly, transfers identical to "
+                  "their composition")

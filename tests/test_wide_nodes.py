@@ -156,8 +156,8 @@ def test_the_wide_form_lowers_to_a_plan_and_xml_that_check(tmp_path):
 def test_a_late_node_of_any_size_reduces_and_gathers_by_bruck(N, G):
     """A whole late node whose G is not a power of two reduces each row by Bruck's AllGather transposed and
     gathers it by Bruck's (log2 G NVLink messages per GPU and row, not G - 1 star reductions and spreads):
-    verified; at 2 x 24 and 900 GB/s it beats the synchronous schedule (2.40 against 2.87 ms; before,
-    hierarchical was returned)."""
+    verified; at 2 x 24 and 900 GB/s it beats the synchronous schedule (2.40 ms against hierarchical's 2.47
+    with radix steps in the node, 2.87 with the ring; before, hierarchical was returned)."""
     n, M = N * G, 2
     t = cluster(N, G, bw_nv=900e9, a_nv=3.4e-6, a_net=14e-6)
     times = np.zeros(n)
@@ -173,4 +173,4 @@ def test_a_late_node_of_any_size_reduces_and_gathers_by_bruck(N, G):
         hier = build_schedule("hierarchical", n, size=GiB, topology=t)
         assert s.meta["form"] == "node" and verify(s).ok
         ours = simulate(s, GiB, t, times).after_last_arrival_s
-        assert ours < 0.9 * simulate(hier, GiB, t, times).after_last_arrival_s
+        assert ours < simulate(hier, GiB, t, times).after_last_arrival_s and hier.meta["intra"] == "radix"

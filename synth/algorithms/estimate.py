@@ -58,7 +58,7 @@ from collsynth.synth.algorithms.stragglar import prephase
 from collsynth.synth.algorithms.stragglar import waves as stragglar_waves
 from collsynth.synth.algorithms.stragglar.tables import stored_sizes
 from collsynth.synth.arrivals import arrival_vector
-from collsynth.synth.composition import inter_steps
+from collsynth.synth.composition import inter_steps, intra_blocks
 from collsynth.synth.verify import FLAT_BYTES, flat_table_bytes
 
 SEARCH_S_PER_N2 = 8e-5  # StragglAR's phase-2 design search: about this many seconds x n^2
@@ -128,13 +128,19 @@ def _hierarchical(n: int, pipe: Any, topology: Any, size: Any) -> Work:
     grid = node_grid(topology, n)
     N, G = grid.shape
     s_bytes = hierarchical.DEFAULT_SIZE if size is None else float(size)
-    w, kind, _ = hierarchical.cached_plan(n, grid, s_bytes, hierarchical.link_model(topology, grid), pipe)
+    w, kind, _, intra = hierarchical.cached_plan(n, grid, s_bytes, hierarchical.link_model(topology, grid), pipe)
     M, fracs = inter_steps(kind, N)
-    per = 2 * (G - 1) + len(fracs)
+    per = hierarchical.node_steps(G, intra) + len(fracs)
     t = len(w) * per * n
     moves = n * M * sum(w) * (2 * (G - 1)) + int(n * M * sum(w) * sum(fracs)) + t
     chunks = sum(w) * G * M
-    return Work(n, chunks, len(w) * per, t, moves, composed=flat_table_bytes(n, chunks) > FLAT_BYTES)
+    # an intra-node step of the radix pattern moves up to G / f_1 blocks per transfer, where the ring moves one:
+    # the simulator's per-step temporaries grow with them (hierarchical at 1,024 GPUs on h100-cluster, 1 GiB:
+    # 2.1 million chunk moves in its largest step, 59 MB traced above the ring's estimate: 28 bytes each)
+    run = max(max(intra_blocks(G, intra)[0], default=1), 1)
+    extra = STEP_MOVE_BYTES * n * (run - 1) * max(w) * M
+    return Work(n, chunks, len(w) * per, t, moves, extra_bytes=extra,
+                composed=flat_table_bytes(n, chunks) > FLAT_BYTES)
 
 
 def _pipeline_k(n: int, pipeline: Any, kmax: int) -> int:
@@ -153,6 +159,7 @@ def _stragglar(n: int, k: int, always: bool = False) -> Work:
                 stragglar_search_seconds(n, always))
 
 
+STEP_MOVE_BYTES = 40  # hierarchical: bytes per chunk move of its largest intra-node step beyond one block (28 traced)
 PER_FORM_S = 0.01  # multistraggler: the fixed cost of one candidate form (build, retime, simulate)
 # multistraggler's builder holds its forms' moves as Python objects (the best form, the one being built and
 # its retimed order): measured 780-830 bytes per transfer of the result at 64-256 ranks with 4 late ranks,

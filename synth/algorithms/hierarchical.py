@@ -39,7 +39,17 @@ import numpy as np
 from collsynth import budget
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import check_topology, cluster_meta, intra_order, node_grid, pair_model
-from collsynth.synth.composition import KINDS, LinkModel, chains, compose, inter_steps, list_schedule, radix_applies
+from collsynth.synth.composition import (
+    INTRA,
+    KINDS,
+    LinkModel,
+    chains,
+    compose,
+    inter_steps,
+    intra_blocks,
+    list_schedule,
+    radix_applies,
+)
 from collsynth.synth.ir import Schedule
 
 DEFAULT_SIZE = float(2**30)
@@ -72,39 +82,48 @@ def profiles(K: int) -> list[list[int]]:
     return out
 
 
+def node_steps(G: int, intra: str) -> int:
+    """The steps of the intra-node ReduceScatter and AllGather of pattern ``intra`` together."""
+    return sum(len(x) for x in intra_blocks(G, intra))
+
+
 def plan(n: int, grid: np.ndarray, size: float, lm: LinkModel, pipeline: int | str,
-         kinds: tuple[str, ...] = KINDS) -> tuple[list[int], str, float]:
-    """(slice weights, inter-node algorithm, modelled seconds): the model's best among ``kinds`` for
-    K in PIPELINES (or the given K) and the weight profiles of K."""
+         kinds: tuple[str, ...] = KINDS) -> tuple[list[int], str, float, str]:
+    """(slice weights, inter-node algorithm, modelled seconds, intra-node pattern): the model's best among
+    ``kinds`` and the intra-node patterns (composition.INTRA: the ring, or log2 G steps of recursive halving
+    and doubling / Bruck's, whose fewer start-ups matter on large nodes) for K in PIPELINES (or the given
+    K) and the weight profiles of K; ties keep the ring."""
     N, G = grid.shape
     kinds = kinds[:1] if N <= 2 else tuple(k for k in kinds if (k != "ring" or N <= RING_MAX_NODES)
                                            and (k != "radix" or radix_applies(N))) or kinds[:1]
-    best: tuple[float, int, int, str, list[int]] | None = None
+    best: tuple[float, int, int, int, str, list[int], str] | None = None
     ks = (PIPELINES if N > 1 else (1,)) if pipeline == "auto" else (int(pipeline),)  # one node: nothing to overlap
+    intras = INTRA if G > 2 and N > 1 else INTRA[:1]  # one node: the ring (the radix algorithm is its own)
     for kind in kinds:
         M = inter_steps(kind, N)[0] if N > 1 else 1
-        steps = 2 * (G - 1) + (len(inter_steps(kind, N)[1]) if N > 1 else 0)
-        for K in ks:
-            for w in profiles(K):
-                C = sum(w) * G * M
-                if pipeline == "auto" and K > 1 and (K * steps * n > MAX_TRANSFERS or 16 * n * C > SIM_BYTES
-                                                        or size / C < ELEMENT_BYTES):
-                    continue
-                if pipeline != "auto" and sum(w) > K and (16 * n * C > SIM_BYTES or size / C < ELEMENT_BYTES):
-                    continue
-                _, t = list_schedule(chains(N, G, w, kind, size, lm))
-                key = (t, K, sum(w), kind, w)
-                if best is None or key < best:
-                    best = key
+        for pref, intra in enumerate(intras):
+            steps = node_steps(G, intra) + (len(inter_steps(kind, N)[1]) if N > 1 else 0)
+            for K in ks:
+                for w in profiles(K):
+                    C = sum(w) * G * M
+                    if pipeline == "auto" and K > 1 and (K * steps * n > MAX_TRANSFERS or 16 * n * C > SIM_BYTES
+                                                            or size / C < ELEMENT_BYTES):
+                        continue
+                    if pipeline != "auto" and sum(w) > K and (16 * n * C > SIM_BYTES or size / C < ELEMENT_BYTES):
+                        continue
+                    _, t = list_schedule(chains(N, G, w, kind, size, lm, intra))
+                    key = (t, pref, K, sum(w), kind, w, intra)
+                    if best is None or key < best:
+                        best = key
     assert best is not None
-    return best[4], best[3], best[0]
+    return best[5], best[4], best[0], best[6]
 
 
-_PLANS: dict[tuple[Any, ...], tuple[list[int], str, float]] = {}
+_PLANS: dict[tuple[Any, ...], tuple[list[int], str, float, str]] = {}
 
 
 def cached_plan(n: int, grid: np.ndarray, size: float, lm: LinkModel, pipeline: int | str,
-                kinds: tuple[str, ...] = KINDS) -> tuple[list[int], str, float]:
+                kinds: tuple[str, ...] = KINDS) -> tuple[list[int], str, float, str]:
     """``plan``, remembered for the same arguments (the budget estimate and the build ask for the same plan;
     up to 64 kept)."""
     key = (n, grid.shape, grid.tobytes(), float(size), lm, str(pipeline), kinds)
@@ -113,7 +132,7 @@ def cached_plan(n: int, grid: np.ndarray, size: float, lm: LinkModel, pipeline: 
         if len(_PLANS) >= 64:
             _PLANS.clear()
         got = _PLANS[key] = plan(n, grid, size, lm, pipeline, kinds)
-    return list(got[0]), got[1], got[2]
+    return list(got[0]), got[1], got[2], got[3]
 
 
 def build(n: int, collective: str = "allreduce", topology: Any = None, size: float | None = None,
@@ -138,16 +157,17 @@ def assemble(n: int, topology: Any, size: float, pipeline: int | str = "auto",
     grid = node_grid(topology, n)
     N, G = grid.shape
     lm = link_model(topology, grid)
-    weights, kind, model_s = cached_plan(n, grid, s, lm, pipeline, kinds)
+    weights, kind, model_s, intra = cached_plan(n, grid, s, lm, pipeline, kinds)
     K = len(weights)
     M = inter_steps(kind, N)[0] if N > 1 else 1
-    transfers = n * (2 * (G - 1) + (len(inter_steps(kind, N)[1]) if N > 1 else 0)) * K
+    transfers = n * (node_steps(G, intra) + (len(inter_steps(kind, N)[1]) if N > 1 else 0)) * K
     # the columns (built and sorted), the simulator's per-(rank, chunk) state; verification is by composition
     # or budget-checked by the flat verifier itself
     hint = "use fewer GPUs" + (" or --pipeline 1" if K > 1 else "")
     budget.check(200 * transfers + 16 * n * sum(weights) * G * M, f"hierarchical on {n} ranks "
                  f"({transfers} transfers, {sum(weights) * G * M} chunks)", hint=hint)
     meta: dict[str, object] = {"algorithm": "hierarchical", "nodes": N, "gpus_per_node": G, "pipeline": K,
-                               "inter": kind if N > 1 else "none", "model_s": model_s, "slice_weights": weights}
+                               "inter": kind if N > 1 else "none", "intra": intra, "model_s": model_s,
+                               "slice_weights": weights}
     meta.update(cluster_meta(topology, grid))
-    return compose(grid, intra_order(topology, grid), weights, kind, lm, s, meta)
+    return compose(grid, intra_order(topology, grid), weights, kind, lm, s, meta, intra)
