@@ -106,7 +106,7 @@ TARGETS: dict[str, tuple[list[str], list[str]]] = {
     "topology-import": (sorted(glob.glob("synth/topology_import/*.py", root_dir=ROOT)),
                         ["tests/test_topology_import.py", KS]),
     "topology-view": (["synth/topology_view.py"], ["tests/test_topology_show.py", KS]),
-    "composition": (["synth/composition.py"], ["tests/test_cluster_algorithms.py", KS]),
+    "composition": (["synth/composition.py"], ["tests/test_cluster_algorithms.py", "tests/test_hierarchical_intra.py", KS]),
     "bruck": (["synth/bruck.py"], ["tests/test_wide_nodes.py", KS]),
     "registry": (["synth/registry.py", "synth/__init__.py"],
                  ["tests/test_algorithms.py", "tests/test_verify.py", KS]),
