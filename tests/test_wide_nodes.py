@@ -155,9 +155,11 @@ def test_the_wide_form_lowers_to_a_plan_and_xml_that_check(tmp_path):
 @pytest.mark.parametrize("N,G", [(2, 6), (3, 5), (2, 24)])
 def test_a_late_node_of_any_size_reduces_and_gathers_by_bruck(N, G):
     """A whole late node whose G is not a power of two reduces each row by Bruck's AllGather transposed and
-    gathers it by Bruck's (log2 G NVLink messages per GPU and row, not G - 1 star reductions and spreads):
-    verified; at 2 x 24 and 900 GB/s it beats the synchronous schedule (2.40 ms against hierarchical's 2.47
+    gathers it by Bruck's, or by the mixed-radix steps where G's factors give no more steps (``radix_node``: 6
+    and 24, not the prime 5): log2 G NVLink messages per GPU and row, not G - 1 star reductions and spreads;
+    verified; at 2 x 24 and 900 GB/s it beats the synchronous schedule (2.35 ms against hierarchical's 2.47
     with radix steps in the node, 2.87 with the ring; before, hierarchical was returned)."""
+    assert cs.radix_node(G) == (G in (6, 24)) and cs.radix_node(72) and not cs.radix_node(40)
     n, M = N * G, 2
     t = cluster(N, G, bw_nv=900e9, a_nv=3.4e-6, a_net=14e-6)
     times = np.zeros(n)
