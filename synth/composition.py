@@ -15,8 +15,8 @@ identical to the schedule's columns, so the schedule is exactly the composition;
 patterns with the flat verifier on their own small rank sets: the intra-node ReduceScatter and AllGather
 on G ranks with the recorded ``intra`` pattern (one chunk per block: every transfer of a phase moves
 whole blocks, so each chunk of a block follows the same pattern) and the rail AllReduce on N ranks with
-its M chunks; (c) it checks that every slice's steps come in phase order (all of its ReduceScatter, then its rail steps, then its
-AllGather). Different slices and blocks use disjoint chunks, so they cannot interfere. Then by (b)
+its M chunks; (c) it checks that every slice's steps come in phase order (all of its ReduceScatter, then
+its rail steps, then its AllGather). Different slices and blocks use disjoint chunks, so they cannot interfere. Then by (b)
 after phase 1 GPU (a, g) holds block (k, g) summed exactly once over node a; the rail AllReduce
 treats these N node sums as its N contributions and leaves their sum, every rank's contribution
 exactly once, at every GPU of rail g; the AllGather copies block (k, g) to every GPU of the node.
