@@ -9,17 +9,17 @@ each block among the N GPUs of its rail (ring, recursive halving-doubling or the
 tree of synth/trees.py), (3) an AllGather inside every node by the same pattern as (1), in the order a
 list-scheduling model starts them. The schedule records the composition in ``meta["composition"]``.
 
-``verify_composed`` proves such a schedule without the flat verifier's n x chunks x n bit sets (about
-68 GB at 8,192 GPUs): (a) it regenerates the transfers from the recorded composition and checks they are
-identical to the schedule's columns, so the schedule is exactly the composition; (b) it proves the three
-patterns with the flat verifier on their own small rank sets: the intra-node ReduceScatter and AllGather
-on G ranks with the recorded ``intra`` pattern (one chunk per block: every transfer of a phase moves
-whole blocks, so each chunk of a block follows the same pattern) and the rail AllReduce on N ranks with
-its M chunks; (c) it checks that every slice's steps come in phase order (all of its ReduceScatter, then
-its rail steps, then its AllGather). Different slices and blocks use disjoint chunks, so they cannot interfere. Then by (b)
-after phase 1 GPU (a, g) holds block (k, g) summed exactly once over node a; the rail AllReduce
-treats these N node sums as its N contributions and leaves their sum, every rank's contribution
-exactly once, at every GPU of rail g; the AllGather copies block (k, g) to every GPU of the node.
+``verify_composed`` proves such a schedule without the flat verifier's n x chunks x n bit sets (about 68 GB
+at 8,192 GPUs): (a) it regenerates the transfers from the recorded composition and checks they are identical
+to the schedule's columns, so the schedule is exactly the composition; (b) it proves the three patterns with
+the flat verifier on their own small rank sets: the intra-node ReduceScatter and AllGather on G ranks with
+the recorded ``intra`` pattern (one chunk per block: every transfer of a phase moves whole blocks, so each
+chunk of a block follows the same pattern) and the rail AllReduce on N ranks with its M chunks; (c) it
+checks that every slice's steps come in phase order (all of its ReduceScatter, then its rail steps, then its
+AllGather). Different slices and blocks use disjoint chunks, so they cannot interfere. Then by (b) after
+phase 1 GPU (a, g) holds block (k, g) summed exactly once over node a; the rail AllReduce treats these N
+node sums as its N contributions and leaves their sum, every rank's contribution exactly once, at every GPU
+of rail g; the AllGather copies block (k, g) to every GPU of the node.
 """
 
 from __future__ import annotations
