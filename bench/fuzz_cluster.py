@@ -1,5 +1,6 @@
 """A seeded campaign of clusterstraggler builds on clusters (issue 15): random node counts, late ranks (one GPU,
-a whole node, or 2 to 8 ranks), delays and sizes on ``h100-cluster`` and on a topology JSON of 4-GPU nodes.
+a whole node, or 2 to 8 ranks), delays and sizes on ``h100-cluster`` and on a topology JSON of 4-GPU nodes
+(``--json-gpus``: other node sizes, e.g. 6, 12 or 24, where the wide form and Bruck's steps apply).
 Each case is built with pipeline "auto", verified with its topology's per-class ports and simulated; it must
 complete no later than hierarchical (clusterstraggler always weighs the synchronous schedule with a late rank;
 above waves.SEARCH_MAX_GPUS GPUs for several late ranks since 2026-12-04), and both must complete no earlier
@@ -8,7 +9,7 @@ schedules of up to EMIT_MAX_GPUS GPUs are also emitted as an MSCCL XML file and 
 by its emitter; a CollsynthError naming a limit is a clean answer, any other exception a failure). Prints one
 JSON line per case that fails (exception, unverified, slower, under the bound) and a summary.
 
-    python bench/fuzz_cluster.py [--cases 100] [--seed 1] [--max-nodes 16] [--emit]
+    python bench/fuzz_cluster.py [--cases 100] [--seed 1] [--max-nodes 16] [--emit] [--json-gpus 4]
 """
 
 from __future__ import annotations
@@ -36,14 +37,14 @@ from collsynth.synth.verify import verify
 EMIT_MAX_GPUS = 32
 
 
-def case(rng: np.random.Generator, max_nodes: int, tmp: str) -> dict[str, object]:
+def case(rng: np.random.Generator, max_nodes: int, tmp: str, json_gpus: list[int]) -> dict[str, object]:
     N = int(rng.integers(2, max_nodes + 1))
     if rng.random() < 0.7:
         G, topo = 8, make_topology("h100-cluster", 8 * N)
     else:
-        G = 4
-        path = json_topology(4 * N, os.path.join(tmp, f"t{N}.json"), 4, "300GB/s", "25GB/s", "fuzz")
-        topo = make_topology(path, 4 * N)
+        G = json_gpus[int(rng.integers(len(json_gpus)))] if len(json_gpus) > 1 else json_gpus[0]
+        path = json_topology(G * N, os.path.join(tmp, f"t{N}x{G}.json"), G, "300GB/s", "25GB/s", "fuzz")
+        topo = make_topology(path, G * N)
     n = G * N
     size = float(rng.choice([2**20, 2**26, 2**30]))
     kind = rng.choice(["gpu", "node", "several"])
@@ -64,12 +65,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--max-nodes", type=int, default=16)
     ap.add_argument("--emit", action="store_true", help="also emit MSCCL XML and MSCCL++ plans (up to 32 GPUs)")
+    ap.add_argument("--json-gpus", default="4",
+                    help="GPUs per node of the topology-JSON cases, comma-separated (e.g. 4,6,12,24)")
     a = ap.parse_args()
+    json_gpus = [int(x) for x in a.json_gpus.split(",") if x.strip()]
     rng = np.random.default_rng(a.seed)
     bad, forms, emitted, t0 = [], {}, {"ok": 0, "refused": 0}, time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(a.cases):
-            c = case(rng, a.max_nodes, tmp)
+            c = case(rng, a.max_nodes, tmp, json_gpus)
             n, topo, size, arr = c["n"], c["topology"], c["size"], c["arrivals"]
             label = {"i": i, "n": n, "gpus_per_node": c["G"], "size": size, "kind": c["kind"],
                      "arrivals": {str(k): round(v, 6) for k, v in sorted(arr.items())}}  # type: ignore[union-attr]

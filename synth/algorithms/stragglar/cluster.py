@@ -413,10 +413,7 @@ class ClusterPlan:
             self._radix(row, j, 0)
             return
         if G & (G - 1):
-            for step in bruck_reduce_steps(G, mirrored=j % 2 == 1):
-                for i, d, f, c in step:
-                    for g, w in cyclic_runs(f, c, G):
-                        self.add(row[i], row[d], *self.rowloc(g, j, w), True)
+            self._bruck(row, list(range(G)), [1] * G, j, reduce=True)
             return
         b = G // 2
         while b >= 1:
@@ -453,15 +450,17 @@ class ClusterPlan:
             for h in range(self.G):
                 self.add(row[h], row[int(dst[h])], *self.rowloc(int(blk[h]), r, int(runs[h])), phase == 0)
 
-    def _bruck(self, ranks: list[int], starts: list[int], lens: list[int], r: int) -> None:
+    def _bruck(self, ranks: list[int], starts: list[int], lens: list[int], r: int, reduce: bool = False) -> None:
         """Bruck's AllGather (synth/bruck.py) of row r among ``ranks``, rank i holding the final parts starts[i] ..
         starts[i] + lens[i] - 1 (mod G; consecutive: each rank's run starts where the previous one's ends): about
-        log2 of the ranks messages per GPU, two where a run of parts passes part G - 1."""
+        log2 of the ranks messages per GPU, two where a run of parts passes part G - 1. ``reduce``: its
+        transpose, the ReduceScatter that leaves rank i the sum of its parts."""
         R, G = len(ranks), self.G
-        for step in bruck_steps(R, mirrored=r % 2 == 1):  # the two-message ranges fall on other ranks
+        steps = bruck_reduce_steps if reduce else bruck_steps
+        for step in steps(R, mirrored=r % 2 == 1):  # the two-message ranges fall on other ranks
             for i, d, f, c in step:
                 for g, w in cyclic_runs(starts[f], sum(lens[(f + k) % R] for k in range(c)), G):
-                    self.add(ranks[i], ranks[d], *self.rowloc(g, r, w), False)
+                    self.add(ranks[i], ranks[d], *self.rowloc(g, r, w), reduce)
 
     def _wide_row(self, p: PartPlan, j: int) -> None:
         """Block row j of one late GPU L in node a of G GPUs, G not a power of two (two GB200 NVL72 racks as
@@ -482,16 +481,17 @@ class ClusterPlan:
         ranks = [row[g] for g in starts]
         size = math.isqrt(R - 1) + 1  # ceil(sqrt(R))
         groups = [[(j + t + u) % R for u in range(min(size, R - t))] for t in range(0, R, size)]
-        for grp in groups:  # L's reductions first: its NVLink port sets the pace of the row
-            for g, w in cyclic_runs(starts[grp[0]], sum(lens[i] for i in grp), G):
-                self.add(L, ranks[grp[0]], *self.rowloc(g, r, w), True)
+        spans = [[self.rowloc(g, r, w) for g, w in cyclic_runs(starts[grp[0]], sum(lens[i] for i in grp), G)]
+                 for grp in groups]  # each group's parts: (first chunk, count), two where they pass part G - 1
+        for grp, span in zip(groups, spans):  # L's reductions first: its NVLink port sets the pace of the row
+            for c, w in span:
+                self.add(L, ranks[grp[0]], c, w, True)
         for grp in groups:
             for i in grp[1:]:
                 for g, w in cyclic_runs(starts[i], lens[i], G):
                     self.add(ranks[grp[0]], ranks[i], *self.rowloc(g, r, w), False)
-        for grp in groups:  # the group holding part l after L's last raw send of it (``_side_work``)
-            back = [(ranks[grp[0]], L, *self.rowloc(g, r, w), False)
-                    for g, w in cyclic_runs(starts[grp[0]], sum(lens[i] for i in grp), G)]
+        for grp, span in zip(groups, spans):  # the group holding part l after L's last raw send of it
+            back = [(ranks[grp[0]], L, c, w, False) for c, w in span]
             if R - 1 in grp:
                 self._wide_back[j] = back
             else:
