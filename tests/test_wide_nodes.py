@@ -91,7 +91,7 @@ def test_wide_form_verifies_for_any_late_index(N, G, L):
     r = verify(s)
     assert r.ok, r.message
     R = G - 1
-    groups = -(-R // (math.isqrt(R - 1) + 1))
+    groups = -(-R // cs.wide_group(R))
     assert nvlink_sends(plan, L, 0.05) <= M * (groups + 1)  # one reduction per group (a wrapped group: two)
     star = cs.merged_plan(t, n, times, GiB, M, runs, runs, [L])
     assert not star.wide and nvlink_sends(star, L, 0.05) >= M * (G - 1)  # one per root and block
@@ -106,6 +106,7 @@ def test_powers_of_two_keep_the_star_form():
     star = cs.merged_plan(t, n, times, GiB, 4, runs, runs, [5])
     assert not wide.wide and wide.to_schedule("x", {}).to_json() == star.to_schedule("x", {}).to_json()
     assert not cs.wide_applies(8) and not cs.wide_applies(2) and cs.wide_applies(6) and cs.wide_applies(72)
+    assert [cs.wide_group(R) for R in (2, 5, 9, 10, 71)] == [2, 3, 3, 4, 9]  # ceil(sqrt(R)): 8 groups of 71 peers
 
 
 @pytest.mark.parametrize("N,G", [(2, 24), (4, 24), (2, 40)])

@@ -479,7 +479,7 @@ class ClusterPlan:
         starts = [(own + 1 + i) % G for i in range(R)]
         lens = [1] * (R - 1) + [2]
         ranks = [row[g] for g in starts]
-        size = math.isqrt(R - 1) + 1  # ceil(sqrt(R))
+        size = wide_group(R)
         groups = [[(j + t + u) % R for u in range(min(size, R - t))] for t in range(0, R, size)]
         spans = [[self.rowloc(g, r, w) for g, w in cyclic_runs(starts[grp[0]], sum(lens[i] for i in grp), G)]
                  for grp in groups]  # each group's parts: (first chunk, count), two where they pass part G - 1
@@ -659,19 +659,26 @@ def wide_applies(G: int) -> bool:
     return G > 2 and G & (G - 1) != 0
 
 
+def wide_group(R: int) -> int:
+    """Peers per group of the wide form (``_wide_row``) with R peers: ceil(sqrt(R)), so that the late GPU's
+    reductions (one per group) and a leader's scatter (one per member) are about as many."""
+    return math.isqrt(R - 1) + 1
+
+
 def wide_estimate(N: int, G: int, rows: list[float], model: tuple[float, ...]) -> float:
     """Alpha-beta estimate of the time after one late GPU's arrival in the wide form (``_wide_row``; ``rows``:
     the bytes of each block row): the largest of the late GPU's NVLink port (a reduction per group of about
     sqrt(G) peers and the row), its node's AllGather (per row the Bruck steps and (G - 1)/G of the row, plus
     the scatter and copy back of that row's leaders: the AllGather waits for its slowest member) and the NIC
     path (a block per row and the broadcast's further hops), then the last row's NIC block and AllGather in
-    the other nodes. Fitted by nothing; within 10% of the simulator on 2-4 nodes of 6-72 GPUs at 450 and 900
-    GB/s NVLink and 2-16 blocks per part (docs/stragglar.md section 9, "Large NVLink domains as nodes")."""
+    the other nodes. Within 10% of the simulator on 2-4 nodes of 6-72 GPUs at 450 and 900
+    GB/s NVLink and 2-16 blocks per part, with no fitted constant (docs/stragglar.md section 9, "Large NVLink
+    domains as nodes")."""
     a_nv, b_nv, a_net, b_net = model
     if not rows:
         return 0.0
     R = G - 1
-    size = math.isqrt(R - 1) + 1
+    size = wide_group(R)
     groups = -(-R // size)
     steps = math.ceil(math.log2(R))
     hops = math.ceil(math.log2(N)) if N > 1 else 0
