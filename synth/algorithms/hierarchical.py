@@ -96,9 +96,9 @@ def node_steps(G: int, intra: str) -> int:
 def plan(n: int, grid: np.ndarray, size: float, lm: LinkModel, pipeline: int | str,
          kinds: tuple[str, ...] = KINDS) -> tuple[list[int], str, float, str]:
     """(slice weights, inter-node algorithm, modelled seconds, intra-node pattern): the model's best among
-    ``kinds`` and the intra-node patterns (composition.INTRA: the ring, or log2 G steps of recursive halving
-    and doubling / Bruck's, whose fewer start-ups matter on large nodes) for K in PIPELINES (or the given
-    K) and the weight profiles of K; ties keep the ring."""
+    ``kinds`` and the intra-node patterns (composition.INTRA: the ring, or the mixed-radix steps, sum(f - 1)
+    over G's prime factors, log2 G for a power of two, whose fewer start-ups matter on large nodes; on more
+    than one node) for K in PIPELINES (or the given K) and the weight profiles of K; ties keep the ring."""
     N, G = grid.shape
     kinds = kinds[:1] if N <= 2 else tuple(k for k in kinds if (k != "ring" or N <= RING_MAX_NODES)
                                            and (k != "radix" or radix_applies(N))) or kinds[:1]
