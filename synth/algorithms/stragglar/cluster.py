@@ -170,6 +170,8 @@ class ClusterPlan:
         self.wide = False  # merge's state: it does (``_wide_row``)
         self._wide_back: dict[int, list[tuple[int, int, int, int, bool]]] = {}  # _wide_row's copies back to L
         self._wide_bruck: dict[int, tuple[list[int], list[int], list[int], int]] = {}  # block -> _bruck's arguments
+        self._sim: tuple[tuple[Any, ...], Any] | None = None  # ``simulated``: (arguments, result)
+        self._own_part = 0  # merge's state: the part of the first late GPU (``_root_spreads`` when wide)
 
     def add(self, src: int, dst: int, chunk: int, count: int, reduce: bool) -> None:
         """Append one move and its start in a list-scheduling model (one NVLink and one NIC port per GPU
@@ -209,6 +211,14 @@ class ClusterPlan:
             w[ld:ld + count] = [end] * count
             rd[ls:ls + count] = [x if x > end else end for x in rd[ls:ls + count]]
         self.est.append(t)
+
+    def simulated(self, size: float, topology: Any, times: np.ndarray) -> Any:
+        """The simulator's result for the plan's schedule (``probe``), remembered for the same arguments: the
+        form choice (``late_gpu_plan``), ``fit_delay`` and ``fastest`` ask for the same plan's."""
+        key = (float(size), id(topology), np.asarray(times, np.float64).tobytes(), len(self.atoms))
+        if self._sim is None or self._sim[0] != key:
+            self._sim = (key, simulate(self.to_schedule("probe", {}), size, topology, times))
+        return self._sim[1]
 
     def ordered(self) -> list[list[Move]]:
         """The moves by modelled start (generation order on ties)."""
@@ -304,6 +314,7 @@ class ClusterPlan:
         self._fast = fast
         # one late GPU in a node of G GPUs, G not a power of two: rows in its node too (``_wide_row``)
         self.wide = self.allow_wide and wide_applies(G) and len(wave) == 1 and full[contrib[0]]
+        self._own_part = int(self.local[min(wave)])  # the late GPU's part (``_root_spreads`` when wide)
         self._rowcnt = {}
         plans = [self._part_plan(g, contrib, in_node, act_node, wave_node, active) for g in range(G)]
         roots = {p.root_node for p in plans}
@@ -392,7 +403,7 @@ class ClusterPlan:
     def _root_spreads(self, plans: list[PartPlan], j: int) -> None:
         """The star spreads of block j in the root's node once the root holds it (not fast)."""
         if self.wide:  # the copies back to L of the rows whose block of part l L has sent raw (_wide_row)
-            own = plans[int(self.local[plans[0].wave_node[plans[0].contrib[0]]][0])]
+            own = plans[self._own_part]
             for k in [k for k in self._wide_back if own.last[k] < own.emitted]:
                 for mv in self._wide_back.pop(k):
                     self.add(*mv)
@@ -809,7 +820,7 @@ def late_gpu_plan(topology: Any, n: int, times: np.ndarray, size: float, L: int,
         plan = merged_plan(topology, n, times, size, M, runs, rows, [L], wide=form == "wide")
         if len(cands) == 1:
             return plan, est
-        t = simulate(plan.to_schedule("probe", {}), size, topology, times).completion_s
+        t = plan.simulated(size, topology, times).completion_s
         if best is None or t < best[0] * (1 - 1e-9):
             best = (t, plan, est)
     assert best is not None
@@ -887,12 +898,12 @@ def fit_delay(plan: ClusterPlan, topology: Any, n: int, times: np.ndarray, size:
     and the fastest plan in the simulator is kept (ties keep the earlier). Issue 15 point 1: "choose by the
     model and the expected delay" (h100-cluster 32 x 8, 1 GiB, rank 5 late by 10 ms: 32 blocks 4.222 ms
     after the arrival, 28 blocks 3.699 ms)."""
-    res = simulate(plan.to_schedule("probe", {}), size, topology, times)
+    res = plan.simulated(size, topology, times)
     if not spilled(res.after_last_arrival_s, estimate):
         return plan
     fewer = sorted((u for u in UNITS if u < plan.M // plan.units_per_block), reverse=True)[:SPILL_TRIES]
     return fastest(plan, [partial(merged_plan, topology, n, times, size, m, make_runs(m, 1, m), make_runs(m, 1, m),
-                                  late, wide=plan.allow_wide) for m in fewer], size, topology, times, res.completion_s)
+                                  late, wide=plan.allow_wide) for m in fewer], size, topology, times)
 
 
 def late_node_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int, runs: list[tuple[int, int]],
@@ -909,13 +920,14 @@ def late_node_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int
 
 
 def fastest(plan: ClusterPlan, alternatives: list[Callable[[], ClusterPlan]], size: float, topology: Any,
-            times: np.ndarray, plan_s: float | None = None) -> ClusterPlan:
-    """The plan of ``plan`` (its completion ``plan_s`` when already simulated) and the ``alternatives``
-    (built one at a time) that completes first in the simulator; ties keep the earlier."""
-    best = simulate(plan.to_schedule("probe", {}), size, topology, times).completion_s if plan_s is None else plan_s
+            times: np.ndarray) -> ClusterPlan:
+    """The plan of ``plan`` and the ``alternatives`` (built one at a time) that completes first in the
+    simulator (``ClusterPlan.simulated``: a plan already simulated is not simulated again); ties keep the
+    earlier."""
+    best = plan.simulated(size, topology, times).completion_s
     for build_alt in alternatives:
         alt = build_alt()
-        t_alt = simulate(alt.to_schedule("probe", {}), size, topology, times).completion_s
+        t_alt = alt.simulated(size, topology, times).completion_s
         if t_alt < best * (1 - 1e-9):
             plan, best = alt, t_alt
     return plan
