@@ -222,8 +222,9 @@ def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
         return Work(n, c, 4 * c + 4 * N + pre, transfers, 4 * n * c, copies=3)
     if pipe == "auto" and len(late) == 1:  # choose.reduce_only's funnel forms (one above the search's limit)
         copies += len(stragglar_waves.funnel_choices(n, N))
-    if len(late) == 1 and stragglar_cluster.wide_applies(G) and n <= stragglar_cluster.BALANCED_MAX_GPUS:
-        copies += 1  # cluster.late_gpu_plan: the star and the wide form
+    if len(late) == 1 and n <= stragglar_cluster.BALANCED_MAX_GPUS:  # cluster.late_gpu_plan: beside the star form
+        copies += stragglar_cluster.wide_applies(G)  # the wide form
+        copies += stragglar_cluster.relay_applies(G, stragglar_cluster.link_model(topo, grid))  # and the relay form
     if pipe == "auto" and n <= stragglar_cluster.BALANCED_MAX_GPUS:
         if len(late) == 1:  # fit_delay's probe and smaller block counts
             copies += 1 + stragglar_cluster.SPILL_TRIES
