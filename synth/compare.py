@@ -160,11 +160,12 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
 def cluster_late_text(meta: Mapping[str, Any], arrivals: Mapping[int, float]) -> str:
     """clusterstraggler's note for a late form: the form and its late ranks (``late_ranks_text``), the punctual
     GPUs a late-node form treats as late (meta ``treated_as_late``) named apart, e.g. ``node form, late 8-14
-    (20.000 ms), 15 treated as late``; the late-GPU form on large nodes as ``wide gpu form`` or ``relay gpu form``."""
+    (20.000 ms), 15 treated as late``; the late-GPU form on large nodes as ``wide gpu form`` or ``node-broadcast
+    gpu form``."""
     treated = [int(r) for r in meta.get("treated_as_late", [])]
     late = [r for r in (meta.get("late") or []) if int(r[0] if isinstance(r, (list, tuple)) else r) not in treated]
     # the late GPU's node gathering by Bruck's AllGather or broadcasting its rows (cluster.py)
-    form = "wide gpu" if meta.get("wide") else "relay gpu" if meta.get("relay") else meta["form"]
+    form = "wide gpu" if meta.get("wide") else "node-broadcast gpu" if meta.get("node_bcast") else meta["form"]
     text = f"{form} form, late {late_ranks_text(late, arrivals)}"
     return text + (f", {late_ranks_text(treated, {})} treated as late" if treated else "")
 

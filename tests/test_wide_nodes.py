@@ -111,9 +111,9 @@ def test_powers_of_two_keep_the_star_form():
 
 @pytest.mark.parametrize("N,G", [(2, 24), (4, 24), (2, 40)])
 def test_build_keeps_the_faster_form_and_the_estimate_holds(N, G):
-    """Up to 256 GPUs the star, wide and relay forms are built with their own block counts (best_pipeline,
-    best_relay) and the fastest kept: at 900 GB/s and 1 GiB the relay form on all three (the star form on 2 x
-    24 and the wide one on 4 x 24 and 2 x 40 before it); the wide and relay estimates within 10% of the
+    """Up to 256 GPUs the star, wide and node-broadcast forms are built with their own block counts (best_pipeline,
+    best_bcast) and the fastest kept: at 900 GB/s and 1 GiB the node-broadcast form on all three (the star form on 2 x
+    24 and the wide one on 4 x 24 and 2 x 40 before it); the wide and node-broadcast estimates within 10% of the
     simulator."""
     t = cluster(N, G, bw_nv=900e9, a_nv=3.4e-6, a_net=14e-6)
     n = N * G
@@ -124,22 +124,22 @@ def test_build_keeps_the_faster_form_and_the_estimate_holds(N, G):
     got = simulate(s, GiB, t, times).after_last_arrival_s
     model = cs.link_model(t, node_grid(t, n))
     after = {}
-    for form in ("gpu", "wide", "relay"):
-        if form == "relay":
-            M, k = cs.best_relay(N, G, GiB, model)
+    for form in ("gpu", "wide", "bcast"):
+        if form == "bcast":
+            M, k = cs.best_bcast(N, G, GiB, model)
             runs = rows = cs.make_runs(M, 1, M)
-            est = cs.relay_estimate(N, G, [GiB / M] * M, k, model)
+            est = cs.bcast_estimate(N, G, [GiB / M] * M, k, model)
         else:
             M, runs, rows = cs.best_pipeline(form, N, G, GiB, model)
             est = cs.after_arrival_estimate(form, N, G, M, runs, GiB, model, rows)
         plan = cs.merged_plan(t, n, times, GiB, M, runs, rows, [5], wide=form == "wide",
-                              relay=k if form == "relay" else 0)
+                              bcast=k if form == "bcast" else 0)
         after[form] = simulate(plan.to_schedule("x", {}), GiB, t, times).after_last_arrival_s
         if form != "gpu":
             assert after[form] == pytest.approx(est, rel=0.1), form
     # (fit_delay may then build fewer blocks where the simulator ends more than 2% over the estimate)
     assert got <= min(after.values()) * (1 + 1e-9)
-    assert min(after, key=after.__getitem__) == "relay" and s.meta["relay"] > 0 and not s.meta["wide"]
+    assert min(after, key=after.__getitem__) == "bcast" and s.meta["node_bcast"] > 0 and not s.meta["wide"]
 
 
 def test_the_wide_form_lowers_to_a_plan_and_xml_that_check(tmp_path):

@@ -224,7 +224,7 @@ def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
         copies += len(stragglar_waves.funnel_choices(n, N))
     if len(late) == 1 and n <= stragglar_cluster.BALANCED_MAX_GPUS:  # cluster.late_gpu_plan: beside the star form
         copies += stragglar_cluster.wide_applies(G)  # the wide form
-        copies += stragglar_cluster.relay_applies(G, stragglar_cluster.link_model(topo, grid))  # and the relay form
+        copies += stragglar_cluster.bcast_applies(G, stragglar_cluster.link_model(topo, grid))  # the node broadcast
     if pipe == "auto" and n <= stragglar_cluster.BALANCED_MAX_GPUS:
         if len(late) == 1:  # fit_delay's probe and smaller block counts
             copies += 1 + stragglar_cluster.SPILL_TRIES

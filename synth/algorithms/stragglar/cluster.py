@@ -44,13 +44,13 @@ root per part, the leaders scatter, and L's node gathers the row by Bruck's AllG
 other node does (``_row_done``): about log2 G NVLink messages per GPU and row instead of G - 1.
 ``late_gpu_plan`` builds both and keeps the faster.
 
-Where a node's NICs together outrun a GPU's NVLink port (G B_net >= B_nv, ``relay_applies``: the late-GPU bound
-is then L's own ports, s / (B_nv + B_net)), one late GPU may take the *relay* form (``_relay_node``): L's node
-broadcasts the final rows from L by the one-port pipelined broadcast of ``broadcast_rounds`` among its G GPUs
-(each row cut into ``relay_split`` blocks of consecutive parts; L's sends reduce its buffer into the receiver's
-S', every later send copies the final block), so that every GPU of the node sends and receives about one block
-per round and L's port sends s once; the rail-g GPU sends its part of each row along rail g as the block
-reaches it, and every other node gathers the row as before. ``late_gpu_plan`` builds it beside the others.
+Where a node's NICs together outrun a GPU's NVLink port (G B_net >= B_nv, ``bcast_applies``: the late-GPU bound is
+then L's own ports, s / (B_nv + B_net)), one late GPU may take the *node-broadcast* form (``_bcast_node``): L's
+node broadcasts the final rows from L by the one-port pipelined broadcast of ``broadcast_rounds`` among its G GPUs
+(each row cut into ``bcast_split`` blocks of consecutive parts; L's sends reduce its buffer into the receiver's S',
+every later send copies the final block), so that every GPU of the node sends and receives about one block per
+round and L's port sends s once; the rail-g GPU sends its part of each row along rail g as the block reaches it,
+and every other node gathers the row as before. ``late_gpu_plan`` builds it beside the others.
 
 A whole late node may group its blocks into fewer NVLink *rows* (``set_blocks``; the chunks are then
 row-major, part g of a row contiguous): it reduces and spreads whole rows (fewer NVLink messages) while
@@ -180,8 +180,8 @@ class ClusterPlan:
         self._wide_bruck: dict[int, tuple[list[int], list[int], list[int], int]] = {}  # block -> _bruck's arguments
         self._sim: tuple[tuple[Any, ...], Any] | None = None  # ``simulated``: (arguments, result)
         self._own_part = 0  # merge's state: the part of the first late GPU (``_root_spreads`` when wide)
-        self.relay_split = 0  # one late GPU: its node broadcasts each final row cut into this many blocks (_relay_node)
-        self.relay = False  # merge's state: it does
+        self.bcast_split = 0  # one late GPU: its node broadcasts each final row cut into this many blocks (_bcast_node)
+        self.bcast = False  # merge's state: it does
 
     def add(self, src: int, dst: int, chunk: int, count: int, reduce: bool) -> None:
         """Append one move and its start in a list-scheduling model (one NVLink and one NIC port per GPU
@@ -323,8 +323,8 @@ class ClusterPlan:
         fast = "node" if len(contrib) == 1 and full[contrib[0]] and len(wave_node[contrib[0]]) == G else ""
         self._fast = fast
         # one late GPU in a node of G GPUs, G not a power of two: rows in its node too (``_wide_row``)
-        self.relay = self.relay_split > 0 and len(wave) == 1 and full[contrib[0]]
-        self.wide = self.allow_wide and wide_applies(G) and len(wave) == 1 and full[contrib[0]] and not self.relay
+        self.bcast = self.bcast_split > 0 and len(wave) == 1 and full[contrib[0]]
+        self.wide = self.allow_wide and wide_applies(G) and len(wave) == 1 and full[contrib[0]] and not self.bcast
         self._own_part = int(self.local[min(wave)])  # the late GPU's part (``_root_spreads`` when wide)
         self._rowcnt = {}
         plans = [self._part_plan(g, contrib, in_node, act_node, wave_node, active) for g in range(G)]
@@ -354,14 +354,14 @@ class ClusterPlan:
             p.copyback = p.case == "B" and not act_node[p.root_node]
         if coarse and not fast:
             raise CollsynthError("clusterstraggler: rows of several blocks need a whole late node")
-        if self.relay and len(self.rows) != nb:
-            raise CollsynthError("clusterstraggler: the relay form sends one block per row")
-        ahead = nb if fast or self.relay else AHEAD
+        if self.bcast and len(self.rows) != nb:
+            raise CollsynthError("clusterstraggler: the node-broadcast form sends one block per row")
+        ahead = nb if fast or self.bcast else AHEAD
         if fast:  # a whole late node reduces its rows first
             for r in range(len(self.rows)):
                 self._gather_row(plans, r)
-        if self.relay:  # L's node gets every final row first
-            self._relay_node(plans[0])
+        if self.bcast:  # L's node gets every final row first
+            self._bcast_node(plans[0])
         for j in range(0 if fast else min(ahead, nb)):
             self._gather_block(plans, j)
         for j in range(nb):
@@ -409,7 +409,7 @@ class ClusterPlan:
         spreads that can follow at once."""
         if self._fast:
             self._gather_row(plans, j)
-        elif self.relay:  # (_relay_node listed all of it)
+        elif self.bcast:  # (_bcast_node listed all of it)
             return
         elif self.wide:
             self._wide_row(plans[0], j)
@@ -419,7 +419,7 @@ class ClusterPlan:
 
     def _root_spreads(self, plans: list[PartPlan], j: int) -> None:
         """The star spreads of block j in the root's node once the root holds it (not fast)."""
-        if self.wide or self.relay:  # the copies back to L of the rows whose part l L has sent raw (_wide_back)
+        if self.wide or self.bcast:  # the copies back to L of the rows whose part l L has sent raw (_wide_back)
             own = plans[self._own_part]
             for k in [k for k in self._wide_back if own.last[k] < own.emitted]:
                 for mv in self._wide_back.pop(k):
@@ -490,11 +490,11 @@ class ClusterPlan:
                 for g, w in cyclic_runs(starts[f], sum(lens[(f + k) % R] for k in range(c)), G):
                     self.add(ranks[i], ranks[d], *self.rowloc(g, r, w), reduce)
 
-    def _relay_node(self, p: PartPlan) -> None:
-        """The relay form (module docstring): L's node gets every final row by the pipelined broadcast of
+    def _bcast_node(self, p: PartPlan) -> None:
+        """The node-broadcast form (module docstring): L's node gets every final row by the pipelined broadcast of
         ``broadcast_rounds`` among its G GPUs rooted at L (Bar-Noy & Kipnis's one-port optimum, blocks + ceil(log2
         G) - 1 rounds: the hypercube exchange or Traeff's circulant broadcast). Row r is cut into about
-        ``relay_split`` blocks of consecutive parts (in proportion to its width, so the blocks are about
+        ``bcast_split`` blocks of consecutive parts (in proportion to its width, so the blocks are about
         equal); L's sends reduce its buffer into the receiver's S' (which then holds the final block), every
         later send copies the final block over S'. L gets the final blocks back in order, each from a peer that
         holds it and sends nothing else that round (the one whose broadcast partner would be L), else after the
@@ -507,7 +507,7 @@ class ClusterPlan:
         wmax = max(w for _, w in self.rows)
         blocks: list[tuple[int, int, int]] = []  # (row, first part, parts)
         for r, (_, w) in enumerate(self.rows):
-            k = max(1, min(G, round(self.relay_split * w / wmax)))
+            k = max(1, min(G, round(self.bcast_split * w / wmax)))
             edges = [G * i // k for i in range(k + 1)]
             blocks += [(r, edges[i], edges[i + 1] - edges[i]) for i in range(k) if edges[i + 1] > edges[i]]
         held: list[list[int]] = [[] for _ in blocks]  # per block: the broadcast's nodes that hold it, in order
@@ -520,15 +520,15 @@ class ClusterPlan:
             for i, b in enumerate(lacks):
                 free = [x for x in held[b] if x not in sending]
                 if free:
-                    self._relay_back(blocks[b], ranks[free[0]], L, own)
+                    self._bcast_back(blocks[b], ranks[free[0]], L, own)
                     del lacks[i]
                     break
             for _, d_, b in rnd:
                 held[b].append(d_)
         for i, b in enumerate(lacks):
-            self._relay_back(blocks[b], ranks[held[b][i % len(held[b])]], L, own)
+            self._bcast_back(blocks[b], ranks[held[b][i % len(held[b])]], L, own)
 
-    def _relay_back(self, block: tuple[int, int, int], src: int, L: int, own: int) -> None:
+    def _bcast_back(self, block: tuple[int, int, int], src: int, L: int, own: int) -> None:
         """The final ``block`` (row, first part, parts) copied from ``src`` back to L; deferred (``_wide_back``)
         where it holds L's own part ``own``, which L still sends raw along its rail."""
         r, g, w = block
@@ -820,25 +820,26 @@ def best_pipeline(form: str, N: int, G: int, size: float,
     return least[1], least[2], least[3]
 
 
-def relay_applies(G: int, model: tuple[float, ...]) -> bool:
-    """Whether one late GPU's node may take the relay form (``ClusterPlan._relay_node``): more than 2 GPUs whose
-    NICs together carry at least one NVLink port (G B_net >= B_nv: the node's NVLink, not its NICs, then sets
-    the pace; two nodes of 24 to 72 GPUs at 900 GB/s measured 10-20% faster than the star and wide forms, 8 and
-    12 GPUs 2-3% slower)."""
+def bcast_applies(G: int, model: tuple[float, ...]) -> bool:
+    """Whether one late GPU's node may take the node-broadcast form (``ClusterPlan._bcast_node``): more than 2
+    GPUs whose NICs together carry at least one NVLink port (G B_net >= B_nv: the node's NVLink, not its NICs,
+    then sets the pace; two nodes of 24 to 72 GPUs at 900 GB/s measured 10-20% faster than the star and wide
+    forms, 8 and 12 GPUs 2-3% slower)."""
     return G > 2 and G * model[3] >= model[1]
 
 
-RELAY_SPLITS = (2, 3, 4, 6, 8, 12, 16)  # candidate blocks per row of the relay form (at most G)
+BCAST_SPLITS = (2, 3, 4, 6, 8, 12, 16)  # candidate blocks per row of the node-broadcast form (at most G)
 
 
-def relay_estimate(N: int, G: int, rows: list[float], split: int, model: tuple[float, ...]) -> float:
-    """Alpha-beta estimate of the time after one late GPU's arrival in the relay form (``_relay_node``; ``rows``:
-    the bytes of each row, cut into ``split`` blocks): L's node's broadcast (blocks + q - 1 rounds, q = ceil(log2
-    G), each as long as the largest block; a block reaches every GPU up to 2 q - 2 rounds after L sends it, since
-    the broadcasts hand the blocks out of order), the rails' broadcasts of the rows (rows + ceil(log2 N) - 1 NIC
-    rounds after the first row is in L's node), and every other node's AllGather of each row (its steps, one more
-    for Bruck's second messages, and (G - 1)/G of the row) once the row is in and the previous one gathered; the
-    last row's AllGather after the later of these. Within 10% of the simulator on 2-4 nodes of 24-72 GPUs."""
+def bcast_estimate(N: int, G: int, rows: list[float], split: int, model: tuple[float, ...]) -> float:
+    """Alpha-beta estimate of the time after one late GPU's arrival in the node-broadcast form (``_bcast_node``;
+    ``rows``: the bytes of each row, cut into ``split`` blocks): L's node's broadcast (blocks + q - 1 rounds, q =
+    ceil(log2 G), each as long as the largest block; a block reaches every GPU up to 2 q - 2 rounds after L sends
+    it, since the broadcasts hand the blocks out of order), the rails' broadcasts of the rows (rows + ceil(log2 N)
+    - 1 NIC rounds after the first row is in L's node), and every other node's AllGather of each row (its steps,
+    one more for Bruck's second messages, and (G - 1)/G of the row) once the row is in and the previous one
+    gathered; the last row's AllGather after the later of these. Within 10% of the simulator on 2-4 nodes of 24-72
+    GPUs."""
     a_nv, b_nv, a_net, b_net = model
     if not rows:
         return 0.0
@@ -858,17 +859,17 @@ def relay_estimate(N: int, G: int, rows: list[float], split: int, model: tuple[f
     return max(node_a, max(node_a + hops * nic, rails, done) + gather[-1])
 
 
-def best_relay(N: int, G: int, size: float, model: tuple[float, ...]) -> tuple[int, int]:
-    """(rows, blocks per row) of the relay form with the least ``relay_estimate``: rows from UNITS (one NIC
-    block each), blocks per row from RELAY_SPLITS (at most G); ties to the fewest rows, then blocks."""
+def best_bcast(N: int, G: int, size: float, model: tuple[float, ...]) -> tuple[int, int]:
+    """(rows, blocks per row) of the node-broadcast form with the least ``bcast_estimate``: rows from UNITS (one NIC
+    block each), blocks per row from BCAST_SPLITS (at most G); ties to the fewest rows, then blocks."""
     cands = [m for m in UNITS if G * m <= MAX_CHUNKS] or [1]
     return min(((m, best_split(N, G, m, size, model)) for m in cands),
-               key=lambda mk: (relay_estimate(N, G, [size / mk[0]] * mk[0], mk[1], model), mk))
+               key=lambda mk: (bcast_estimate(N, G, [size / mk[0]] * mk[0], mk[1], model), mk))
 
 
 def best_split(N: int, G: int, M: int, size: float, model: tuple[float, ...]) -> int:
-    """The blocks per row of RELAY_SPLITS (at most G) with the least ``relay_estimate`` for M rows."""
-    return min((k for k in RELAY_SPLITS if k <= G), key=lambda k: (relay_estimate(N, G, [size / M] * M, k, model), k))
+    """The blocks per row of BCAST_SPLITS (at most G) with the least ``bcast_estimate`` for M rows."""
+    return min((k for k in BCAST_SPLITS if k <= G), key=lambda k: (bcast_estimate(N, G, [size / M] * M, k, model), k))
 
 
 def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size: int | float | str | None = None,
@@ -929,16 +930,16 @@ def late_gpu_plan(topology: Any, n: int, times: np.ndarray, size: float, L: int,
         else:
             M, runs, rows = pipeline, make_runs(pipeline, 1, pipeline), make_runs(pipeline, 1, pipeline)
         cands.append((after_arrival_estimate(form, N, G, M, runs, size, model, rows), form, M, runs, rows, 0))
-    if relay_applies(G, model):
-        M, k = (best_relay(N, G, size, model) if pipeline is None
+    if bcast_applies(G, model):
+        M, k = (best_bcast(N, G, size, model) if pipeline is None
                 else (pipeline, best_split(N, G, pipeline, size, model)))
         runs = make_runs(M, 1, M)
-        cands.append((relay_estimate(N, G, [size / M] * M, k, model), "relay", M, runs, runs, k))
+        cands.append((bcast_estimate(N, G, [size / M] * M, k, model), "bcast", M, runs, runs, k))
     if not search:
         cands = [min(cands, key=lambda c: c[0])]
     best: tuple[float, ClusterPlan, float] | None = None
     for est, form, M, runs, rows, k in cands:
-        plan = merged_plan(topology, n, times, size, M, runs, rows, [L], wide=form == "wide", relay=k)
+        plan = merged_plan(topology, n, times, size, M, runs, rows, [L], wide=form == "wide", bcast=k)
         if len(cands) == 1:
             return plan, est
         t = plan.simulated(size, topology, times).completion_s
@@ -956,8 +957,8 @@ def plan_schedule(plan: ClusterPlan, form: str, late: list[int], topology: Any, 
     late-node form on a grid of one-GPU nodes in one NVLink domain (domain.py): no nodes in its meta (the
     backends then place every peer in one node) and one port per GPU and direction."""
     N, G = plan.N, plan.G
-    est = (relay_estimate(N, G, [size * w / plan.M for _, w in plan.rows], plan.relay_split, plan.model)
-           if plan.relay else
+    est = (bcast_estimate(N, G, [size * w / plan.M for _, w in plan.rows], plan.bcast_split, plan.model)
+           if plan.bcast else
            after_arrival_estimate("node" if form == "domain" else "wide" if plan.wide else form, N, G, plan.M,
                                   plan.runs, size, plan.model, plan.rows))
     shape: dict[str, object] = {} if form == "domain" else {"nodes": N, "gpus_per_node": G}
@@ -965,7 +966,7 @@ def plan_schedule(plan: ClusterPlan, form: str, late: list[int], topology: Any, 
                                "pipeline": plan.M // plan.units_per_block,
                                "units_per_block": plan.units_per_block, "messages_per_part": len(plan.runs),
                                "nvlink_rows": len(plan.rows), "wide": plan.wide,
-                               "relay": plan.relay_split if plan.relay else 0, "topology_name": topology.name,
+                               "node_bcast": plan.bcast_split if plan.bcast else 0, "topology_name": topology.name,
                                "after_arrival_estimate_s": est, **(extra or {})}
     spec = getattr(topology, "spec", None)
     if spec is not None:
@@ -990,12 +991,12 @@ SPILL_TRIES = 3  # ... then this many smaller block counts of UNITS are built an
 
 def merged_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int, runs: list[tuple[int, int]],
                 rows: list[tuple[int, int]], late: list[int], rule: str = "plain",
-                grid: np.ndarray | None = None, wide: bool = False, relay: int = 0) -> ClusterPlan:
+                grid: np.ndarray | None = None, wide: bool = False, bcast: int = 0) -> ClusterPlan:
     """``new_plan`` with the present ranks' AllReduce (``pre``) and the late ranks merged (``merge``), the
     late node's broadcast by ``rule``; M units per part cut ``pre_units`` times finer (the blocks ``runs``
     and NVLink ``rows`` keep their bytes). ``grid``: the nodes (default ``node_grid`` of the topology);
-    ``wide``: one late GPU's node gathers its rows by Bruck's AllGather where ``wide_applies``; ``relay``: it
-    broadcasts them cut into this many blocks (``ClusterPlan._relay_node``; one row per block)."""
+    ``wide``: one late GPU's node gathers its rows by Bruck's AllGather where ``wide_applies``; ``bcast``: it
+    broadcasts them cut into this many blocks (``ClusterPlan._bcast_node``; one row per block)."""
     grid = node_grid(topology, n) if grid is None else grid
     k = pre_units(grid, set(late), M, MAX_CHUNKS)
     plan = new_plan(topology, n, times, size, k * M, [(k * f, k * w) for f, w in runs],
@@ -1003,7 +1004,7 @@ def merged_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int, r
     plan.units_per_block = k
     plan.rule = rule
     plan.allow_wide = wide
-    plan.relay_split = relay
+    plan.bcast_split = bcast
     plan.pre(set(late))
     plan.merge(set(late), set(range(n)) - set(late))
     return plan
@@ -1029,7 +1030,7 @@ def fit_delay(plan: ClusterPlan, topology: Any, n: int, times: np.ndarray, size:
         return plan
     fewer = sorted((u for u in UNITS if u < plan.M // plan.units_per_block), reverse=True)[:SPILL_TRIES]
     return fastest(plan, [partial(merged_plan, topology, n, times, size, m, make_runs(m, 1, m), make_runs(m, 1, m),
-                                  late, wide=plan.allow_wide, relay=plan.relay_split) for m in fewer],
+                                  late, wide=plan.allow_wide, bcast=plan.bcast_split) for m in fewer],
                    size, topology, times)
 
 

@@ -1,5 +1,5 @@
-"""One late GPU in nodes whose NICs together outrun its NVLink port: the relay form of clusterstraggler
-(cluster.ClusterPlan._relay_node; docs/stragglar.md section 9, "The relay form"). Every schedule is verified;
+"""One late GPU in nodes whose NICs together outrun its NVLink port: the node-broadcast form of clusterstraggler
+(cluster.ClusterPlan._bcast_node; docs/stragglar.md section 9, "The node-broadcast form"). Every schedule is verified;
 times are model results."""
 
 from __future__ import annotations
@@ -29,17 +29,17 @@ def nvlink_moves(plan: cs.ClusterPlan, after: float) -> list[tuple[int, int, int
             if plan.est[i] >= after and plan.node[mv[0]] == plan.node[mv[1]]]
 
 
-def test_relay_applies_where_the_nics_outrun_an_nvlink_port():
+def test_bcast_applies_where_the_nics_outrun_an_nvlink_port():
     fast = cs.link_model(cluster(2, 24, bw_nv=900e9), node_grid(cluster(2, 24, bw_nv=900e9), 48))
-    assert cs.relay_applies(24, fast) and cs.relay_applies(72, fast) and not cs.relay_applies(12, fast)
+    assert cs.bcast_applies(24, fast) and cs.bcast_applies(72, fast) and not cs.bcast_applies(12, fast)
     h100 = make_topology("h100-cluster", 16)  # 8 x 400 Gb/s against 450 GB/s: the NICs set the pace
-    assert not cs.relay_applies(8, cs.link_model(h100, node_grid(h100, 16)))
-    assert not cs.relay_applies(2, (1e-6, 1e9, 1e-6, 1e12))
+    assert not cs.bcast_applies(8, cs.link_model(h100, node_grid(h100, 16)))
+    assert not cs.bcast_applies(2, (1e-6, 1e9, 1e-6, 1e12))
 
 
 @pytest.mark.parametrize("N,G,L,M,k", [(2, 4, 0, 2, 2), (2, 4, 3, 3, 2), (3, 6, 8, 2, 3), (2, 6, 5, 3, 4),
                                        (4, 4, 6, 2, 3), (2, 8, 3, 2, 8)])
-def test_the_relay_form_verifies_and_l_sends_each_block_once(N, G, L, M, k):
+def test_the_node_broadcast_form_verifies_and_l_sends_each_block_once(N, G, L, M, k):
     """L's node broadcasts the final rows from L: every node peer gets every block of every row once, from L as a
     reduction into its S' or from a peer as a copy of the final block; L's sends are all reductions (the
     hypercube's root sends the last block to each of its partners that lack it, so at most q - 1 more than the
@@ -49,9 +49,9 @@ def test_the_relay_form_verifies_and_l_sends_each_block_once(N, G, L, M, k):
     times = np.zeros(n)
     times[L] = 0.05
     runs = cs.make_runs(M, 1, M)
-    plan = cs.merged_plan(t, n, times, GiB, M, runs, runs, [L], relay=k)
-    assert plan.relay and not plan.wide
-    s = plan.to_schedule("relay", {})
+    plan = cs.merged_plan(t, n, times, GiB, M, runs, runs, [L], bcast=k)
+    assert plan.bcast and not plan.wide
+    s = plan.to_schedule("bcast", {})
     res = verify(s)
     assert res.ok, res.message
     a = int(plan.node[L])
@@ -71,27 +71,27 @@ def test_the_relay_form_verifies_and_l_sends_each_block_once(N, G, L, M, k):
     assert len(broadcast_rounds(G, blocks)) == blocks + q - 1  # the one-port optimum
 
 
-def test_relay_needs_one_late_gpu_in_a_whole_node():
-    """Two late GPUs, or a whole late node, take the other forms even when asked for the relay."""
+def test_node_broadcast_needs_one_late_gpu_in_a_whole_node():
+    """Two late GPUs, or a whole late node, take the other forms even when asked for the node broadcast."""
     t, n, M = cluster(2, 4, bw_nv=100e9), 8, 2
     runs = cs.make_runs(M, 1, M)
     times = np.zeros(n)
     times[4:] = 0.05
-    node = cs.merged_plan(t, n, times, GiB, M, runs, runs, [4, 5, 6, 7], relay=2)
-    assert not node.relay and verify(node.to_schedule("x", {})).ok
+    node = cs.merged_plan(t, n, times, GiB, M, runs, runs, [4, 5, 6, 7], bcast=2)
+    assert not node.bcast and verify(node.to_schedule("x", {})).ok
 
 
 @pytest.mark.parametrize("N,G", [(2, 72), (4, 24)])
-def test_relay_beats_the_star_and_wide_forms_on_large_nodes(N, G):
+def test_node_broadcast_beats_the_star_and_wide_forms_on_large_nodes(N, G):
     """Two GB200 NVL72 racks as nodes (900 GB/s NVLink, 50 GB/s NICs), and 4 nodes of 24: one GPU 50 ms late,
-    1 GiB: the relay form is built and is at least 10% faster after the arrival than the faster of the star
+    1 GiB: the node-broadcast form is built and is at least 10% faster after the arrival than the faster of the star
     and the wide forms (2.114 ms -> 1.81 at 2 x 72; 2.18 -> 1.85 at 4 x 24), its estimate within 10%."""
     t = cluster(N, G, bw_nv=900e9, a_nv=3.4e-6, a_net=14e-6)
     n = N * G
     times = np.zeros(n)
     times[5] = 0.05
     s = build_schedule("clusterstraggler", n, arrivals={5: 0.05}, size=GiB, topology=t)
-    assert s.meta["form"] == "gpu" and s.meta["relay"] > 0 and verify(s).ok
+    assert s.meta["form"] == "gpu" and s.meta["node_bcast"] > 0 and verify(s).ok
     ours = simulate(s, GiB, t, times).after_last_arrival_s
     model = cs.link_model(t, node_grid(t, n))
     others = []
@@ -103,25 +103,25 @@ def test_relay_beats_the_star_and_wide_forms_on_large_nodes(N, G):
     assert ours == pytest.approx(s.meta["after_arrival_estimate_s"], rel=0.1)
 
 
-def test_relay_is_deterministic_and_lowers_to_a_plan_that_checks():
+def test_node_broadcast_is_deterministic_and_lowers_to_a_plan_that_checks():
     t, n = cluster(2, 6, bw_nv=200e9), 12
     arr = {3: 0.05}
     s = build_schedule("clusterstraggler", n, arrivals=arr, size=2**26, topology=t)
-    assert s.meta["relay"] > 0 and verify(s).ok
+    assert s.meta["node_bcast"] > 0 and verify(s).ok
     again = build_schedule("clusterstraggler", n, arrivals=arr, size=2**26, topology=t)
     assert s.to_json() == again.to_json()
     text = emit(s, "mscclpp-plan")
     assert check_plan_text(text).ok and verify(plan_text_to_schedule(text, "plan.json")).ok
 
 
-def test_relay_estimate_tracks_its_parts():
+def test_bcast_estimate_tracks_its_parts():
     """More blocks per row shorten the first row's wait and lengthen L's node's alpha terms; the estimate is
     never below L's own port (the row bytes over B_nv) and grows with the rows' alpha terms."""
     model = (3.4e-6, 900e9, 14e-6, 50e9)
     rows = [GiB / 10] * 10
     port = GiB / model[1]
-    for k in cs.RELAY_SPLITS:
-        assert cs.relay_estimate(2, 72, rows, k, model) > port
-    assert cs.relay_estimate(2, 72, [GiB / 64] * 64, 16, model) > cs.relay_estimate(2, 72, rows, 8, model)
-    assert cs.best_relay(2, 72, GiB, model) == (12, 8)
-    assert cs.relay_estimate(2, 72, [], 4, model) == 0.0
+    for k in cs.BCAST_SPLITS:
+        assert cs.bcast_estimate(2, 72, rows, k, model) > port
+    assert cs.bcast_estimate(2, 72, [GiB / 64] * 64, 16, model) > cs.bcast_estimate(2, 72, rows, 8, model)
+    assert cs.best_bcast(2, 72, GiB, model) == (12, 8)
+    assert cs.bcast_estimate(2, 72, [], 4, model) == 0.0
