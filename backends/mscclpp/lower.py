@@ -272,13 +272,17 @@ PACKET_NAMES = ("ppkt", "rppkt", "cpkt", "upkt", "repkt")
 
 def _accesses(item: Item) -> list[tuple[str, int, int, int, bool]]:
     """Local chunk ranges an op touches: (buffer, lo, hi, (base, thread unit), write). A thread handles
-    the same bytes in two ops only when both address them from the same base with the same unit."""
+    the same bytes in two ops only when both address them from the same base with the same unit. The input
+    and output buffers count as one: an in-place plan (the default) aliases them, so a write to the output
+    after a read of the same input bytes by another thread needs a nop too (a late GPU at 2 x 8 H100s, LL: a
+    ppkt of input chunks 100..119, then an upkt into output chunks 108..110 in the same thread block)."""
     unit = 8 if item.name in PACKET_NAMES else 16
     out = []
     for refs, write in ((item.src, False), (item.dst, True)):
         for ref in refs:
             if ref[0] == "l":
-                out.append((ref[1], ref[2], ref[2] + ref[3], ref[2] * 64 + unit, write))
+                buf = "io" if ref[1] in ("i", "o") else ref[1]
+                out.append((buf, ref[2], ref[2] + ref[3], ref[2] * 64 + unit, write))
     return out
 
 
