@@ -84,7 +84,7 @@ from collsynth.synth.algorithms.stragglar import multi, waves
 from collsynth.synth.algorithms.stragglar.bcast import broadcast_rounds, copyback_cube_rounds, copyback_rounds
 from collsynth.synth.algorithms.stragglar.listsched import Busy, common_fit
 from collsynth.synth.algorithms.stragglar.multi import Move, pack
-from collsynth.synth.algorithms.stragglar.prephase import pre_units, present_allreduce
+from collsynth.synth.algorithms.stragglar.prephase import local_spans, pre_units, present_allreduce, ring_shape
 from collsynth.synth.arrivals import arrival_vector, latest_rank
 from collsynth.synth.bruck import bruck_reduce_steps, bruck_steps, cyclic_runs
 from collsynth.synth.composition import intra_steps, radix_factors
@@ -265,8 +265,20 @@ class ClusterPlan:
 
     # ------------------------------------------------------------------ before the arrival
     def pre(self, absent: set[int]) -> None:
-        """AllReduce of the present ranks' buffers: the pipelined hierarchical one of prephase.py."""
-        present_allreduce(self.grid, set(range(self.grid.size)) - absent, self.M, self.add)
+        """AllReduce of the present ranks' buffers: the pipelined hierarchical one of prephase.py, its in-node
+        rounds (``local_spans``) the fastest in the list-scheduling model where more than one is worth building."""
+        hold = set(range(self.grid.size)) - absent
+        T, m = ring_shape(self.grid, hold)
+        spans = local_spans(T, m, self.chunk_bytes * self.C, self.G, self.model)
+        if len(spans) > 1:
+            def makespan(span: int) -> float:
+                trial = ClusterPlan(self.grid, self.M, self.times, self.chunk_bytes * self.C, self.model)
+                trial.classes, trial.class_ids = self.classes, dict(self.class_ids)
+                present_allreduce(self.grid, hold, self.M, trial.add, span)
+                return max(q.last_end() for q in trial.busy.values())
+
+            spans = [min(spans, key=lambda k: (makespan(k), spans.index(k)))]
+        present_allreduce(self.grid, hold, self.M, self.add, spans[0])
 
     # ------------------------------------------------------------------ after the arrival
     def loc(self, g: int, j: int, parts: int = 1) -> tuple[int, int]:

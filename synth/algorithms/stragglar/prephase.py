@@ -65,9 +65,49 @@ def _coalesce(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def present_allreduce(grid: np.ndarray, hold: set[int], M: int, add: Callable[..., Any]) -> None:
+TRY_ONE_ROUND = 1.25  # local_spans: the one-round stages are tried where their estimate is within this of the default's
+
+
+def ring_shape(grid: np.ndarray, hold: set[int]) -> tuple[int, int]:
+    """(T, m) of ``present_allreduce`` for the ranks ``hold``: the most pieces of a part (ring nodes) and the most
+    punctual GPUs of a node."""
+    N, G = grid.shape
+    nodes = [b for b in range(N) if any(int(x) in hold for x in grid[b])]
+    T = max((sum(1 for b in nodes if int(grid[b, g]) in hold) or len(nodes)) for g in range(G))
+    m = max(sum(1 for x in grid[b] if int(x) in hold) for b in nodes)
+    return T, m
+
+
+def local_spans(T: int, m: int, size: float, G: int, model: tuple[float, ...] | None) -> list[int]:
+    """Pieces per in-node round of ``present_allreduce`` worth building for rings of at most T pieces and nodes
+    of at most m punctual GPUs: the default (1, or on rings over 2 LOCAL_ROUNDS pieces enough for LOCAL_ROUNDS
+    rounds), and with a ``model`` (alpha_nv, B_nv, alpha_net, B_net) also T (one round per stage) where its
+    alpha-beta estimate is within TRY_ONE_ROUND of the default's. R rounds of m - 1 messages (A = (m - 1)
+    alpha_nv each) carry D = (m - 1)/m s / B_nv per stage; the rails' rings (2 (T - 1) steps of a piece) overlap
+    the stages but for the first ReduceScatter round and the last AllGather round: max(2 (R A + D), ring + 2
+    (A + D / R)). The estimate holds where the NICs set the pace (h100-cluster: the default kept, one round is
+    no candidate); where NVLink does, list scheduling packs several rounds of G - 1 shifts poorly (2 x 72 at 900
+    GB/s, one GPU absent: 4.61 ms in two rounds, 3.70 in one; 2 x 40: 4.20 and 3.46), so ClusterPlan.pre builds
+    both and keeps the faster."""
+    span = -(-T // LOCAL_ROUNDS) if T > 2 * LOCAL_ROUNDS else 1
+    if model is None or m < 2 or span >= T:
+        return [span]
+    a_nv, b_nv, a_net, b_net = model
+    A = (m - 1) * a_nv
+    D = (m - 1) / m * size / b_nv
+    ring = 2 * (T - 1) * (a_net + size / (G * T * b_net))
+
+    def est(k: int) -> float:
+        R = -(-T // k)
+        return max(2 * (R * A + D), ring + 2 * (A + D / R))
+
+    return [span, T] if est(T) < TRY_ONE_ROUND * est(span) else [span]
+
+
+def present_allreduce(grid: np.ndarray, hold: set[int], M: int, add: Callable[..., Any], span: int = 0) -> None:
     """Hand the moves of the pipelined hierarchical AllReduce of the ranks ``hold`` to ``add`` (module
-    docstring); afterwards every rank of ``hold`` holds the sum of their buffers."""
+    docstring); afterwards every rank of ``hold`` holds the sum of their buffers. ``span``: pieces per in-node
+    round (``local_spans``; 0: the default)."""
     N, G = grid.shape
     nodes = [b for b in range(N) if any(int(x) in hold for x in grid[b])]
     present = {b: [int(x) for x in grid[b] if int(x) in hold] for b in nodes}
@@ -91,24 +131,39 @@ def present_allreduce(grid: np.ndarray, hold: set[int], M: int, add: Callable[..
     def piece(g: int, j: int) -> tuple[int, int]:
         return edges[g][j], edges[g][j + 1] - edges[g][j]
 
+    def holders(b: int, g: int, j: int) -> list[tuple[int, int, int]]:
+        """(holder, first chunk, count) of piece j of part g in node b: its rail GPU; else, where the ring has
+        at most half as many pieces (P) as the node punctual GPUs (m; 2 x 72, one GPU late: one piece for the
+        late GPU's part, whose one holder took 4.43 ms of NVLink sends against 3.30 for the others), the piece
+        cut into about m / P sub-pieces on as many of them, each moving on its holder's own rail; else
+        ``owner``."""
+        lo, cnt = piece(g, j)
+        r = int(grid[b, g])
+        m, P = len(present[b]), len(ring[g])
+        if r in hold or m < 2 * P or cnt < 2:
+            return [(owner(b, g, j), lo, cnt)]
+        c = min(cnt, -(-m // P))
+        cuts = [lo + cnt * i // c for i in range(c + 1)]
+        return [(present[b][(g + j * c + i) % m], cuts[i], cuts[i + 1] - cuts[i]) for i in range(c)]
+
     def local(b: int, j_of: Any, reduce: bool) -> None:
         """ReduceScatter (``reduce``) or AllGather of the pieces in node b, the t-th piece of each part
         (``j_of``) at a time, in rounds that pair each punctual GPU with one other (a permutation, so
         no port waits for another even where an absent GPU's part is spread over the node). With more than
-        2 LOCAL_ROUNDS pieces per part (rings of over 16 nodes), consecutive ones go in one message
-        (contiguous chunks): the in-node stages stay LOCAL_ROUNDS rounds deep, not one per ring node."""
+        2 LOCAL_ROUNDS pieces per part (rings of over 16 nodes), or with a larger ``span``, consecutive
+        ones go in one message (contiguous chunks): the in-node stages stay LOCAL_ROUNDS rounds deep, not one
+        per ring node."""
         pres = present[b]
         m = len(pres)
         T = max(len(r) for r in ring)
-        span = -(-T // LOCAL_ROUNDS) if T > 2 * LOCAL_ROUNDS else 1
-        for t0 in range(0, T, span):
+        step = span or local_spans(T, m, 0.0, G, None)[0]
+        for t0 in range(0, T, step):
             owned: dict[int, list[tuple[int, int]]] = {}
             for g in range(G):
-                for t in range(t0, min(t0 + span, len(ring[g]))):
-                    j = j_of(g, t)
-                    lo, cnt = piece(g, j)
-                    if cnt:
-                        owned.setdefault(owner(b, g, j), []).append((lo, cnt))
+                for t in range(t0, min(t0 + step, len(ring[g]))):
+                    for o, lo, cnt in holders(b, g, j_of(g, t)):
+                        if cnt:
+                            owned.setdefault(o, []).append((lo, cnt))
             for o, runs in owned.items():
                 owned[o] = _coalesce(runs)
             for sh in range(1, m):
@@ -128,17 +183,16 @@ def present_allreduce(grid: np.ndarray, hold: set[int], M: int, add: Callable[..
             if b in place[g] or t >= P:
                 continue
             j = (-t - 1) % P
-            lo, cnt = piece(g, j)
-            if not cnt:
-                continue
-            o = owner(b, g, j)
             R = ring[g][j]
-            mid = int(grid[R, int(local_of[o])])
-            if mid in hold and mid != owner(R, g, j):
-                add(o, mid, lo, cnt, False)
-                add(mid, owner(R, g, j), lo, cnt, True)
-            else:
-                add(o, owner(R, g, j), lo, cnt, True)
+            for o, lo, cnt in holders(b, g, j):
+                if not cnt:
+                    continue
+                mid = int(grid[R, int(local_of[o])])
+                if mid in hold and mid != owner(R, g, j):
+                    add(o, mid, lo, cnt, False)
+                    add(mid, owner(R, g, j), lo, cnt, True)
+                else:
+                    add(o, owner(R, g, j), lo, cnt, True)
 
     def pos(b: int, g: int) -> int:  # a node's place in rail g's ring (attached nodes: the next one's)
         return place[g].get(b, 0)
@@ -150,17 +204,18 @@ def present_allreduce(grid: np.ndarray, hold: set[int], M: int, add: Callable[..
         for g in range(G):
             for j in range(len(ring[g])):
                 R = ring[g][j]
-                lo, cnt = piece(g, j)
                 for b in nodes:
-                    if b in place[g] or not cnt:
+                    if b in place[g]:
                         continue
-                    o = owner(b, g, j)
-                    mid = int(grid[R, int(local_of[o])])
-                    if mid in hold and mid != owner(R, g, j):
-                        add(owner(R, g, j), mid, lo, cnt, False)
-                        add(mid, o, lo, cnt, False)
-                    else:
-                        add(owner(R, g, j), o, lo, cnt, False)
+                    for o, lo, cnt in holders(b, g, j):
+                        if not cnt:
+                            continue
+                        mid = int(grid[R, int(local_of[o])])
+                        if mid in hold and mid != owner(R, g, j):
+                            add(owner(R, g, j), mid, lo, cnt, False)
+                            add(mid, o, lo, cnt, False)
+                        else:
+                            add(owner(R, g, j), o, lo, cnt, False)
 
     for b in nodes:  # ReduceScatter in every node, pieces in the order its ring needs them
         local(b, lambda g, t, b=b: (pos(b, g) - t - 1) % len(ring[g]), True)
