@@ -93,9 +93,11 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     s_bytes = _bytes(size)
     res = simulate(s, s_bytes, topology, arrival_vector(arrivals, n))
     ours, funnels = res.completion_s, late_calls[:-1]
-    if defer:  # reduce only, where the late-GPU form spilled (one_late_calls)
-        est = s.meta.get("after_arrival_estimate_s")
-        spilt = not isinstance(est, float) or cluster.spilled(res.after_last_arrival_s, est)
+    if defer:  # reduce only, where the late-GPU form spilled (one_late_calls): its AllReduce before the arrival
+        # ended after it (meta pre_end_s, the list-scheduling model) and it ends over its estimate
+        est, pre_end = s.meta.get("after_arrival_estimate_s"), s.meta.get("pre_end_s")
+        spilt = not isinstance(est, float) or (cluster.spilled(res.after_last_arrival_s, est)
+                                               and not (isinstance(pre_end, float) and pre_end <= res.last_arrival_s))
         reduce_only = iter(map_ordered(waves.candidate_run, funnels) if spilt else [])
     else:
         reduce_only = (next(late_pending) for _ in funnels)
