@@ -11,10 +11,12 @@ import pytest
 from test_cluster_algorithms import cluster
 
 from collsynth.backends import emit
+from collsynth.backends.msccl.schedule import xml_to_schedule
 from collsynth.backends.mscclpp import check_plan_text, plan_text_to_schedule
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar import cluster as cs
 from collsynth.synth.algorithms.stragglar.bcast import broadcast_rounds
+from collsynth.synth.compare import compare
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import make_topology
@@ -103,7 +105,9 @@ def test_node_broadcast_beats_the_star_and_wide_forms_on_large_nodes(N, G):
     assert ours == pytest.approx(s.meta["after_arrival_estimate_s"], rel=0.1)
 
 
-def test_node_broadcast_is_deterministic_and_lowers_to_a_plan_that_checks():
+def test_node_broadcast_is_deterministic_and_lowers_to_a_plan_and_xml_that_check(tmp_path):
+    """Built twice, byte-identical; as an MSCCL++ plan that passes the plan checker and reads back to a
+    schedule that verifies, and as MSCCL XML that does too; compare names the form."""
     t, n = cluster(2, 6, bw_nv=200e9), 12
     arr = {3: 0.05}
     s = build_schedule("clusterstraggler", n, arrivals=arr, size=2**26, topology=t)
@@ -112,6 +116,12 @@ def test_node_broadcast_is_deterministic_and_lowers_to_a_plan_that_checks():
     assert s.to_json() == again.to_json()
     text = emit(s, "mscclpp-plan")
     assert check_plan_text(text).ok and verify(plan_text_to_schedule(text, "plan.json")).ok
+    path = tmp_path / "bcast.xml"
+    path.write_text(emit(s, "msccl-xml"))
+    assert verify(xml_to_schedule(str(path))).ok
+    row = next(r for r in compare(n, 2**26, t, arr, algorithms=["clusterstraggler", "ring"])
+               if r["algorithm"] == "clusterstraggler")
+    assert row["note"].startswith("node-broadcast gpu form, late 3 (50.000 ms)"), row["note"]
 
 
 def test_bcast_estimate_tracks_its_parts():
