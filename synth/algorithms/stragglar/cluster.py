@@ -224,6 +224,10 @@ class ClusterPlan:
             rd[ls:ls + count] = [x if x > end else end for x in rd[ls:ls + count]]
         self.est.append(t)
 
+    def busy_end(self) -> float:
+        """When the last move listed so far ends in the list-scheduling model (0 before any)."""
+        return max((q.last_end() for q in self.busy.values()), default=0.0)
+
     def simulated(self, size: float, topology: Any, times: np.ndarray) -> Any:
         """The simulator's result for the plan's schedule (``probe``), remembered for the same arguments: the
         form choice (``late_gpu_plan``), ``fit_delay`` and ``fastest`` ask for the same plan's."""
@@ -276,14 +280,14 @@ class ClusterPlan:
         spans = local_spans(T, m, self.chunk_bytes * self.C, self.G, self.model)
         if len(spans) == 1 or self.atoms or self.grid.size > BALANCED_MAX_GPUS:
             present_allreduce(self.grid, hold, self.M, self.add, spans[0])
-            self.pre_end = max((q.last_end() for q in self.busy.values()), default=0.0)
+            self.pre_end = self.busy_end()
             return
         best: ClusterPlan | None = None
         for span in spans:
             trial = ClusterPlan(self.grid, self.M, self.times, self.chunk_bytes * self.C, self.model)
             trial.classes, trial.class_ids = self.classes, dict(self.class_ids)
             present_allreduce(self.grid, hold, self.M, trial.add, span)
-            trial.pre_end = max((q.last_end() for q in trial.busy.values()), default=0.0)
+            trial.pre_end = trial.busy_end()
             if best is None or trial.pre_end < best.pre_end * (1 - 1e-9):
                 best = trial
         assert best is not None

@@ -78,18 +78,23 @@ def ring_shape(grid: np.ndarray, hold: set[int]) -> tuple[int, int]:
     return T, m
 
 
+def default_span(T: int) -> int:
+    """Pieces per in-node round of ``present_allreduce`` by default for rings of at most T pieces: 1, or on
+    rings over 2 LOCAL_ROUNDS pieces enough for LOCAL_ROUNDS rounds."""
+    return -(-T // LOCAL_ROUNDS) if T > 2 * LOCAL_ROUNDS else 1
+
+
 def local_spans(T: int, m: int, size: float, G: int, model: tuple[float, ...] | None) -> list[int]:
-    """Pieces per in-node round of ``present_allreduce`` worth building for rings of at most T pieces and nodes
-    of at most m punctual GPUs: the default (1, or on rings over 2 LOCAL_ROUNDS pieces enough for LOCAL_ROUNDS
-    rounds), and with a ``model`` (alpha_nv, B_nv, alpha_net, B_net) also T (one round per stage) where its
-    alpha-beta estimate is within TRY_ONE_ROUND of the default's. R rounds of m - 1 messages (A = (m - 1)
-    alpha_nv each) carry D = (m - 1)/m s / B_nv per stage; the rails' rings (2 (T - 1) steps of a piece) overlap
-    the stages but for the first ReduceScatter round and the last AllGather round: max(2 (R A + D), ring + 2
-    (A + D / R)). The estimate holds where the NICs set the pace (h100-cluster: the default kept, one round is
-    no candidate); where NVLink does, list scheduling packs several rounds of G - 1 shifts poorly (2 x 72 at 900
-    GB/s, one GPU absent: 4.61 ms in two rounds, 3.70 in one; 2 x 40: 4.20 and 3.46), so ClusterPlan.pre builds
-    both and keeps the faster."""
-    span = -(-T // LOCAL_ROUNDS) if T > 2 * LOCAL_ROUNDS else 1
+    """Pieces per in-node round of ``present_allreduce`` worth building for rings of at most T pieces and nodes of
+    at most m punctual GPUs: the default (``default_span``), and with a ``model`` (alpha_nv, B_nv, alpha_net,
+    B_net) also T (one round per stage) where its alpha-beta estimate is within TRY_ONE_ROUND of the default's. R
+    rounds of m - 1 messages (A = (m - 1) alpha_nv each) carry D = (m - 1)/m s / B_nv per stage; the rails' rings
+    (2 (T - 1) steps of a piece) overlap the stages but for the first ReduceScatter round and the last AllGather
+    round: max(2 (R A + D), ring + 2 (A + D / R)). The estimate holds where the NICs set the pace (h100-cluster:
+    the default kept, one round is no candidate); where NVLink does, list scheduling packs several rounds of G - 1
+    shifts poorly (2 x 72 at 900 GB/s, one GPU absent: 4.61 ms in two rounds, 3.70 in one; 2 x 40: 4.20 and 3.46),
+    so ClusterPlan.pre builds both and keeps the faster."""
+    span = default_span(T)
     if model is None or m < 2 or span >= T:
         return [span]
     a_nv, b_nv, a_net, b_net = model
@@ -156,7 +161,7 @@ def present_allreduce(grid: np.ndarray, hold: set[int], M: int, add: Callable[..
         pres = present[b]
         m = len(pres)
         T = max(len(r) for r in ring)
-        step = span or local_spans(T, m, 0.0, G, None)[0]
+        step = span or default_span(T)
         for t0 in range(0, T, step):
             owned: dict[int, list[tuple[int, int]]] = {}
             for g in range(G):
