@@ -223,8 +223,7 @@ def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
     if pipe == "auto" and len(late) == 1:  # choose.reduce_only's funnel forms (one above the search's limit)
         copies += len(stragglar_waves.funnel_choices(n, N))
     if len(late) == 1 and n <= stragglar_cluster.BALANCED_MAX_GPUS:  # cluster.late_gpu_plan: beside the star form
-        copies += stragglar_cluster.wide_applies(G)  # the wide form
-        copies += stragglar_cluster.bcast_applies(G, stragglar_cluster.link_model(topo, grid))  # the node broadcast
+        copies += len(stragglar_cluster.late_gpu_forms(G, stragglar_cluster.link_model(topo, grid))) - 1
     if pipe == "auto" and n <= stragglar_cluster.BALANCED_MAX_GPUS:
         if len(late) == 1:  # fit_delay's probe and smaller block counts
             copies += 1 + stragglar_cluster.SPILL_TRIES
@@ -244,7 +243,8 @@ def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
     topo = params.get("topology")
     if topo is None or isinstance(topo, str) or getattr(topo, "nranks", None) != n:
         return None
-    N, G = node_grid(topo, n).shape
+    grid = node_grid(topo, n)
+    N, G = grid.shape
     if N < 2 or G < 2:
         return None
     try:
@@ -259,7 +259,8 @@ def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
     if not stragglar_waves.searched(n, G):  # one funnel, at most one of choose.py's alternatives, synchronous
         return 3
     # choose.last_alone where the last rank arrives alone: the late-GPU form, fit_delay's probe and block counts
-    alone = 2 + stragglar_cluster.SPILL_TRIES + (1 if stragglar_cluster.wide_applies(G) else 0)
+    forms = stragglar_cluster.late_gpu_forms(G, stragglar_cluster.link_model(topo, grid))
+    alone = 1 + stragglar_cluster.SPILL_TRIES + len(forms)
     return 2 * (len(late) + 1) + 4 + len(stragglar_waves.funnel_choices(n, N)) + 1 + alone
 
 

@@ -940,6 +940,12 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     return plan_schedule(plan, form, late, topology, s_bytes)
 
 
+def late_gpu_forms(G: int, model: tuple[float, ...]) -> list[str]:
+    """The forms ``late_gpu_plan`` builds for one late GPU in nodes of G GPUs with ``model``'s links: the star form
+    ("gpu"), the wide form where ``wide_applies``, the node-broadcast form ("bcast") where ``bcast_applies``."""
+    return ["gpu"] + (["wide"] if wide_applies(G) else []) + (["bcast"] if bcast_applies(G, model) else [])
+
+
 def late_gpu_plan(topology: Any, n: int, times: np.ndarray, size: float, L: int, pipeline: int | None = None,
                   search: bool = True) -> tuple[ClusterPlan, float]:
     """One late GPU L (``merged_plan``) and its after-arrival estimate: the form of roots and star spreads and,
@@ -950,13 +956,14 @@ def late_gpu_plan(topology: Any, n: int, times: np.ndarray, size: float, L: int,
     N, G = grid.shape
     model = link_model(topology, grid)
     cands = []
-    for form in ["gpu", "wide"] if wide_applies(G) else ["gpu"]:
+    forms = late_gpu_forms(G, model)
+    for form in [f for f in forms if f != "bcast"]:
         if pipeline is None:
             M, runs, rows = best_pipeline(form, N, G, size, model)
         else:
             M, runs, rows = pipeline, make_runs(pipeline, 1, pipeline), make_runs(pipeline, 1, pipeline)
         cands.append((after_arrival_estimate(form, N, G, M, runs, size, model, rows), form, M, runs, rows, 0))
-    if bcast_applies(G, model):
+    if "bcast" in forms:
         M, k = (best_bcast(N, G, size, model) if pipeline is None
                 else (pipeline, best_split(N, G, pipeline, size, model)))
         runs = make_runs(M, 1, M)
