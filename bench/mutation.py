@@ -57,7 +57,7 @@ KB = "tests/test_mutation_kills_backends.py"  # (backends/)
 
 # the late-GPU/late-node StragglAR forms: their own tests (test_stragglar*.py never reach them)
 STRAGGLAR_CLUSTER = [f"synth/algorithms/stragglar/{m}.py"
-                     for m in ("cluster", "cluster_study", "multi", "prephase", "waves")]
+                     for m in ("cluster", "cluster_cost", "cluster_study", "multi", "prephase", "waves")]
 # the rail broadcasts, the list-scheduling model's Busy intervals and the trees: target "bcast" (one target each)
 BCAST = ["synth/algorithms/stragglar/bcast.py", "synth/algorithms/stragglar/circulant.py",
          "synth/algorithms/stragglar/listsched.py", "synth/trees.py"]

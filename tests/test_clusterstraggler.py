@@ -11,7 +11,9 @@ from test_cluster_algorithms import cluster
 
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import node_grid
-from collsynth.synth.algorithms.stragglar.cluster import late_form, make_runs
+from collsynth.synth.algorithms.stragglar import cluster_cost as cost
+from collsynth.synth.algorithms.stragglar.cluster import late_form
+from collsynth.synth.algorithms.stragglar.cluster_cost import make_runs
 from collsynth.synth.compare import compare
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
@@ -170,7 +172,8 @@ def test_late_node_rows_of_several_blocks_verify(N, G, M, rows, node):
     (the late node's NVLink work, or the NIC path, whichever is longer)."""
     import numpy as np
 
-    from collsynth.synth.algorithms.stragglar.cluster import after_arrival_estimate, make_runs, new_plan
+    from collsynth.synth.algorithms.stragglar.cluster import new_plan
+    from collsynth.synth.algorithms.stragglar.cluster_cost import after_arrival_estimate, make_runs
 
     t = cluster(N, G)
     n = N * G
@@ -336,11 +339,11 @@ def test_late_node_on_nodes_not_a_power_of_two_keeps_the_faster_broadcast(N):
     times = np.zeros(n)
     times[8:16] = 0.05
     plan = cs.new_plan(t, n, times, GiB, s.meta["pipeline"], None, None)
-    rows = cs.best_rows(N, 8, s.meta["pipeline"], GiB, plan.model) if cs.coarse_rows_apply(N, 8) else None
+    rows = cost.best_rows(N, 8, s.meta["pipeline"], GiB, plan.model) if cost.coarse_rows_apply(N, 8) else None
     got = {}
     M = s.meta["pipeline"]
     for rule in ("plain", "balanced", "cube"):
-        plan = cs.merged_plan(t, n, times, GiB, M, cs.make_runs(M, 1, M), rows or cs.make_runs(M, 1, M),
+        plan = cs.merged_plan(t, n, times, GiB, M, cost.make_runs(M, 1, M), rows or cost.make_runs(M, 1, M),
                               sorted(late), rule)
         got[rule] = simulate(plan.to_schedule(rule, {}), GiB, t, late).after_last_arrival_s
     assert simulate(s, GiB, t, late).after_last_arrival_s <= min(got.values()) * (1 + 1e-9), got
@@ -430,38 +433,36 @@ def test_late_gpu_estimate_tracks_the_simulator_and_picks_the_block_count():
     (model: 0.1%), ``auto`` builds the block count whose estimate is least up to the GPU_TIE rule, verifies,
     is byte-identical to the explicit build of that count and lands under 3.6 ms (model: 3.591 ms; 3.624
     before the side work moved behind the rest of the merge)."""
-    from collsynth.synth.algorithms.stragglar import cluster as cs
     from collsynth.synth.topology import make_topology
 
     t = make_topology("h100-cluster", 128)
     late = {5: 0.05}
-    model = cs.link_model(t, node_grid(t, 128))
+    model = cost.link_model(t, node_grid(t, 128))
     ests, built = {}, {}
     for m in (24, 28, 32):
         built[m] = build_schedule("clusterstraggler", 128, arrivals=late, size=GiB, topology=t, pipeline=m)
         after = simulate(built[m], GiB, t, late).after_last_arrival_s
-        ests[m] = cs.after_arrival_estimate("gpu", 16, 8, m, make_runs(m, 1, m), GiB, model)
+        ests[m] = cost.after_arrival_estimate("gpu", 16, 8, m, make_runs(m, 1, m), GiB, model)
         assert after == pytest.approx(ests[m], rel=0.005)
     a = build_schedule("clusterstraggler", 128, arrivals=late, size=GiB, topology=t)
     chosen = a.meta["pipeline"]
-    assert chosen == cs.best_pipeline("gpu", 16, 8, GiB, model)[0] and chosen in ests
-    assert ests[chosen] <= min(ests.values()) * (1 + cs.GPU_TIE)
+    assert chosen == cost.best_pipeline("gpu", 16, 8, GiB, model)[0] and chosen in ests
+    assert ests[chosen] <= min(ests.values()) * (1 + cost.GPU_TIE)
     # byte-identical to the explicit build of its block count (a second, independent build: deterministic)
     assert verify(a).ok and a.to_json() == built[chosen].to_json()
     assert simulate(a, GiB, t, late).after_last_arrival_s < 3.6e-3
 
 
 def test_late_gpu_block_count_ties_go_to_more_blocks():
-    from collsynth.synth.algorithms.stragglar import cluster as cs
 
     model = (3.4e-6, 450e9, 14e-6, 50e9)
     for N in (2, 4, 16, 32):
-        M = cs.best_pipeline("gpu", N, 8, GiB, model)[0]
-        est = {m: cs.after_arrival_estimate("gpu", N, 8, m, make_runs(m, 1, m), GiB, model) for m in cs.UNITS}
+        M = cost.best_pipeline("gpu", N, 8, GiB, model)[0]
+        est = {m: cost.after_arrival_estimate("gpu", N, 8, m, make_runs(m, 1, m), GiB, model) for m in cost.UNITS}
         least = min(est.values())
-        assert est[M] <= least * (1 + cs.GPU_TIE)
-        assert all(m <= M for m in cs.UNITS if est[m] <= least * (1 + cs.GPU_TIE))
-    assert cs.best_pipeline("gpu", 2, 8, GiB, model)[0] == 20  # 16 blocks estimate 0.1% less: a tie
+        assert est[M] <= least * (1 + cost.GPU_TIE)
+        assert all(m <= M for m in cost.UNITS if est[m] <= least * (1 + cost.GPU_TIE))
+    assert cost.best_pipeline("gpu", 2, 8, GiB, model)[0] == 20  # 16 blocks estimate 0.1% less: a tie
 
 
 def test_most_of_a_node_late_takes_the_node_form_with_its_punctual_gpus():
@@ -495,7 +496,7 @@ def test_pre_units_cut_the_rail_rings_into_even_pieces():
 
     import numpy as np
 
-    from collsynth.synth.algorithms.stragglar.cluster import MAX_CHUNKS
+    from collsynth.synth.algorithms.stragglar.cluster_cost import MAX_CHUNKS
     from collsynth.synth.algorithms.stragglar.prephase import PRE_EVEN, PRE_LOCATIONS, pre_units
 
     for N, M, absent in ((16, 32, {5}), (16, 16, set(range(8, 16))), (64, 12, set(range(8, 16))),

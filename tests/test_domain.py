@@ -87,7 +87,7 @@ def test_faster_than_stragglar_and_radix_on_an_nvl72_rack():
 
 @pytest.mark.parametrize("preset,n,blocks", [("gb200-nvl72", 72, 2), ("dgx-h100", 8, 1)])
 def test_small_buffers_take_fewer_than_four_blocks(preset, n, blocks):
-    """1 MiB: the broadcast's rounds are message start-ups, so 1 to 3 blocks (cluster.UNITS since 2026-12-06)
+    """1 MiB: the broadcast's rounds are message start-ups, so 1 to 3 blocks (cluster_cost.UNITS since 2026-12-06)
     beat the 4 that were the fewest before (model: NVL72 31.9 us against 36.9, dgx-h100 17.2 against 23.9),
     and the estimate the count is chosen by is the simulated time."""
     topo = make_topology(preset, n)

@@ -17,6 +17,7 @@ from collsynth.synth import verify as verify_module
 from collsynth.synth.algorithms import hierarchical, tree
 from collsynth.synth.algorithms.layout import cycle_in
 from collsynth.synth.algorithms.stragglar import cluster as clusterstraggler
+from collsynth.synth.algorithms.stragglar import cluster_cost as cost
 from collsynth.synth.algorithms.stragglar.phase2 import phase2_plan
 from collsynth.synth.arrivals import arrival_vector
 from collsynth.synth.bounds import allreduce_bound, min_route_alpha
@@ -299,7 +300,7 @@ def test_clusterstraggler_before_the_arrival_verifies(N: int, G: int, late: dict
 @pytest.mark.parametrize("form", ["gpu", "node"])
 def test_clusterstraggler_estimate_is_of_the_per_block_size(form: str) -> None:
     size, nic = float(GiB), 50e9
-    est = clusterstraggler.after_arrival_estimate(form, 2, 8, 8, [(f, 1) for f in range(8)], size,
+    est = cost.after_arrival_estimate(form, 2, 8, 8, [(f, 1) for f in range(8)], size,
                                                   (3e-6, 450e9, 14e-6, nic))
     assert size / (8 * nic) <= est <= size / nic  # at least one GPU's part through a NIC, at most the buffer
 

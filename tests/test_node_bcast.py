@@ -15,6 +15,7 @@ from collsynth.backends.msccl.schedule import xml_to_schedule
 from collsynth.backends.mscclpp import check_plan_text, plan_text_to_schedule
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar import cluster as cs
+from collsynth.synth.algorithms.stragglar import cluster_cost as cost
 from collsynth.synth.algorithms.stragglar.bcast import broadcast_rounds
 from collsynth.synth.compare import compare
 from collsynth.synth.registry import build_schedule
@@ -32,11 +33,11 @@ def nvlink_moves(plan: cs.ClusterPlan, after: float) -> list[tuple[int, int, int
 
 
 def test_bcast_applies_where_the_nics_outrun_an_nvlink_port():
-    fast = cs.link_model(cluster(2, 24, bw_nv=900e9), node_grid(cluster(2, 24, bw_nv=900e9), 48))
-    assert cs.bcast_applies(24, fast) and cs.bcast_applies(72, fast) and not cs.bcast_applies(12, fast)
+    fast = cost.link_model(cluster(2, 24, bw_nv=900e9), node_grid(cluster(2, 24, bw_nv=900e9), 48))
+    assert cost.bcast_applies(24, fast) and cost.bcast_applies(72, fast) and not cost.bcast_applies(12, fast)
     h100 = make_topology("h100-cluster", 16)  # 8 x 400 Gb/s against 450 GB/s: the NICs set the pace
-    assert not cs.bcast_applies(8, cs.link_model(h100, node_grid(h100, 16)))
-    assert not cs.bcast_applies(2, (1e-6, 1e9, 1e-6, 1e12))
+    assert not cost.bcast_applies(8, cost.link_model(h100, node_grid(h100, 16)))
+    assert not cost.bcast_applies(2, (1e-6, 1e9, 1e-6, 1e12))
 
 
 @pytest.mark.parametrize("N,G,L,M,k", [(2, 4, 0, 2, 2), (2, 4, 3, 3, 2), (3, 6, 8, 2, 3), (2, 6, 5, 3, 4),
@@ -50,7 +51,7 @@ def test_the_node_broadcast_form_verifies_and_l_sends_each_block_once(N, G, L, M
     t = cluster(N, G, bw_nv=100e9)  # G B_net >= B_nv from G = 2
     times = np.zeros(n)
     times[L] = 0.05
-    runs = cs.make_runs(M, 1, M)
+    runs = cost.make_runs(M, 1, M)
     plan = cs.merged_plan(t, n, times, GiB, M, runs, runs, [L], bcast=k)
     assert plan.bcast and not plan.wide
     s = plan.to_schedule("bcast", {})
@@ -76,7 +77,7 @@ def test_the_node_broadcast_form_verifies_and_l_sends_each_block_once(N, G, L, M
 def test_node_broadcast_needs_one_late_gpu_in_a_whole_node():
     """Two late GPUs, or a whole late node, take the other forms even when asked for the node broadcast."""
     t, n, M = cluster(2, 4, bw_nv=100e9), 8, 2
-    runs = cs.make_runs(M, 1, M)
+    runs = cost.make_runs(M, 1, M)
     times = np.zeros(n)
     times[4:] = 0.05
     node = cs.merged_plan(t, n, times, GiB, M, runs, runs, [4, 5, 6, 7], bcast=2)
@@ -95,10 +96,10 @@ def test_node_broadcast_beats_the_star_and_wide_forms_on_large_nodes(N, G):
     s = build_schedule("clusterstraggler", n, arrivals={5: 0.05}, size=GiB, topology=t)
     assert s.meta["form"] == "gpu" and s.meta["node_bcast"] > 0 and verify(s).ok
     ours = simulate(s, GiB, t, times).after_last_arrival_s
-    model = cs.link_model(t, node_grid(t, n))
+    model = cost.link_model(t, node_grid(t, n))
     others = []
     for form in ("gpu", "wide"):
-        M, runs, rows = cs.best_pipeline(form, N, G, GiB, model)
+        M, runs, rows = cost.best_pipeline(form, N, G, GiB, model)
         plan = cs.merged_plan(t, n, times, GiB, M, runs, rows, [5], wide=form == "wide")
         others.append(simulate(plan.to_schedule("x", {}), GiB, t, times).after_last_arrival_s)
     assert ours * 1.1 < min(others)
@@ -130,11 +131,11 @@ def test_bcast_estimate_tracks_its_parts():
     model = (3.4e-6, 900e9, 14e-6, 50e9)
     rows = [GiB / 10] * 10
     port = GiB / model[1]
-    for k in cs.BCAST_SPLITS:
-        assert cs.bcast_estimate(2, 72, rows, k, model) > port
-    assert cs.bcast_estimate(2, 72, [GiB / 64] * 64, 16, model) > cs.bcast_estimate(2, 72, rows, 8, model)
-    assert cs.best_bcast(2, 72, GiB, model) == (12, 8)
-    assert cs.bcast_estimate(2, 72, [], 4, model) == 0.0
+    for k in cost.BCAST_SPLITS:
+        assert cost.bcast_estimate(2, 72, rows, k, model) > port
+    assert cost.bcast_estimate(2, 72, [GiB / 64] * 64, 16, model) > cost.bcast_estimate(2, 72, rows, 8, model)
+    assert cost.best_bcast(2, 72, GiB, model) == (12, 8)
+    assert cost.bcast_estimate(2, 72, [], 4, model) == 0.0
 
 
 def test_the_absent_gpus_part_spreads_over_its_node_and_large_nodes_take_one_round(monkeypatch):
@@ -150,7 +151,7 @@ def test_the_absent_gpus_part_spreads_over_its_node_and_large_nodes_take_one_rou
     grid = node_grid(t, n)
     hold = set(range(n)) - {L}
     assert ring_shape(grid, hold) == (2, 72)
-    model = cs.link_model(t, grid)
+    model = cost.link_model(t, grid)
     M = 12
     assert local_spans(2, 72, GiB, G, model) == [1, 2] and local_spans(2, 72, GiB, G, None) == [1]
     moves: list[tuple[int, int, int, int, bool]] = []
@@ -179,4 +180,4 @@ def test_the_absent_gpus_part_spreads_over_its_node_and_large_nodes_take_one_rou
     assert not cs.spilled(after, s.meta["after_arrival_estimate_s"])
     h100 = make_topology("h100-cluster", 128)
     g16 = node_grid(h100, 128)
-    assert local_spans(*ring_shape(g16, set(range(128)) - {5}), GiB, 8, cs.link_model(h100, g16)) == [1]
+    assert local_spans(*ring_shape(g16, set(range(128)) - {5}), GiB, 8, cost.link_model(h100, g16)) == [1]

@@ -15,6 +15,7 @@ from collsynth.backends.msccl.schedule import xml_to_schedule
 from collsynth.backends.mscclpp import check_plan_text, plan_text_to_schedule
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar import cluster as cs
+from collsynth.synth.algorithms.stragglar import cluster_cost as cost
 from collsynth.synth.bruck import bruck_reduce_steps, bruck_steps, cyclic_runs
 from collsynth.synth.registry import build_schedule
 from collsynth.synth.simulate import simulate
@@ -84,14 +85,14 @@ def test_wide_form_verifies_for_any_late_index(N, G, L):
     t = cluster(N, G)
     times = np.zeros(n)
     times[L] = 0.05
-    runs = cs.make_runs(M, 1, M)
+    runs = cost.make_runs(M, 1, M)
     plan = cs.merged_plan(t, n, times, GiB, M, runs, runs, [L], wide=True)
     assert plan.wide
     s = plan.to_schedule("wide", {})
     r = verify(s)
     assert r.ok, r.message
     R = G - 1
-    groups = -(-R // cs.wide_group(R))
+    groups = -(-R // cost.wide_group(R))
     assert nvlink_sends(plan, L, 0.05) <= M * (groups + 1)  # one reduction per group (a wrapped group: two)
     star = cs.merged_plan(t, n, times, GiB, M, runs, runs, [L])
     assert not star.wide and nvlink_sends(star, L, 0.05) >= M * (G - 1)  # one per root and block
@@ -101,12 +102,12 @@ def test_powers_of_two_keep_the_star_form():
     t, n = cluster(2, 8), 16
     times = np.zeros(n)
     times[5] = 0.05
-    runs = cs.make_runs(4, 1, 4)
+    runs = cost.make_runs(4, 1, 4)
     wide = cs.merged_plan(t, n, times, GiB, 4, runs, runs, [5], wide=True)
     star = cs.merged_plan(t, n, times, GiB, 4, runs, runs, [5])
     assert not wide.wide and wide.to_schedule("x", {}).to_json() == star.to_schedule("x", {}).to_json()
-    assert not cs.wide_applies(8) and not cs.wide_applies(2) and cs.wide_applies(6) and cs.wide_applies(72)
-    assert [cs.wide_group(R) for R in (2, 5, 9, 10, 71)] == [2, 3, 3, 4, 9]  # ceil(sqrt(R)): 8 groups of 71 peers
+    assert not cost.wide_applies(8) and not cost.wide_applies(2) and cost.wide_applies(6) and cost.wide_applies(72)
+    assert [cost.wide_group(R) for R in (2, 5, 9, 10, 71)] == [2, 3, 3, 4, 9]  # ceil(sqrt(R)): 8 groups of 71 peers
 
 
 @pytest.mark.parametrize("N,G", [(2, 24), (4, 24), (2, 40)])
@@ -122,16 +123,16 @@ def test_build_keeps_the_faster_form_and_the_estimate_holds(N, G):
     s = build_schedule("clusterstraggler", n, arrivals={5: 0.05}, size=GiB, topology=t)
     assert verify(s).ok
     got = simulate(s, GiB, t, times).after_last_arrival_s
-    model = cs.link_model(t, node_grid(t, n))
+    model = cost.link_model(t, node_grid(t, n))
     after = {}
     for form in ("gpu", "wide", "bcast"):
         if form == "bcast":
-            M, k = cs.best_bcast(N, G, GiB, model)
-            runs = rows = cs.make_runs(M, 1, M)
-            est = cs.bcast_estimate(N, G, [GiB / M] * M, k, model)
+            M, k = cost.best_bcast(N, G, GiB, model)
+            runs = rows = cost.make_runs(M, 1, M)
+            est = cost.bcast_estimate(N, G, [GiB / M] * M, k, model)
         else:
-            M, runs, rows = cs.best_pipeline(form, N, G, GiB, model)
-            est = cs.after_arrival_estimate(form, N, G, M, runs, GiB, model, rows)
+            M, runs, rows = cost.best_pipeline(form, N, G, GiB, model)
+            est = cost.after_arrival_estimate(form, N, G, M, runs, GiB, model, rows)
         plan = cs.merged_plan(t, n, times, GiB, M, runs, rows, [5], wide=form == "wide",
                               bcast=k if form == "bcast" else 0)
         after[form] = simulate(plan.to_schedule("x", {}), GiB, t, times).after_last_arrival_s
@@ -148,7 +149,7 @@ def test_the_wide_form_lowers_to_a_plan_and_xml_that_check(tmp_path):
     t, n = cluster(2, 6), 12
     times = np.zeros(n)
     times[3] = 0.05
-    runs = cs.make_runs(2, 1, 2)
+    runs = cost.make_runs(2, 1, 2)
     plan = cs.merged_plan(t, n, times, 2**20, 2, runs, runs, [3], wide=True)
     s = cs.plan_schedule(plan, "gpu", [3], t, 2**20)
     assert s.meta["wide"] and verify(s).ok
@@ -168,12 +169,12 @@ def test_a_late_node_of_any_size_reduces_and_gathers_by_bruck(N, G):
     and 24, not the prime 5): log2 G NVLink messages per GPU and row, not G - 1 star reductions and spreads;
     verified; at 2 x 24 and 900 GB/s it beats the synchronous schedule (2.35 ms against hierarchical's 2.47
     with radix steps in the node, 2.87 with the ring; before, hierarchical was returned)."""
-    assert cs.radix_node(G) == (G in (6, 24)) and cs.radix_node(72) and not cs.radix_node(40)
+    assert cost.radix_node(G) == (G in (6, 24)) and cost.radix_node(72) and not cost.radix_node(40)
     n, M = N * G, 2
     t = cluster(N, G, bw_nv=900e9, a_nv=3.4e-6, a_net=14e-6)
     times = np.zeros(n)
     times[G:2 * G] = 0.05
-    runs = cs.make_runs(M, 1, M)
+    runs = cost.make_runs(M, 1, M)
     plan = cs.merged_plan(t, n, times, GiB, M, runs, runs, list(range(G, 2 * G)))
     assert verify(plan.to_schedule("node", {})).ok
     steps = math.ceil(math.log2(G))

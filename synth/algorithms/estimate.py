@@ -16,7 +16,7 @@ tests/test_estimate.py checks them against built schedules):
 - multistraggler: StragglAR's completion at the depth its pipeline model picks, plus the late ranks'
   streams, each candidate form built, retimed and simulated when a size is given (measured: n = 64 with
   4 late ranks in 2 s), and its builder's Python moves (``MULTI_BUILD_BYTES`` per transfer).
-- clusterstraggler: the punctual AllReduce, then the late buffer in at most cluster.MAX_CHUNKS blocks
+- clusterstraggler: the punctual AllReduce, then the late buffer in at most cluster_cost.MAX_CHUNKS blocks
   streamed to every rank (measured: 16 nodes x 8 GPUs with one late GPU, 18,672 transfers in 1.8 s).
   With several late ranks on a topology with nodes (its waves form) it builds and simulates the schedules
   waves.build tries (``_waves_copies``: three beyond waves.searched, not multistraggler's 20 per late
@@ -24,7 +24,7 @@ tests/test_estimate.py checks them against built schedules):
   one NVLink domain it also builds domain.py's broadcast form (``_domain_copies``), within the same counts (72 and 256
   GPUs: tests/test_estimate.py).
   clusterstraggler for one late GPU or one whole late node on a topology with nodes (issue 15) builds
-  one plan of G M blocks (M <= max(cluster.UNITS) for auto) in C = G M k chunks (k = prephase.pre_units,
+  one plan of G M blocks (M <= max(cluster_cost.UNITS) for auto) in C = G M k chunks (k = prephase.pre_units,
   so that the rail rings before the arrival cut even pieces): the present ranks' AllReduce and the late
   data's rail chains move each chunk about 3 times per rank (measured 2.9-3.0 C per rank at 16 nodes): at
   most 4 n C moves, 4 n G max(M, N) transfers (a ring piece per node) and at most the sends its ports
@@ -52,9 +52,9 @@ from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import hierarchical, multiring, tree
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar import cluster as stragglar_cluster
+from collsynth.synth.algorithms.stragglar import cluster_cost, prephase
 from collsynth.synth.algorithms.stragglar import domain as stragglar_domain
 from collsynth.synth.algorithms.stragglar import pipeline as stragglar_pipeline
-from collsynth.synth.algorithms.stragglar import prephase
 from collsynth.synth.algorithms.stragglar import waves as stragglar_waves
 from collsynth.synth.algorithms.stragglar.tables import stored_sizes
 from collsynth.synth.arrivals import arrival_vector
@@ -204,11 +204,11 @@ def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
     if several and not (pipe == "auto" and not stragglar_waves.searched(n, G)):
         return None
     fixed = isinstance(pipe, int) and not isinstance(pipe, bool) and pipe >= 1
-    m = min(pipe if fixed else max(stragglar_cluster.UNITS), stragglar_cluster.MAX_CHUNKS // G)
+    m = min(pipe if fixed else max(cluster_cost.UNITS), cluster_cost.MAX_CHUNKS // G)
     # the chunks, cut finer for the rings (prephase.pre_units); with "auto" the most that any block count cuts
     # (not the most blocks: 33 nodes cut 40 blocks in 640 chunks, 64 blocks in 512)
-    c = max(G * u * prephase.pre_units(grid, late, u, stragglar_cluster.MAX_CHUNKS)
-            for u in ([m] if fixed else [u for u in stragglar_cluster.UNITS if u <= m]))
+    c = max(G * u * prephase.pre_units(grid, late, u, cluster_cost.MAX_CHUNKS)
+            for u in ([m] if fixed else [u for u in cluster_cost.UNITS if u <= m]))
     blocks = G * max(m, N)  # the rings cut each part into one piece per node
     # steps: the merge's 4 C + 4 N, and the AllReduce before it (prephase.py): in-node rounds of G - 1 shifts,
     # at most 2 LOCAL_ROUNDS pieces deep, twice, and the rail ring's 2 (N - 1) steps
@@ -223,7 +223,7 @@ def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
     if pipe == "auto" and len(late) == 1:  # choose.reduce_only's funnel forms (one above the search's limit)
         copies += len(stragglar_waves.funnel_choices(n, N))
     if len(late) == 1 and n <= stragglar_cluster.BALANCED_MAX_GPUS:  # cluster.late_gpu_plan: beside the star form
-        copies += len(stragglar_cluster.late_gpu_forms(G, stragglar_cluster.link_model(topo, grid))) - 1
+        copies += len(cluster_cost.late_gpu_forms(G, cluster_cost.link_model(topo, grid))) - 1
     if pipe == "auto" and n <= stragglar_cluster.BALANCED_MAX_GPUS:
         if len(late) == 1:  # fit_delay's probe and smaller block counts
             copies += 1 + stragglar_cluster.SPILL_TRIES
@@ -259,7 +259,7 @@ def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
     if not stragglar_waves.searched(n, G):  # one funnel, at most one of choose.py's alternatives, synchronous
         return 3
     # choose.last_alone where the last rank arrives alone: the late-GPU form, fit_delay's probe and block counts
-    forms = stragglar_cluster.late_gpu_forms(G, stragglar_cluster.link_model(topo, grid))
+    forms = cluster_cost.late_gpu_forms(G, cluster_cost.link_model(topo, grid))
     alone = 1 + stragglar_cluster.SPILL_TRIES + len(forms)
     return 2 * (len(late) + 1) + 4 + len(stragglar_waves.funnel_choices(n, N)) + 1 + alone
 
@@ -321,7 +321,7 @@ def work(name: str, n: int, collective: str = "allreduce", params: Mapping[str, 
         if name == "multistraggler":
             return multi
         # the other cluster forms: the punctual AllReduce, then the late buffer in at most MAX_CHUNKS blocks
-        chunks = min(stragglar_cluster.MAX_CHUNKS, 4 * n + 256)
+        chunks = min(cluster_cost.MAX_CHUNKS, 4 * n + 256)
         t = 2 * n * (n - 1) + n * chunks
         copies = _waves_copies(n, params)
         copies = max(2, multi.copies) + _domain_copies(n, params) if copies is None else copies

@@ -39,7 +39,7 @@ from collsynth.apitypes import Arrivals
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import synchronous
 from collsynth.synth.algorithms.layout import node_grid
-from collsynth.synth.algorithms.stragglar import cluster, domain, funnel, waves
+from collsynth.synth.algorithms.stragglar import cluster, cluster_cost, domain, funnel, waves
 from collsynth.synth.arrivals import arrival_vector, latest_rank
 from collsynth.synth.ir import Schedule
 from collsynth.synth.simulate import simulate
@@ -192,7 +192,7 @@ def _bytes(size: int | float | str | None) -> float:
 def last_alone(n: int, times: np.ndarray, size: int | float | str | None, topology: Any) -> Schedule | None:
     """Several late ranks (arrival ``times`` per rank): when every other rank is in at least GPU_FORM_GAP_T T
     before the last rank L (module docstring), the late-GPU form for L with the others in the AllReduce
-    before it (its block count by cluster.best_pipeline, fewer where that AllReduce spills past L's arrival:
+    before it (its block count by cluster_cost.best_pipeline, fewer where that AllReduce spills past L's arrival:
     cluster.fit_delay); else None. ``build`` returns it where it completes first in the simulator."""
     grid = node_grid(topology, n)
     N, G = grid.shape
@@ -235,7 +235,7 @@ def whole_node(n: int, times: np.ndarray, size: int | float | str | None, topolo
     promoted = np.array(times, np.float64)
     promoted[treated] = float(times[late].min())
     s_bytes = _bytes(size)
-    model = cluster.link_model(topology, grid)
-    M, runs, rows = cluster.best_pipeline("node", N, G, s_bytes, model)
+    model = cluster_cost.link_model(topology, grid)
+    M, runs, rows = cluster_cost.best_pipeline("node", N, G, s_bytes, model)
     plan = cluster.merged_plan(topology, n, promoted, s_bytes, M, runs, rows, members)
     return cluster.plan_schedule(plan, "node", members, topology, s_bytes, {"treated_as_late": treated})

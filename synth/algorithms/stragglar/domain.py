@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from collsynth.synth.algorithms.stragglar import cluster
+from collsynth.synth.algorithms.stragglar import cluster, cluster_cost
 from collsynth.synth.arrivals import latest_rank
 from collsynth.synth.ir import Schedule
 
@@ -44,13 +44,13 @@ def applies(n: int, times: np.ndarray) -> bool:
 def build(n: int, times: np.ndarray, size: float, topology: Any) -> Schedule | None:
     """The form for the arrival ``times`` (seconds per rank) of ``size`` bytes per rank on ``topology`` (its
     routes and link classes; its nodes are not used: every GPU is a node of its own), or None where it does
-    not apply (``applies``). Its block count is cluster.best_pipeline's for a late node of one GPU (its estimate
+    not apply (``applies``). Its block count is cluster_cost.best_pipeline's for a late node of one GPU (its estimate
     is the simulated time here; below a few MiB 1 to 3 blocks win: gb200-nvl72, one GPU late, 1 MiB: 2 blocks
     31.9 us, 4 blocks 36.9)."""
     if not applies(n, times):
         return None
     late = [latest_rank(times, n)]
     grid = np.arange(n, dtype=np.int64).reshape(n, 1)
-    M, runs, rows = cluster.best_pipeline("node", n, 1, size, cluster.link_model(topology, grid))
+    M, runs, rows = cluster_cost.best_pipeline("node", n, 1, size, cluster_cost.link_model(topology, grid))
     plan = cluster.late_node_plan(topology, n, times, size, M, runs, rows, late, grid)
     return cluster.plan_schedule(plan, "domain", late, topology, size)
