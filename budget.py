@@ -190,11 +190,12 @@ def _totals(w: Work | Sequence[Work]) -> tuple[int, float]:
 
 
 def check_work(work: WorkFn, n: int, what: str, *, unit: str = "ranks", monotone: WorkFn | None = None,
-               hint: str = "", knobs: Sequence[str] = ()) -> None:
+               hint: str = "", knobs: Sequence[str] = (), step: int = 1) -> None:
     """Refuse ``what`` (n ``unit``) when ``work(n)`` (a Work, or several run one after the other)
     exceeds the memory or the time budget, naming the largest n that fits both and the flag that raises
     the budget. The largest is searched on ``monotone`` (default ``work``), a non-decreasing bound of
-    ``work`` (e.g. counting a search at every n). ``knobs`` are the user's options that also scale the work
+    ``work`` (e.g. counting a search at every n), among the multiples of ``step`` (a cluster topology's GPUs
+    per node: h100-cluster takes multiples of 8). ``knobs`` are the user's options that also scale the work
     ("--pipeline 1000000"): the largest n is named at them, and the error offers smaller values."""
     nbytes, seconds = _totals(work(n))
     if nbytes <= max_memory() and seconds <= max_seconds():
@@ -205,7 +206,9 @@ def check_work(work: WorkFn, n: int, what: str, *, unit: str = "ranks", monotone
         b, t = _totals(bound(x))
         return b <= max_memory() and t <= max_seconds()
 
-    fit = largest_true(fits, 2, max(n - 1, 2))  # < 2: none fits
+    step = max(int(step), 1)
+    lo = -(-2 // step)  # the fewest multiples of step that make 2 ranks
+    fit = step * largest_true(lambda k: fits(k * step), lo, max((n - 1) // step, lo))  # < 2: none fits
     at = f" at {', '.join(knobs)}" if knobs else ""
     largest = (f"{fit} {unit}{at}" if fit >= 2 else "") + (f" ({hint})" if hint and fit >= 2 else "")
     smaller = f"give a smaller {' or '.join(k.split()[0] for k in knobs)}" if knobs else ""

@@ -3,7 +3,8 @@ order, and ``build_schedule``, the one entry point the CLI, the Python API and t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeAlias
 
 from collsynth import budget, progress
@@ -13,7 +14,7 @@ from collsynth.synth.algorithms import CONSTRUCTIVE, Algorithm
 from collsynth.synth.algorithms.estimate import SEARCH_HINT, needs_search, size_knobs, work
 from collsynth.synth.ir import Schedule
 from collsynth.synth.solver import solve as solver
-from collsynth.synth.topology import Topology, make_topology
+from collsynth.synth.topology import Topology, make_topology, preset_gpus_per_node, resized
 from collsynth.synth.verify import record_topology
 from collsynth.units import size_bytes
 
@@ -68,10 +69,42 @@ def check_works(jobs: Sequence[tuple[str, Mapping[str, object]]], n: int, collec
                 what: str = "") -> None:
     """check_work for several (algorithm, params) built one after the other on ``n`` ranks (``compare``):
     their seconds add up, their memory does not."""
-    budget.check_work(lambda x: [work(a, x, collective, p) for a, p in jobs], n, what,
-                      monotone=lambda x: [work(a, x, collective, p, always=True) for a, p in jobs],
+    @functools.cache
+    def at(x: int) -> list[tuple[str, Mapping[str, object]]]:  # the jobs on x GPUs: their topology resized to x
+        return [(a, p if x == n else at_gpus(p, x)) for a, p in jobs]
+
+    budget.check_work(lambda x: [work(a, x, collective, p) for a, p in at(x)], n, what,
+                      monotone=lambda x: [work(a, x, collective, p, always=True) for a, p in at(x)],
                       hint=SEARCH_HINT if any(a in _SEARCHING for a, _ in jobs) and needs_search(n) else "",
-                      knobs=size_knobs(p for _, p in jobs))
+                      knobs=size_knobs(p for _, p in jobs), step=gpus_per_node(p for _, p in jobs))
+
+
+def at_gpus(params: Mapping[str, object], x: int) -> Mapping[str, object]:
+    """``params`` with their Topology rebuilt for ``x`` GPUs (``resized``), or without it where it cannot be (the
+    estimates then count a flat machine): the largest GPU count that fits is searched over other counts."""
+    t = params.get("topology")
+    if not isinstance(t, Topology) or t.nranks == x:
+        return params
+    out = dict(params)
+    r = resized(t, x)
+    if r is None:
+        del out["topology"]
+    else:
+        out["topology"] = r
+    return out
+
+
+def gpus_per_node(params: Iterable[Mapping[str, object]]) -> int:
+    """The GPUs per node of the first cluster topology in ``params`` (a Topology of several nodes of one size, or a
+    cluster preset's name), else 1: a largest rank count named to the user is a multiple of it (check_works)."""
+    for p in params:
+        t = p.get("topology")
+        if isinstance(t, str) and preset_gpus_per_node(t) > 1:
+            return preset_gpus_per_node(t)
+        if isinstance(t, Topology) and t.node_count > 1:
+            sizes = {len(t.node_gpus(k)) for k in range(t.node_count)}
+            return sizes.pop() if len(sizes) == 1 else 1
+    return 1
 
 
 def build_schedule(name: str, n: int, collective: str = "allreduce", **params: BuildParam) -> Schedule:

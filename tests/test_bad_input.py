@@ -360,6 +360,69 @@ def test_work_is_estimated_before_allocating(capsys, argv, needle):
     one_line_exit_2(code, err, needle)
 
 
+@pytest.mark.parametrize("argv", [
+    # compare probed hierarchical at other counts with the 8,192-GPU topology: an internal error (ValueError)
+    ["compare", "--gpus", "8192", "--topology", "h100-cluster", "--arrival", "5=10ms", "--size", "1GiB"],
+    # the largest count named was 525 ranks, which h100-cluster (8 GPUs per node) refuses
+    ["synth", "-a", "clusterstraggler", "--gpus", "8192", "--topology", "h100-cluster", "--arrival", "5=10ms",
+     "--size", "1GiB"],
+    ["synth", "-a", "hierarchical", "--gpus", "65536", "--topology", "h100-cluster", "--size", "1GiB"],
+    ["synth", "-a", "ring", "--gpus", "100000", "--topology", "h100-cluster"],
+])
+def test_the_largest_gpu_count_named_on_a_cluster_is_one_it_takes(capsys, tmp_path, argv):
+    code, _, err = run(capsys, "--max-memory", "4GiB", *argv, *(["-o", tmp_path / "x.json"] if argv[0] == "synth"
+                                                              else []))
+    one_line_exit_2(code, err, "the largest that fits is")
+    fit = int(err.split("the largest that fits is ")[1].split(" ranks")[0])
+    assert fit % 8 == 0 and 8 <= fit < int(argv[argv.index("--gpus") + 1]), err
+    assert not list(tmp_path.iterdir())
+    if argv[0] == "synth" and argv[2] != "ring":  # and it fits: the same command at that count passes the check
+        from collsynth import budget
+        from collsynth.synth.registry import check_work
+        from collsynth.synth.topology import make_topology
+
+        budget.set_max_memory(4 * 2**30)
+        try:
+            check_work(argv[2], fit, params={"topology": make_topology("h100-cluster", fit), "size": 2**30,
+                                             **({"arrivals": {5: 0.01}} if "--arrival" in argv else {})})
+        finally:
+            budget.set_max_memory(None)
+
+
+def test_a_topology_resized_is_the_same_machine():
+    from collsynth.synth.topology import make_topology, preset_gpus_per_node, resized
+
+    t = make_topology("h100-cluster:fabric=fat-tree", 16, alpha="nvlink=2us")
+    r = resized(t, 24)
+    assert r is not None and (r.nranks, r.node_count, r.name) == (24, 3, t.name)
+    assert r.spec == {**t.spec, "gpus": 24}
+    assert resized(t, 20) is None and resized(make_topology("dgx-h100", 8), 16) is None  # 8 per node; one node
+    assert resized(make_topology("nvswitch", 8), 12).nranks == 12
+    assert [preset_gpus_per_node(x) for x in ("h100-cluster", "h100-cluster:fabric=fat-tree", "gb200-nvl72",
+                                              "nvswitch", "t.json")] == [8, 8, 72, 1, 1]
+
+
+def test_check_work_names_a_multiple_of_its_step():
+    from collsynth import budget
+    from collsynth.errors import CollsynthError
+
+    cost = budget.Work(2, 2, 2, 2, 2)  # the same Work for every count: the budget alone decides
+
+    def work(x: int) -> budget.Work:
+        return budget.Work(x, x, 2 * x, x * x, x * x)
+
+    budget.set_max_memory(2**30)
+    try:
+        budget.check_work(lambda x: cost, 10**6, "small", step=8)  # fits: no search
+        for step in (1, 8, 72):
+            with pytest.raises(CollsynthError, match="the largest that fits is") as e:
+                budget.check_work(work, 10**6, "x", step=step)
+            fit = int(str(e.value).split("the largest that fits is ")[1].split(" ranks")[0])
+            assert fit % step == 0 and work(fit).nbytes() <= 2**30 < work(fit + step).nbytes()
+    finally:
+        budget.set_max_memory(None)
+
+
 def test_largest_fitting_size_is_within_the_budget():
     from collsynth import budget
     budget.set_max_memory(2**30)

@@ -194,12 +194,19 @@ _H100 = ({"nvlink": H100_NVLINK_ALPHA, "net": H100_NET_ALPHA},
 _GB200 = ({"nvlink": GB200_NVLINK_ALPHA, "net": GB200_NET_ALPHA},
           {"nvlink": GB200_NVLINK_BANDWIDTH, "net": GB200_NET_BANDWIDTH})
 
+_CLUSTER_PRESETS = {"dgx-h100": (8, True), "h100-cluster": (8, False), "gb200-nvl72": (72, True)}  # (per node, exact)
+
 _PRESETS: dict[str, tuple[_Builder, dict[str, float], dict[str, float]]] = {
     **{k: (_single(f), {DEFAULT_CLASS: a}, {DEFAULT_CLASS: b}) for k, (f, a, b) in _BUILDERS.items()},
-    "dgx-h100": (_cluster_preset("dgx-h100", 8, True), *_H100),
-    "h100-cluster": (_cluster_preset("h100-cluster", 8, False), *_H100),
-    "gb200-nvl72": (_cluster_preset("gb200-nvl72", 72, True), *_GB200),
+    **{k: (_cluster_preset(k, per, exact), *(_GB200 if k == "gb200-nvl72" else _H100))
+       for k, (per, exact) in _CLUSTER_PRESETS.items()},
 }
+
+
+def preset_gpus_per_node(spec: str) -> int:
+    """The GPUs per node of a cluster preset (``spec`` may carry options, "h100-cluster:fabric=fat-tree"); 1 for any
+    other preset or a file: the GPU counts it takes are the multiples of it."""
+    return _CLUSTER_PRESETS.get(str(spec).partition(":")[0], (1, False))[0]
 
 
 def make_topology(spec: str, n: int, alpha: ClassTimes = None, bandwidth: ClassRates = None) -> Topology:
@@ -235,6 +242,24 @@ def make_topology(spec: str, n: int, alpha: ClassTimes = None, bandwidth: ClassR
         return load_topology(spec, n, alpha=a, bandwidth=b)
     raise CollsynthError(f"unknown topology {spec!r}: choose one of {', '.join(_PRESETS)} "
                          f"or give a JSON topology file")
+
+
+def resized(topology: Topology, n: int) -> Topology | None:
+    """The same machine with ``n`` GPUs, rebuilt from ``topology.spec`` (a preset, or a cluster of the same nodes
+    and links); None where there is no spec to rebuild from or ``n`` does not fit it (not a multiple of the GPUs per
+    node, a fixed-size preset). The budget's search for the largest GPU count that fits uses it."""
+    spec = getattr(topology, "spec", None)
+    if not isinstance(spec, Mapping):
+        return None
+    try:
+        if "preset" in spec:
+            return topology_from_spec({**spec, "gpus": n})
+        if "cluster" in spec and isinstance(spec["cluster"], Mapping):
+            per = int(spec["cluster"]["gpus_per_node"])
+            return None if n % per else topology_from_spec({**spec, "cluster": {**spec["cluster"], "nodes": n // per}})
+    except (CollsynthError, KeyError, TypeError, ValueError):
+        return None
+    return None
 
 
 def topology_from_spec(spec: Mapping[str, Any], alpha: ClassTimes = None, bandwidth: ClassRates = None) -> Topology:
