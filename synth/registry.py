@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TypeAlias
+from typing import TypeAlias, cast
 
 from collsynth import budget, progress
-from collsynth.apitypes import Seconds
+from collsynth.apitypes import Arrivals, Seconds
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import CONSTRUCTIVE, Algorithm
 from collsynth.synth.algorithms.estimate import SEARCH_HINT, needs_search, size_knobs, work
+from collsynth.synth.arrivals import arrival_vector
 from collsynth.synth.ir import Schedule
 from collsynth.synth.solver import solve as solver
 from collsynth.synth.topology import Topology, make_topology, preset_gpus_per_node, resized
@@ -122,6 +123,10 @@ def build_schedule(name: str, n: int, collective: str = "allreduce", **params: B
                                     if accepted else ""))
     if params.get("size") is not None:  # the API's numbers meet the CLI's rules (units.size_bytes)
         size_bytes(params["size"])
+    if params.get("arrivals") is not None:  # only their differences shape a schedule: times from the first arrival
+        times = arrival_vector(cast(Arrivals, params["arrivals"]), n)  # (1.7e9 s timestamps leave a us no digits)
+        if times.min() > 0:
+            params["arrivals"] = (times - times.min()).tolist()
     by_nodes = name in ("hierarchical", "clusterstraggler")  # their estimates need the topology's nodes
     if not (name == "clusterstraggler" and isinstance(params.get("topology"), str)):
         check_work(name, n, collective, params)  # clusterstraggler on a preset or file: once its nodes are known

@@ -127,15 +127,23 @@ def simulate(schedule: Schedule, size_bytes: Bytes, topology: Topology | str, ar
     size = float(units.size_bytes(size_bytes))
     arr = arrival_vector(arrivals, n)
     _check_columns(s)
+    # times from the first arrival (timestamps such as 1.7e9 s would leave a microsecond's float64 steps no
+    # digits: 1e-7 s apart); the results are given back in the caller's time base
+    t0 = float(arr.min()) if n else 0.0
+    rel = arr - t0 if t0 else arr
     T = s.ntransfers
     start = np.zeros(T, np.float64)
     end = np.zeros(T, np.float64)
     if T:
-        _run(s, size, topology, arr, start, end)
-    finish = arr.copy()
+        _run(s, size, topology, rel, start, end)
+    finish = rel.copy()
     if T:
         np.maximum.at(finish, s.src, end)
         np.maximum.at(finish, s.dst, end)
+    after = float(finish.max()) - float(rel.max())
+    if t0:
+        for x in (finish, start, end):
+            x += t0
     completion = float(finish.max())
     last = float(arr.max())
     tl = None
@@ -146,8 +154,7 @@ def simulate(schedule: Schedule, size_bytes: Bytes, topology: Topology | str, ar
         tl = [dict(zip(names, row)) for row in zip(*cols)]
     start.flags.writeable = False
     end.flags.writeable = False
-    return SimResult(completion, completion - last, last, finish.tolist(), tl, s.name, topology.name, size,
-                     start, end)
+    return SimResult(completion, after, last, finish.tolist(), tl, s.name, topology.name, size, start, end)
 
 
 def _run(s: Schedule, size: float, topo: Topology, arr: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:

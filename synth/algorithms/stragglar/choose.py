@@ -40,7 +40,7 @@ from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms import synchronous
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar import cluster, cluster_cost, domain, funnel, waves
-from collsynth.synth.arrivals import arrival_vector, latest_rank
+from collsynth.synth.arrivals import arrival_vector, latest_rank, sooner
 from collsynth.synth.ir import Schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import make_topology
@@ -69,10 +69,11 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
             # after the last arrival it is the faster where both apply, and 1,024 GPUs build in under 30 s
             alone = alternative_run(("alone", (n, times, s_bytes, topology)))
             alts = [alone, alternative_run(("node", (n, times, s_bytes, topology))) if alone is None else None]
-        best, best_s = waves.keep_fastest(s, best_s, (a for a in alts if a is not None))
+        last = float(times.max())
+        best, best_s = waves.keep_fastest(s, best_s, (a for a in alts if a is not None), last)
         if not waves.searched_on(topology, n):  # one funnel, the synchronous one not weighed
             sync = synchronous.fastest(n, topology, s_bytes, times)
-            if sync.completion_s < best_s * (1 - 1e-12):
+            if sooner(sync.completion_s, best_s, last):
                 return sync.as_form("clusterstraggler", times)
         return best
     if pipeline == "auto" and one_domain_late(n, collective, arrivals, topology):  # multistraggler's flat form
@@ -85,7 +86,7 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
             if t_bcast - last < (best_s - last) * (1 - domain.TIE):
                 best, best_s = bcast, t_bcast
         sync = synchronous.fastest(n, topo, s_bytes, times)
-        if sync.completion_s < best_s * (1 - 1e-12):
+        if sooner(sync.completion_s, best_s, float(times.max())):
             return sync.as_form("clusterstraggler", times)
         return best
     if not late_calls or s.meta.get("form") not in ("gpu", "node"):  # chosen by waves.py, or no late rank
@@ -101,9 +102,9 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
         reduce_only = iter(map_ordered(waves.candidate_run, funnels) if spilt else [])
     else:
         reduce_only = (next(late_pending) for _ in funnels)
-    s, ours = waves.keep_fastest(s, ours, (r[0] for r in reduce_only))
+    s, ours = waves.keep_fastest(s, ours, (r[0] for r in reduce_only), res.last_arrival_s)
     (t_sync, waited), = next(late_pending)
-    return waited if t_sync < ours * (1 - 1e-12) else s
+    return waited if sooner(t_sync, ours, res.last_arrival_s) else s
 
 
 def one_domain_late(n: int, collective: str, arrivals: Arrivals, topology: Any) -> bool:

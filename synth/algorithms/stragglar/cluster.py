@@ -102,7 +102,7 @@ from collsynth.synth.algorithms.stragglar.cluster_cost import (
 from collsynth.synth.algorithms.stragglar.listsched import Busy, common_fit
 from collsynth.synth.algorithms.stragglar.multi import Move, pack
 from collsynth.synth.algorithms.stragglar.prephase import local_spans, pre_units, present_allreduce, ring_shape
-from collsynth.synth.arrivals import arrival_vector, latest_rank
+from collsynth.synth.arrivals import arrival_vector, latest_rank, sooner
 from collsynth.synth.bruck import bruck_reduce_steps, bruck_steps, cyclic_runs
 from collsynth.synth.composition import intra_steps
 from collsynth.synth.ir import Schedule, derived_phases
@@ -306,7 +306,7 @@ class ClusterPlan:
             trial.classes, trial.class_ids = self.classes, dict(self.class_ids)
             present_allreduce(self.grid, hold, self.M, trial.add, span)
             trial.pre_end = trial.busy_end()
-            if best is None or trial.pre_end < best.pre_end * (1 - 1e-9):
+            if best is None or sooner(trial.pre_end, best.pre_end, float(self.times.min()), 1e-9):
                 best = trial
         assert best is not None
         for key in ("atoms", "est", "busy", "written", "read", "class_ids", "_ports", "pre_end"):
@@ -780,7 +780,7 @@ def late_gpu_plan(topology: Any, n: int, times: np.ndarray, size: float, L: int,
         if len(cands) == 1:
             return plan, est
         t = plan.simulated(size, topology, times).completion_s
-        if best is None or t < best[0] * (1 - 1e-9):
+        if best is None or sooner(t, best[0], float(times.max()), 1e-9):
             best = (t, plan, est)
     assert best is not None
     return best[1], best[2]
@@ -893,7 +893,7 @@ def fastest(plan: ClusterPlan, alternatives: list[Callable[[], ClusterPlan]], si
     for build_alt in alternatives:
         alt = build_alt()
         t_alt = alt.simulated(size, topology, times).completion_s
-        if t_alt < best * (1 - 1e-9):
+        if sooner(t_alt, best, float(np.max(times)), 1e-9):
             plan, best = alt, t_alt
     return plan
 

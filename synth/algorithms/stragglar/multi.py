@@ -47,7 +47,7 @@ from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.stragglar.phase2 import phase2_plan
 from collsynth.synth.algorithms.stragglar.pipeline import PAPER_MODEL, resolve_pipeline, topology_model
 from collsynth.synth.algorithms.stragglar.tables import stored_sizes
-from collsynth.synth.arrivals import arrival_vector, latest_rank
+from collsynth.synth.arrivals import arrival_vector, latest_rank, sooner
 from collsynth.synth.ir import Phase, Schedule, derived_phases
 from collsynth.synth.simulate import simulate
 from collsynth.synth.topology import make_topology
@@ -129,7 +129,7 @@ def construct(n: int, collective: str = "allreduce", arrivals: Arrivals = None, 
             seen.add(key)
             for cand in _orders(s, float(_size(size)), topo, times):
                 t = simulate(cand, size, topo, times.tolist()).completion_s
-                if best is None or t < best[0] * (1 - 1e-12):
+                if best is None or sooner(t, best[0], float(times.max())):
                     best = (t, len(seen), cand)
     assert best is not None
     return best[2]

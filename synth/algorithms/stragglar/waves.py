@@ -60,7 +60,7 @@ from collsynth.synth.algorithms.stragglar import funnel
 from collsynth.synth.algorithms.stragglar.listsched import Timeline
 from collsynth.synth.algorithms.stragglar.multi import retime, timeline_schedule
 from collsynth.synth.algorithms.stragglar.prephase import present_allreduce
-from collsynth.synth.arrivals import arrival_vector
+from collsynth.synth.arrivals import arrival_vector, sooner
 from collsynth.synth.ir import Schedule
 from collsynth.synth.simulate import simulate
 from collsynth.synth.trees import inorder_edges
@@ -143,11 +143,12 @@ def funnel_calls(n: int, arrivals: Arrivals, size: float, topology: Any,
             for c in funnel_choices(n, node_grid(topology, n).shape[0])]
 
 
-def keep_fastest(s: Schedule, t: float, results: Iterable[tuple[float, Schedule]]) -> tuple[Schedule, float]:
+def keep_fastest(s: Schedule, t: float, results: Iterable[tuple[float, Schedule]],
+                 since: float = 0.0) -> tuple[Schedule, float]:
     """The first of ``s`` (completing at ``t``) and the (completion, schedule) ``results``, in order, that
-    no later one beats by more than a relative 1e-12."""
+    no later one beats by more than a relative 1e-12 after ``since``, the last arrival (``sooner``)."""
     for t_f, f in results:
-        if t_f < t * (1 - 1e-12):
+        if sooner(t_f, t, since):
             s, t = f, t_f
     return s, t
 
@@ -428,12 +429,13 @@ def build(n: int, arrivals: Arrivals = None, size: int | float | str | None = No
     results = imap_ordered(candidate_run, cuts + later)
     cands = chain.from_iterable(next(results) for _ in cuts)  # each cutoff's schedule and its retimed copy
     best_t, best_s = next(cands)
-    best_s, best_t = keep_fastest(best_s, best_t, cands)
+    last = float(times.max())
+    best_s, best_t = keep_fastest(best_s, best_t, cands, last)
     cut = float(best_s.meta["cutoff_s"])  # type: ignore[arg-type]
     more = map_ordered(candidate_run, [("waves", (n, arrivals, s_bytes, topology, 16, tree, cut, times))
                                        for tree in (False, True)])
-    best_s, best_t = keep_fastest(best_s, best_t, chain.from_iterable(more))
+    best_s, best_t = keep_fastest(best_s, best_t, chain.from_iterable(more), last)
     # reduce toward the last rank's node (funnel.py)
-    best_s, best_t = keep_fastest(best_s, best_t, (next(results)[0] for _ in later[:-1]))
+    best_s, best_t = keep_fastest(best_s, best_t, (next(results)[0] for _ in later[:-1]), last)
     (t_sync, sync), = next(results)
-    return sync if t_sync < best_t * (1 - 1e-12) else best_s
+    return sync if sooner(t_sync, best_t, last) else best_s
