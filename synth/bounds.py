@@ -231,6 +231,11 @@ def allreduce_bound(topology: Topology, size: float, arrivals: Sequence[float] |
     s = float(size)
     a = np.zeros(n) if arrivals is None else np.asarray(arrivals, np.float64)
     t0, last = float(a.min()), float(a.max())
+    if t0 > 0:  # counted from the first arrival (1.7e9 s timestamps leave a microsecond no digits), given back after
+        rel = allreduce_bound(topology, s, a - t0)
+        return Bound(rel.value_s + t0, rel.after_last_arrival_s, rel.kind, rel.formula,
+                     f"{rel.numbers}, times from the first arrival at {_fmt(t0)}",
+                     {k: v + t0 for k, v in rel.terms.items()})
     amin = min_route_alpha(topology)
     gpu_out, gpu_in, node_out, node_in = cut_bandwidths(topology)
     cands: list[tuple[float, str, str]] = []

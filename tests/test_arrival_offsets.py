@@ -52,3 +52,16 @@ def test_a_rank_a_billion_seconds_late_gets_no_slower_form_than_waiting():
                                             arrivals={5: 1e9}, algorithms=["clusterstraggler", "hierarchical"])}
     ours, sync = rows["clusterstraggler"], rows["hierarchical"]
     assert ours["after_last_arrival_s"] <= sync["after_last_arrival_s"] * (1 + 1e-6)
+
+
+def test_the_bound_after_the_last_arrival_is_that_of_the_differences():
+    from collsynth.synth.bounds import allreduce_bound
+
+    t = make_topology("h100-cluster", 16)
+    rel = [0.0] * 16
+    rel[5] = 10 / 1024
+    a = allreduce_bound(t, MiB, rel)
+    b = allreduce_bound(t, MiB, [STAMP + x for x in rel])  # was 12.398 us after the last arrival, not 12.297
+    assert b.after_last_arrival_s == a.after_last_arrival_s and b.kind == a.kind
+    assert b.value_s == STAMP + a.value_s and b.terms == {k: v + STAMP for k, v in a.terms.items()}
+    assert b.numbers.startswith(a.numbers) and "from the first arrival" in b.numbers
