@@ -60,6 +60,15 @@ def test_every_vector_file_imports_or_is_refused_as_a_skeleton(path):
         return
     two = import_topology(path, nodes=2, fabric="rail")
     assert two.topology["gpus"] == 2 * topo["gpus"] and two.topology["nodes"][1][0] == topo["gpus"]
+    # the fabric's latency sits on its NIC-to-rail links: `topology show` printed "net ... alpha 0.0 ns" before,
+    # the cheapest GPU link of the class; it is the route's, as the import says (NCCL's 14 us, tuning.cc)
+    from collsynth.synth.topology import topology_from_dict
+
+    t = topology_from_dict(two.topology)
+    pairs = [(s, d) for s in range(t.nranks) for d in range(t.nranks) if s != d]
+    net = [p for p in pairs if t.transfer_class(*p) == ("net", "net")]
+    assert net and t.class_alpha("net") == pytest.approx(min(float(t.pair_table([p])[1][0]) for p in net))
+    assert t.class_alpha("net") == pytest.approx(14e-6) and any("14us" in a for a in two.assumptions)
 
 
 def test_h200_dump_nvswitch_chips_merged_and_socket_nic_deduplicated():

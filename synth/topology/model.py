@@ -171,9 +171,11 @@ class Topology:
         return self.classes.index(cls)
 
     def _nominal(self) -> dict[str, tuple[float, float]]:
-        """Per class (alpha, bandwidth) of one GPU-to-GPU message over that class: the cheapest GPU
-        out-link of the class plus, if it ends at a switch, the cheapest switch-to-GPU link of the class;
-        the bandwidth is the largest such GPU link (out and in)."""
+        """Per class (alpha, bandwidth) of one GPU-to-GPU message over that class: the least alpha of the routes
+        from GPU 0 (and from the first GPU with a link of the class) that leave and enter a GPU over the class,
+        every hop counted (an imported rail fabric puts its latency on the NIC-to-rail links); without such a
+        route, the cheapest GPU out-link of the class plus, if it ends at a switch, the cheapest switch-to-GPU
+        link of the class. The bandwidth is the largest such GPU link (out and in)."""
         if self._class_nominal is None:
             n = self.nranks
             out: dict[str, tuple[float, float]] = {}
@@ -190,11 +192,28 @@ class Topology:
                     alphas.append(float(self.link_alpha[direct].min()))
                 if (up & ~direct).any() and down.any():
                     alphas.append(float(self.link_alpha[up & ~direct].min() + self.link_alpha[down].min()))
+                routed = self._route_alpha(c, int(self.link_src[up].min()))
                 inb = m & (self.link_dst < n)
                 bw = float(min(self.link_bw[up].max(), self.link_bw[inb].max() if inb.any() else np.inf))
-                out[name] = (min(alphas) if alphas else float(self.link_alpha[up].min()), bw)
+                out[name] = (routed if routed is not None else min(alphas) if alphas else
+                             float(self.link_alpha[up].min()), bw)
             self._class_nominal = out
         return self._class_nominal
+
+    def _route_alpha(self, c: int, first: int) -> float | None:
+        """The least alpha of the routes from GPU 0 and GPU ``first`` to every other GPU whose first and last links
+        are of class index ``c`` (None if there is none)."""
+        n = self.nranks
+        pairs = np.array([(s, d) for s in sorted({0, first}) for d in range(n) if d != s], np.int64).reshape(-1, 2)
+        if not len(pairs):
+            return None
+        links, alpha = self.pair_table(pairs)
+        hops = (links >= 0).sum(axis=1)
+        ok = hops > 0
+        head = np.where(ok, links[:, 0], 0)
+        tail = links[np.arange(len(links)), np.maximum(hops - 1, 0)]
+        ok &= (self.link_class[head] == c) & (self.link_class[tail] == c)
+        return float(alpha[ok].min()) if ok.any() else None
 
     def class_alpha(self, cls: str) -> float:
         """Nominal start-up time (s) of one GPU-to-GPU message over link class ``cls`` (one switch hop)."""
