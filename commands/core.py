@@ -46,7 +46,9 @@ from collsynth.units import (
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = add_command_parser(sub, "algorithms", description="List every algorithm, in table order: name, what it builds, "
                            "the collectives it supports and the options `synth` takes for it.",
-                           epilog="example:\n  collsynth algorithms")
+                           epilog="examples:\n  collsynth algorithms\n  collsynth algorithms --json")
+    p.add_argument("--json", action="store_true", help="print the list as JSON: name, description, collectives, "
+                   "options")
     p.set_defaults(func=cmd_algorithms)
 
     p = add_command_parser(sub, "synth", description="Build a schedule with a named algorithm, verify it, and write it "
@@ -156,6 +158,11 @@ def model_from_args(args: argparse.Namespace, n: int, schedule: Schedule | None 
 
 # ---------------------------------------------------------------------------------------- commands
 def cmd_algorithms(args: argparse.Namespace) -> int:
+    if args.json:
+        print_json([{"name": name, "description": info.description, "collectives": list(info.collectives),
+                     "options": [param_flag(o) for o in algorithm_params(name)]}
+                    for name, info in algorithms().items()])
+        return 0
     for name, info in algorithms().items():
         opts = " ".join(param_flag(o) for o in algorithm_params(name))
         colls = ",".join(info.collectives)

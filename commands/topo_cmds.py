@@ -10,7 +10,14 @@ from collsynth.commands.catalog import add_command_parser, show_help
 from collsynth.commands.common import int_arg, number_arg, print_json
 from collsynth.errors import CollsynthError
 from collsynth.fileio import check_output, read_bytes, write_text_atomic
-from collsynth.synth.topology import Topology, load_topology, make_topology, topology_from_dict, topology_presets
+from collsynth.synth.topology import (
+    Topology,
+    load_topology,
+    make_topology,
+    preset_gpus_per_node,
+    topology_from_dict,
+    topology_presets,
+)
 from collsynth.synth.topology_import import (
     FABRICS,
     ImportResult,
@@ -34,7 +41,9 @@ FILE is the XML NCCL writes with NCCL_TOPO_DUMP_FILE=path, or the output of `nvi
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = add_command_parser(sub, "topologies", description="List the topology presets (the same as "
                            "`collsynth topology list`; a JSON file works wherever a preset does).",
-                           epilog="examples:\n  collsynth topologies\n  collsynth compare --gpus 8 --size 1GiB -t dgx1")
+                           epilog="examples:\n  collsynth topologies\n  collsynth topologies --json\n"
+                                  "  collsynth compare --gpus 8 --size 1GiB -t dgx1")
+    p.add_argument("--json", action="store_true", help=LIST_JSON_HELP)
     p.set_defaults(func=cmd_list)
 
     p = add_command_parser(sub, "topology", description="Topologies: list the presets, show one, import a real "
@@ -45,6 +54,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     q = tsub.add_parser("list", help="list the presets (same as `collsynth topologies`)",
                         description="List the topology presets.", epilog="example:\n  collsynth topology list",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    q.add_argument("--json", action="store_true", help=LIST_JSON_HELP)
     q.set_defaults(func=cmd_list)
 
     q = tsub.add_parser("show", help="GPUs, nodes, link classes and bisection bandwidth of a topology; --plot draws it",
@@ -95,7 +105,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=show_help(p))
 
 
+LIST_JSON_HELP = "print the presets as JSON: name, description, GPUs per node (null where it has no nodes)"
+
+
 def cmd_list(args: argparse.Namespace) -> int:
+    if args.json:
+        print_json([{"name": name, "description": desc, "gpus_per_node": preset_gpus_per_node(name)
+                     if preset_gpus_per_node(name) > 1 else None} for name, desc in topology_presets().items()])
+        return 0
     for name, desc in topology_presets().items():
         print(f"{name:<10} {desc}")
     return 0

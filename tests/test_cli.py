@@ -27,6 +27,25 @@ def test_algorithms_and_topologies_list(capsys):
     assert {"nvswitch", "full-mesh", "ring", "dgx1", "torus2d"} <= {line.split()[0] for line in out.splitlines()}
 
 
+def test_algorithms_and_topologies_list_as_json(capsys):
+    from collsynth.synth.registry import algorithms
+    from collsynth.synth.topology import make_topology, topology_presets
+
+    code, out, _ = run(capsys, "algorithms", "--json")
+    rows = json.loads(out)
+    assert code == 0 and [r["name"] for r in rows] == list(algorithms())
+    by = {r["name"]: r for r in rows}
+    assert by["clusterstraggler"]["collectives"] == ["allreduce"] and "--arrival" in by["clusterstraggler"]["options"]
+    assert "--topology" in by["ring"]["options"] and "allgather" in by["ring"]["collectives"]
+    for argv in (["topologies", "--json"], ["topology", "list", "--json"]):
+        code, out, _ = run(capsys, *argv)
+        rows = json.loads(out)
+        assert code == 0 and [r["name"] for r in rows] == list(topology_presets())
+        per = {r["name"]: r["gpus_per_node"] for r in rows}
+        assert per["h100-cluster"] == 8 and per["gb200-nvl72"] == 72 and per["nvswitch"] is None
+        assert make_topology("h100-cluster", 24).node_count == 3  # the GPU counts it takes: multiples of 8
+
+
 def test_synth_verify_info_simulate_round(capsys, tmp_path):
     path = tmp_path / "ring8.json"
     code, _, err = run(capsys, "synth", "-a", "ring", "-n", "8", "-o", str(path))
