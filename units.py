@@ -64,6 +64,14 @@ def parse_count(text: str | int, *, flag: str, lo: int | None = None, hi: int = 
     return value
 
 
+def gpu_count(n: object, least: int = 2) -> int:
+    """The API's GPU count: an int or a NumPy integer (not a bool) of at least ``least``, as an int; else the one-line
+    error the CLI's --gpus gives."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < least:
+        raise CollsynthError(f"--gpus must be an integer >= {least}, got {n!r}")
+    return int(n)
+
+
 def parse_number(text: str | float, *, flag: str) -> float:
     """A finite plain number (``0.1``, ``1e-3``) in ASCII digits: float() also reads ``1_0``, `` 1``,
     ``nan``, ``inf`` and other scripts' digits, which are refused here."""

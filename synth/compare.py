@@ -25,7 +25,7 @@ from collsynth.synth.simulate import simulate
 from collsynth.synth.solver.solve import status_line
 from collsynth.synth.topology import Topology, make_topology
 from collsynth.synth.verify import check, class_port_violation
-from collsynth.units import format_time, size_bytes
+from collsynth.units import format_time, gpu_count, size_bytes
 
 
 class CompareRow(TypedDict):
@@ -74,8 +74,7 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
     ``note``, ``speedup_vs_ring``, ``bound_s``, ``x_bound``), sorted fastest first after the last arrival;
     the bound is ``compare_bound`` (synth.bounds.allreduce_bound). ``topology`` is a
     Topology or a preset name / JSON path; ``arrivals`` a {rank: time} mapping or one time per rank."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise CollsynthError(f"--gpus must be an integer >= 2, got {n!r}")
+    n = gpu_count(n)
     size_b = size_bytes(size)
     topo = make_topology(topology, n) if isinstance(topology, str) else topology
     times = arrival_vector(arrivals, n)

@@ -17,7 +17,7 @@ from collsynth.synth.ir import Schedule
 from collsynth.synth.solver import solve as solver
 from collsynth.synth.topology import Topology, make_topology, preset_gpus_per_node, resized
 from collsynth.synth.verify import record_topology
-from collsynth.units import size_bytes
+from collsynth.units import gpu_count, size_bytes
 
 BuildParam: TypeAlias = int | float | str | Topology | Mapping[int, Seconds] | Sequence[Seconds] | None
 """One keyword parameter of an algorithm's ``build`` (``build_schedule(name, n, **params)``): a rank, a
@@ -111,8 +111,7 @@ def gpus_per_node(params: Iterable[Mapping[str, object]]) -> int:
 def build_schedule(name: str, n: int, collective: str = "allreduce", **params: BuildParam) -> Schedule:
     """Build algorithm ``name`` for ``n`` ranks (not yet verified: see synth.verify.check)."""
     info = get_algorithm(name)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise CollsynthError(f"--gpus must be an integer >= 2, got {n!r}")
+    n = gpu_count(n)
     if collective not in info.collectives:
         raise CollsynthError(f"algorithm {name!r} builds {', '.join(info.collectives)}, not {collective!r}")
     accepted = info.params()

@@ -86,3 +86,23 @@ def test_the_check_sees_any_where_it_hides():
 
     assert _holds_any(_hints(f)["a"]) and not _holds_any(_hints(f)["b"])
     assert _holds_any(list[Row]) and _holds_any(dict[str, typing.Any] | None)
+
+
+def test_numpy_integers_are_gpu_counts():
+    """A NumPy integer is an integer: build_schedule, compare and the solver took np.int64(16) for "not an integer >= 2"
+    (make_topology already took it); bools, floats and strings are still refused."""
+    import numpy as np
+
+    from collsynth.errors import CollsynthError
+
+    t = collsynth.make_topology("h100-cluster", np.int64(16))
+    s = collsynth.build_schedule("clusterstraggler", np.int64(16), arrivals={np.int64(5): np.float32(0.01)},
+                                 size=np.int64(2**26), topology=t)
+    assert s.nranks == 16 and type(s.nranks) is int and s.meta["form"] == "gpu"
+    assert s.to_json() == collsynth.build_schedule("clusterstraggler", 16, arrivals={5: np.float32(0.01)},
+                                                   size=2**26, topology=t).to_json()
+    rows = collsynth.compare(np.int32(16), size=2**20, topology=t, arrivals={5: 0.01}, algorithms=["ring"])
+    assert [r["algorithm"] for r in rows] == ["ring"]
+    for bad in (True, 2.0, "16", np.int64(1), np.float64(8)):
+        with pytest.raises(CollsynthError, match="--gpus must be an integer >= 2"):
+            collsynth.build_schedule("ring", bad)

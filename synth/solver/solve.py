@@ -78,7 +78,7 @@ from collsynth.synth.solver.model import (
 )
 from collsynth.synth.topology import Topology, make_topology
 from collsynth.synth.verify import check
-from collsynth.units import parse_size, parse_time
+from collsynth.units import gpu_count, parse_size, parse_time
 
 DEFAULT_SIZE = 1 << 30
 DEFAULT_TIME_LIMIT = 30.0
@@ -349,8 +349,7 @@ def solve(n: int, *, topology: Topology | str | None = None, arrivals: Arrivals 
     ``constructive_starts=False`` uses only the greedy warm start (to measure the MILP on its own)."""
 
     t_start = time.monotonic()
-    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise CollsynthError(f"--gpus must be an integer >= 2, got {n!r}")
+    n = gpu_count(n)
     if solver not in SOLVERS:
         raise CollsynthError(f"unknown --solver {solver!r}: use one of {', '.join(SOLVERS)}")
     topo = _topology(topology, n)
