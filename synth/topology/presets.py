@@ -194,19 +194,20 @@ _H100 = ({"nvlink": H100_NVLINK_ALPHA, "net": H100_NET_ALPHA},
 _GB200 = ({"nvlink": GB200_NVLINK_ALPHA, "net": GB200_NET_ALPHA},
           {"nvlink": GB200_NVLINK_BANDWIDTH, "net": GB200_NET_BANDWIDTH})
 
-_CLUSTER_PRESETS = {"dgx-h100": (8, True), "h100-cluster": (8, False), "gb200-nvl72": (72, True)}  # (per node, exact)
+# the cluster presets: GPUs per node, whether that is the only GPU count (one node), their links' (alpha, bandwidth)
+_CLUSTER_PRESETS = {"dgx-h100": (8, True, _H100), "h100-cluster": (8, False, _H100), "gb200-nvl72": (72, True, _GB200)}
 
 _PRESETS: dict[str, tuple[_Builder, dict[str, float], dict[str, float]]] = {
     **{k: (_single(f), {DEFAULT_CLASS: a}, {DEFAULT_CLASS: b}) for k, (f, a, b) in _BUILDERS.items()},
-    **{k: (_cluster_preset(k, per, exact), *(_GB200 if k == "gb200-nvl72" else _H100))
-       for k, (per, exact) in _CLUSTER_PRESETS.items()},
+    **{k: (_cluster_preset(k, per, exact), *links) for k, (per, exact, links) in _CLUSTER_PRESETS.items()},
 }
 
 
 def preset_gpus_per_node(spec: str) -> int:
     """The GPUs per node of a cluster preset (``spec`` may carry options, "h100-cluster:fabric=fat-tree"); 1 for any
     other preset or a file: the GPU counts it takes are the multiples of it."""
-    return _CLUSTER_PRESETS.get(str(spec).partition(":")[0], (1, False))[0]
+    got = _CLUSTER_PRESETS.get(str(spec).partition(":")[0])
+    return got[0] if got is not None else 1
 
 
 def make_topology(spec: str, n: int, alpha: ClassTimes = None, bandwidth: ClassRates = None) -> Topology:
