@@ -83,6 +83,9 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
     late = sum(1 for t in times if t > times.min())
     nodes = node_grid(topo, n).shape[0]
     domain_late = nodes < 2 and domain.applies(n, times)
+    if algorithms is not None and not list(algorithms):
+        raise CollsynthError("--algorithms names no algorithm: give one or more, e.g. ring,hierarchical, or leave it "
+                             "out for the defaults")
     names = list(algorithms or default_algorithms(late, nodes, n, domain_late))
     drop_flat = not algorithms and domain_late  # then a clusterstraggler row only for the broadcast form
     if solver_time_limit is not None and "solver" not in names:

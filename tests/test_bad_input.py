@@ -887,3 +887,20 @@ def test_the_api_takes_the_sizes_the_cli_takes(size, needle):
         msg = str(exc.value)
         assert needle in msg and "\n" not in msg and len(msg) < 160, msg
     assert cs.simulate(s, 2**62, "nvswitch").size_bytes == 2.0**62  # the largest size still runs
+
+
+@pytest.mark.parametrize("names", ["", ",", " , "])
+def test_compare_with_no_algorithm_named_says_so(capsys, names):
+    """`--algorithms ""` ran every default algorithm, as if the option were left out."""
+    code, out, err = run(capsys, "compare", "--gpus", "8", "--size", "1MiB", "--algorithms", names)
+    one_line_exit_2(code, err, "--algorithms names no algorithm")
+    assert out == ""
+
+
+def test_compare_api_with_an_empty_list_says_so():
+    from collsynth.errors import CollsynthError
+    from collsynth.synth.compare import compare
+
+    with pytest.raises(CollsynthError, match="names no algorithm"):
+        compare(8, 2**20, algorithms=[])
+    assert [r["algorithm"] for r in compare(8, 2**20, algorithms=["ring"])] == ["ring"]
