@@ -82,8 +82,8 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
         best, best_s = s, simulate(s, s_bytes, topo, times).completion_s
         bcast = domain.build(n, times, s_bytes, topo)  # the last GPU alone: the broadcast form (else None)
         if bcast is not None:
-            t_bcast, last = simulate(bcast, s_bytes, topo, times).completion_s, float(times.max())
-            if t_bcast - last < (best_s - last) * (1 - domain.TIE):
+            t_bcast = simulate(bcast, s_bytes, topo, times).completion_s
+            if sooner(t_bcast, best_s, float(times.max()), domain.TIE):
                 best, best_s = bcast, t_bcast
         sync = synchronous.fastest(n, topo, s_bytes, times)
         if sooner(sync.completion_s, best_s, float(times.max())):
