@@ -12,6 +12,21 @@ class ScheduleFileError(CollsynthError):
     """A schedule file that cannot be read (malformed, unknown version)."""
 
 
+class GpuCountError(CollsynthError):
+    """A topology that does not take the GPU count asked for. ``topology`` names it and ``takes`` says which
+    counts it does take ("8 GPUs", "a multiple of 8 GPUs"), so that a command whose count does not come from
+    --gpus (a schedule's ranks, --ranks) can say what to change in its own terms (``for_count``)."""
+
+    def __init__(self, message: str, topology: str, takes: str) -> None:
+        super().__init__(message)
+        self.topology = topology
+        self.takes = takes
+
+    def for_count(self, count: str, fix: str) -> CollsynthError:
+        """The same refusal for a count stated as ``count`` ("the schedule has 2 ranks"), ending in ``fix``."""
+        return CollsynthError(f"{count}, but topology {self.topology} takes {self.takes}: {fix}")
+
+
 def require_extra(module: str, extra: str, what: str) -> None:
     """Refuse up front, before any work, when the optional dependency ``module`` is missing: one line
     naming the extra to install (pyproject.toml [project.optional-dependencies]), exit 2."""

@@ -21,7 +21,7 @@ from collsynth.commands.emit_cmds import (
     msccl_xml_options,
     mscclpp_plan_options,
 )
-from collsynth.errors import CollsynthError
+from collsynth.errors import CollsynthError, GpuCountError
 from collsynth.fileio import check_output, write_text_atomic
 from collsynth.synth.algorithms.stragglar.family import write_cluster_family, write_family
 from collsynth.synth.compare import compare, compare_bound
@@ -150,8 +150,14 @@ def model_from_args(args: argparse.Namespace, n: int, schedule: Schedule | None 
     check_class_values(args.bandwidth, parse_rate, "--bandwidth")
     recorded = (schedule_topology(schedule, args.alpha, args.bandwidth)
                 if args.topology is None and schedule is not None else None)
-    topo = recorded if recorded is not None else make_topology(args.topology or DEFAULT_TOPOLOGY, n, alpha=args.alpha,
-                                                               bandwidth=args.bandwidth)  # one value or per class
+    try:
+        topo = recorded if recorded is not None else make_topology(args.topology or DEFAULT_TOPOLOGY, n,
+                                                                   alpha=args.alpha, bandwidth=args.bandwidth)
+    except GpuCountError as e:
+        if schedule is None:  # the count is --gpus, which the message names
+            raise
+        raise e.for_count(f"the schedule has {n} ranks", f"give -t a topology of {n} GPUs (e.g. nvswitch), or synth "
+                          f"the schedule for {e.takes}") from None
     arrivals = parse_arrivals(args.arrival, n)
     return size, topo, arrivals
 

@@ -904,3 +904,19 @@ def test_compare_api_with_an_empty_list_says_so():
     with pytest.raises(CollsynthError, match="names no algorithm"):
         compare(8, 2**20, algorithms=[])
     assert [r["algorithm"] for r in compare(8, 2**20, algorithms=["ring"])] == ["ring"]
+
+
+@pytest.mark.parametrize("topology,takes", [("h100-cluster", "a multiple of 8 GPUs"), ("dgx1", "8 GPUs"),
+                                            ("tests/fixtures/topologies/dgx_h100_x4_rail.json", "32 GPUs")])
+def test_a_topology_that_does_not_fit_the_schedule_names_the_schedule_not_gpus(capsys, ring4, topology, takes):
+    """simulate takes its rank count from the schedule: the refusal says so (it has no --gpus to change)."""
+    path = os.path.join(os.path.dirname(__file__), os.pardir, topology) if topology.endswith(".json") else topology
+    code, _, err = run(capsys, "simulate", ring4, "--size", "1MiB", "-t", path)
+    one_line_exit_2(code, err, "the schedule has 4 ranks, but topology")
+    assert f"takes {takes}: give -t a topology of 4 GPUs" in err and "--gpus" not in err
+
+
+def test_bench_ranks_that_do_not_fit_the_topology_name_ranks(capsys):
+    pytest.importorskip("torch")
+    code, _, err = run(capsys, "bench", "--ranks", "4", "--size", "1MiB", "-t", "h100-cluster")
+    one_line_exit_2(code, err, "--ranks is 4, but topology h100-cluster takes a multiple of 8 GPUs: set --ranks")

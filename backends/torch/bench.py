@@ -28,7 +28,7 @@ from typing import Any
 from collsynth.backends.torch.executor import allreduce
 from collsynth.backends.torch.launch import check_backend, check_memory, launch
 from collsynth.backends.torch.straggler import StragglerAwareAllReduce, cluster_family
-from collsynth.errors import CollsynthError
+from collsynth.errors import CollsynthError, GpuCountError
 from collsynth.synth.ir import Schedule
 from collsynth.synth.registry import algorithm_params, build_schedule
 from collsynth.synth.registry import algorithms as registry
@@ -87,7 +87,10 @@ def prepare_bench(backend: str, nranks: int, size_bytes: int, delays: dict[int, 
         raise CollsynthError(f"--iters must be >= 1 and --warmup >= 0, got {iters} and {warmup}")
     spec = BenchSpec(backend, nranks, int(size_bytes), dtype, dict(delays), int(iters), int(warmup), 0.0,
                      progress=progress, topology=topology)
-    topo = make_topology(topology, nranks) if topology is not None else None
+    try:
+        topo = make_topology(topology, nranks) if topology is not None else None
+    except GpuCountError as e:
+        raise e.for_count(f"--ranks is {nranks}", f"set --ranks to {e.takes}, or give another --topology") from None
     if spec.numel < 1:
         raise CollsynthError(f"--size {size_bytes} B holds no {dtype} element: use a larger size")
     # input, output, reference and the executor's scratch: about 5 buffers per rank (measured 4.7 at 256 MiB)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from collsynth.apitypes import ClassRates, ClassTimes
-from collsynth.errors import CollsynthError, quoted
+from collsynth.errors import CollsynthError, GpuCountError, quoted
 from collsynth.fileio import json_loads, read_text
 from collsynth.synth.topology.gpus import gpu_from_json
 from collsynth.synth.topology.links import as_rate, as_time, check_link_params, class_values, new_graph
@@ -94,8 +94,8 @@ def topology_from_dict(d: Any, n: int | None = None, alpha: ClassTimes = None, b
         raise CollsynthError(f"{where}: \"gpus\" is {quoted(gpus)} but its {len(links)} links reach at most "
                              f"{2 * len(links)} GPUs; every GPU needs a link: lower \"gpus\" or add links")
     if n is not None and gpus != n:
-        raise CollsynthError(f"{where} describes {gpus} GPUs but {n} are needed: "
-                             f"use --gpus {gpus} or a topology with {n} GPUs")
+        raise GpuCountError(f"{where} describes {gpus} GPUs but {n} are needed: "
+                            f"use --gpus {gpus} or a topology with {n} GPUs", f"file {source}", f"{gpus} GPUs")
     sw_set = set(switches)
     g = new_graph(gpus, switches)
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from collsynth import budget
 from collsynth.apitypes import ClassRates, ClassTimes
-from collsynth.errors import CollsynthError
+from collsynth.errors import CollsynthError, GpuCountError
 from collsynth.synth.topology.cluster import (
     GB200_NET_ALPHA,
     GB200_NET_BANDWIDTH,
@@ -109,7 +109,7 @@ def _torus2d(n: int, alpha: float, bw: float) -> Topology:
 
 def _dgx1(n: int, alpha: float, bw: float) -> Topology:
     if n != 8:
-        raise CollsynthError(f"topology dgx1 has 8 GPUs, not {n}: use --gpus 8 or another topology")
+        raise GpuCountError(f"topology dgx1 has 8 GPUs, not {n}: use --gpus 8 or another topology", "dgx1", "8 GPUs")
     a, b, k = (np.array(c) for c in zip(*DGX1_LINKS))
     return _arrays("dgx1", 8, a, b, alpha, k * bw)
 
@@ -146,10 +146,11 @@ def _single(build: Callable[[int, float, float], Topology]) -> _Builder:
 
 def _gpus(n: int, per: int, preset: str, exact: bool) -> int:
     if exact and n != per:
-        raise CollsynthError(f"topology {preset} has {per} GPUs, not {n}: use --gpus {per} or another topology")
+        raise GpuCountError(f"topology {preset} has {per} GPUs, not {n}: use --gpus {per} or another topology",
+                            preset, f"{per} GPUs")
     if n % per:
-        raise CollsynthError(f"topology {preset} has {per} GPUs per node: --gpus must be a multiple of {per}, "
-                             f"got {n}")
+        raise GpuCountError(f"topology {preset} has {per} GPUs per node: --gpus must be a multiple of {per}, got {n}",
+                            preset, f"a multiple of {per} GPUs")
     return n // per
 
 
