@@ -150,7 +150,7 @@ def parse_time(text: str | float, *, allow_zero: bool = True, flag: str | None =
         value, unit = Fraction(text), "s"
     else:
         value, unit = _split(text, "time", "3us or 5ms", flag)
-        if unit == "" and value != 0:
+        if unit == "" and value > 0:  # a negative one is refused for its sign below, which a unit would not fix
             raise CollsynthError(_prefixed(flag, f"time {text!r} has no unit: write {str(text).strip()}s, "
                                                  f"{str(text).strip()}ms, {str(text).strip()}us or "
                                                  f"{str(text).strip()}ns"))

@@ -194,6 +194,8 @@ def test_missing_optional_dependency_is_named_up_front(capsys, tmp_path, monkeyp
     (["synth", "-a", "stragglar", "-n", "4", "--pipeline", "auto", "--alpha", "1e400s"], "--alpha"),
     (["compare", "-n", "4", "--size", "1MiB", "--alpha", "1e400s"], "--alpha"),
     (["compare", "-n", "4", "--size", "1MiB", "--alpha", "3"], "has no unit"),
+    (["compare", "-n", "4", "--size", "1MiB", "--alpha", "-3"], "time '-3' must be non-negative"),  # not "no unit"
+    (["solve-rounds", "-n", "5", "--time-limit", "-1"], "time '-1' must be positive"),
     (["train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "100"], "--compute"),
     (["train-sim", "-n", "4", "--grad-bytes", "1MB", "--compute", "1ms", "--alpha", "3"], "--alpha"),
     (["compare", "-n", "4", "--size", "0.5"], "whole number of bytes"),
