@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from collsynth.errors import CollsynthError
+from collsynth.synth.topology import DEFAULT_TOPOLOGY
 from collsynth.units import INT_MAX, parse_count, parse_number
 
 
@@ -65,9 +66,6 @@ def number_arg(flag: str) -> Callable[[str], float]:
         except CollsynthError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
     return conv
-
-
-DEFAULT_TOPOLOGY = "nvswitch"
 
 
 def add_model_args(p: argparse.ArgumentParser, *, required: bool = True, recorded: bool = False) -> None:

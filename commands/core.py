@@ -13,7 +13,7 @@ from collsynth.backends import emit
 from collsynth.backends.cost import check_emit, check_synth_emit
 from collsynth.backends.mscclpp import fit_cluster_pipeline
 from collsynth.commands.catalog import add_command_parser
-from collsynth.commands.common import DEFAULT_TOPOLOGY, add_model_args, int_arg, print_json, print_table
+from collsynth.commands.common import add_model_args, int_arg, print_json, print_table
 from collsynth.commands.emit_cmds import (
     add_msccl_xml_options,
     add_mscclpp_options,
@@ -29,7 +29,7 @@ from collsynth.synth.ir import Schedule
 from collsynth.synth.registry import algorithm_params, algorithms, build_schedule, param_flag
 from collsynth.synth.simulate import simulate
 from collsynth.synth.solver.solve import status_line
-from collsynth.synth.topology import make_topology
+from collsynth.synth.topology import DEFAULT_TOPOLOGY, make_topology
 from collsynth.synth.verify import check, record_topology, schedule_topology
 from collsynth.units import (
     check_class_values,

@@ -23,7 +23,7 @@ from collsynth.synth.registry import algorithms as algorithm_table
 from collsynth.synth.registry import build_schedule, check_works
 from collsynth.synth.simulate import simulate
 from collsynth.synth.solver.solve import status_line
-from collsynth.synth.topology import Topology, make_topology
+from collsynth.synth.topology import Topology, topology_for
 from collsynth.synth.verify import check, class_port_violation
 from collsynth.units import format_time, gpu_count, size_bytes
 
@@ -63,7 +63,7 @@ def default_algorithms(late_ranks: int = 0, nodes: int = 1, n: int | None = None
 def compare_bound(n: int, size: Bytes, topology: Topology | str = "nvswitch", arrivals: Arrivals = None) -> Bound:
     """The proven lower bound ``compare`` measures every row against (synth.bounds.allreduce_bound)."""
     size_b = size_bytes(size)
-    topo = make_topology(topology, n) if isinstance(topology, str) else topology
+    topo = topology_for(topology, n)
     return allreduce_bound(topo, float(size_b), arrival_vector(arrivals, n))
 
 
@@ -76,7 +76,7 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
     Topology or a preset name / JSON path; ``arrivals`` a {rank: time} mapping or one time per rank."""
     n = gpu_count(n)
     size_b = size_bytes(size)
-    topo = make_topology(topology, n) if isinstance(topology, str) else topology
+    topo = topology_for(topology, n)
     times = arrival_vector(arrivals, n)
     arr = {r: float(t) for r, t in enumerate(times) if t != 0}
     regs = algorithm_table()

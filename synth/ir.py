@@ -491,10 +491,19 @@ def load_schedule(path: str) -> Schedule:
     return Schedule.from_json(read_text(path, error=ScheduleFileError), source=path)
 
 
+def as_schedule(obj: object, what: str) -> Schedule:
+    """``obj`` if it is a Schedule, else the one-line refusal of a library call ``what`` ("verify") given
+    something else (a path, None)."""
+    if not isinstance(obj, Schedule):
+        raise CollsynthError(f"{what} takes a Schedule, got {type(obj).__name__}: build one with build_schedule "
+                             f"or read a file with load_schedule")
+    return obj
+
+
 def save_schedule(schedule: Schedule, path: str) -> None:
     """Write atomically: a failure never leaves a half-written file."""
 
-    write_text_atomic(path, schedule.to_json())
+    write_text_atomic(path, as_schedule(schedule, "save_schedule").to_json())
 
 
 class ScheduleBuilder:

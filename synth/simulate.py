@@ -42,9 +42,9 @@ from collsynth import budget, units
 from collsynth.apitypes import Arrivals, Bytes, Seconds
 from collsynth.errors import CollsynthError
 from collsynth.synth.arrivals import arrival_vector
-from collsynth.synth.ir import Schedule
-from collsynth.synth.topology import Topology, make_topology
-from collsynth.units import parse_rate, parse_time
+from collsynth.synth.ir import Schedule, as_schedule
+from collsynth.synth.topology import Topology, topology_for
+from collsynth.synth.verify import schedule_topology
 
 
 @dataclass(frozen=True)
@@ -110,20 +110,17 @@ def _occurrence(ranks: np.ndarray) -> np.ndarray:
     return out
 
 
-def simulate(schedule: Schedule, size_bytes: Bytes, topology: Topology | str, arrivals: Arrivals = None,
+def simulate(schedule: Schedule, size_bytes: Bytes, topology: Topology | str | None = None, arrivals: Arrivals = None,
              timeline: bool = False) -> SimResult:
     """Simulate ``schedule`` moving a ``size_bytes`` buffer per rank over ``topology``.
 
     See the module docstring for the model. ``topology`` may be a Topology or a preset name / JSON
-    path (built for ``schedule.nranks`` GPUs with default link parameters).
+    path (built for ``schedule.nranks`` GPUs with default link parameters); None takes the topology the
+    schedule records (a cluster's, from `synth -t`), else nvswitch, as `collsynth simulate` does.
     """
-    s = schedule
+    s = as_schedule(schedule, "simulate")
     n = s.nranks
-    if isinstance(topology, str):
-        topology = make_topology(topology, n)
-    if topology.nranks != n:
-        raise CollsynthError(f"topology {topology.name!r} has {topology.nranks} GPUs but the schedule has "
-                             f"{n} ranks: use a topology with {n} GPUs")
+    topology = (schedule_topology(s) if topology is None else None) or topology_for(topology, n)
     size = float(units.size_bytes(size_bytes))
     arr = arrival_vector(arrivals, n)
     _check_columns(s)
@@ -338,12 +335,5 @@ def simulate_model(schedule: Schedule, size: Bytes, alpha: Seconds | None = None
                    bandwidth: float | str | None = None, topology: Topology | str = "nvswitch",
                    arrivals: Arrivals = None, timeline: bool = False) -> SimResult:
     """One call for the common case: a preset or JSON topology with alpha (s) and bandwidth (B/s)."""
-    if isinstance(topology, Topology):
-        if alpha is not None or bandwidth is not None:
-            raise CollsynthError("alpha/bandwidth apply to a topology name or file, not to a built Topology")
-        topo = topology
-    else:
-        a = parse_time(alpha) if isinstance(alpha, str) else alpha
-        b = parse_rate(bandwidth) if isinstance(bandwidth, str) else bandwidth
-        topo = make_topology(topology, schedule.nranks, alpha=a, bandwidth=b)
+    topo = topology_for(topology, schedule.nranks, alpha=alpha, bandwidth=bandwidth)
     return simulate(schedule, size, topo, arrivals=arrivals, timeline=timeline)

@@ -29,7 +29,7 @@ import numpy as np
 from collsynth import budget, progress
 from collsynth.errors import CollsynthError
 from collsynth.synth.composition import verify_composed
-from collsynth.synth.ir import Schedule
+from collsynth.synth.ir import Schedule, as_schedule
 from collsynth.synth.topology import Topology, topology_from_spec
 
 _UNDEF, _DOUBLE, _RACE = 0, 1, 2
@@ -230,7 +230,7 @@ def verify(schedule: Schedule, ports: int | None = None, *, method: str = "auto"
     ``method``: "flat" (the bit-set execution above), "composed" (a composed schedule: synth.composition,
     docs/cluster-algorithms.md; flat when the schedule is not exactly its recorded composition) or
     "auto" (composed when the flat bit sets would exceed FLAT_BYTES)."""
-    s = schedule
+    s = as_schedule(schedule, "verify")
     if method not in ("auto", "flat", "composed"):
         raise CollsynthError(f"verify method {method!r}: use auto, flat or composed")
     topo = schedule_topology(s) if topology is None else topology

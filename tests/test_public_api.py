@@ -4,6 +4,7 @@ of a public function, or of a public class's public methods, holds ``typing.Any`
 from __future__ import annotations
 
 import inspect
+import os
 import typing
 from functools import cached_property
 
@@ -106,3 +107,31 @@ def test_numpy_integers_are_gpu_counts():
     for bad in (True, 2.0, "16", np.int64(1), np.float64(8)):
         with pytest.raises(CollsynthError, match="--gpus must be an integer >= 2"):
             collsynth.build_schedule("ring", bad)
+
+
+@pytest.mark.parametrize("call", [lambda cs: cs.verify("s.json"), lambda cs: cs.check(None),
+                                  lambda cs: cs.simulate("s.json", "1MiB"),
+                                  lambda cs: cs.save_schedule({"steps": []}, "never-written.json")])
+def test_a_call_given_something_other_than_a_schedule_says_so(call, tmp_path, monkeypatch):
+    import collsynth as cs
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(cs.CollsynthError, match="takes a Schedule, got .*: build one with build_schedule"):
+        call(cs)
+    assert not os.listdir(tmp_path)
+
+
+def test_simulate_without_a_topology_takes_the_recorded_one_else_nvswitch():
+    import collsynth as cs
+    s = cs.build_schedule("hierarchical", 16, topology="h100-cluster")
+    assert cs.simulate(s, "1GiB").completion_s == cs.simulate(s, "1GiB", "h100-cluster").completion_s
+    r = cs.build_schedule("ring", 4)
+    assert cs.simulate(r, "1MiB", None, {1: 1e-3}) == cs.simulate(r, "1MiB", "nvswitch", {1: 1e-3})
+
+
+@pytest.mark.parametrize("topology,match", [(5, "must be a Topology, a preset name or a JSON file, got int"),
+                                            ("h100-cluster:16", "has 16 GPUs but 8 are needed")])
+def test_compare_checks_the_topology_it_is_given(topology, match):
+    import collsynth as cs
+    topo = cs.make_topology("h100-cluster", 16) if str(topology).startswith("h100") else topology
+    with pytest.raises(cs.CollsynthError, match=match):
+        cs.compare(8, "1GiB", topo)

@@ -317,7 +317,7 @@ def test_bad_arrivals(arrivals, match):
 
 def test_bad_inputs():
     s = build_schedule("ring", 4)
-    with pytest.raises(CollsynthError, match="has 8 GPUs but the schedule has 4"):
+    with pytest.raises(CollsynthError, match="has 8 GPUs but 4 are needed"):
         simulate(s, S, nvs(8))
     for size in (0, -5, "0B", math.nan):
         with pytest.raises(CollsynthError, match="size"):

@@ -223,7 +223,7 @@ def test_objective_is_the_simulated_completion_even_when_everyone_is_late():
 
 
 def test_topology_for_another_n_is_rejected():
-    with pytest.raises(CollsynthError, match="not 4"):
+    with pytest.raises(CollsynthError, match="has 6 GPUs but 4 are needed"):
         solve(4, topology=make_topology("nvswitch", 6))
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from collsynth.errors import CollsynthError
-from collsynth.synth.ir import Schedule
+from collsynth.synth.ir import Schedule, as_schedule
 from collsynth.synth.verify import check
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -117,8 +117,7 @@ def _group_info(dist: Any, group: Any) -> tuple[int, int]:
 
 
 def check_schedule(schedule: Schedule, world: int, collective: str | None) -> None:
-    if not isinstance(schedule, Schedule):
-        raise CollsynthError(f"expected a collsynth Schedule, got {type(schedule).__name__}")
+    as_schedule(schedule, "the executor")
     if collective is not None and schedule.collective != collective:
         raise CollsynthError(f"schedule {schedule.name or '(unnamed)'} is a {schedule.collective} schedule, "
                              f"not {collective}: build one with collective={collective!r}")

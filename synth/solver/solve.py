@@ -76,7 +76,7 @@ from collsynth.synth.solver.model import (
     solve_model,
     symmetric_start,
 )
-from collsynth.synth.topology import Topology, make_topology
+from collsynth.synth.topology import Topology, make_topology, topology_for
 from collsynth.synth.verify import check
 from collsynth.units import gpu_count, parse_size, parse_time
 
@@ -92,16 +92,6 @@ GREEDY_FRACTION = 0.5  # elsewhere: the greedy warm starts' estimated time stays
 MAX_CHUNKS_PER_RANK = 8  # the fastest constructive's chunking joins the model's options up to 8n chunks
 
 
-def _topology(topology: Any, n: int) -> Any:
-    if topology is None:
-        return make_topology("nvswitch", n)
-    if isinstance(topology, str):
-        return make_topology(topology, n)
-    if not hasattr(topology, "pair_table") or getattr(topology, "nranks", None) != n:
-        raise CollsynthError(f"topology {getattr(topology, 'name', topology)!r} is for "
-                             f"{getattr(topology, 'nranks', '?')} GPUs, not {n}: give a preset name or a matching "
-                             "topology")
-    return topology
 
 
 def _size(size: Any) -> float:
@@ -352,7 +342,7 @@ def solve(n: int, *, topology: Topology | str | None = None, arrivals: Arrivals 
     n = gpu_count(n)
     if solver not in SOLVERS:
         raise CollsynthError(f"unknown --solver {solver!r}: use one of {', '.join(SOLVERS)}")
-    topo = _topology(topology, n)
+    topo = topology_for(topology, n)
     nbytes = _size(size)
     limit = _time_limit(time_limit)
     C_opt = _chunks(chunks, n)

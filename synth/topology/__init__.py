@@ -89,21 +89,23 @@ from collsynth.synth.topology.model import (
                                               TopologySummary,
 )
 from collsynth.synth.topology.presets import (
+                                              DEFAULT_TOPOLOGY,
                                               DGX1_ALPHA,
                                               DGX1_BANDWIDTH,
                                               DGX1_LINKS,
                                               make_topology,
                                               preset_gpus_per_node,
                                               resized,
+                                              topology_for,
                                               topology_from_spec,
                                               topology_presets,
                                               torus_shape,
 )
 
 __all__ = [
-    "DEFAULT_ALPHA", "DEFAULT_BANDWIDTH", "DEFAULT_CLASS", "DGX1_ALPHA", "DGX1_BANDWIDTH", "DGX1_LINKS", "FABRICS",
-    "GB200_NET_ALPHA", "GB200_NET_BANDWIDTH", "GB200_NVLINK_ALPHA", "GB200_NVLINK_BANDWIDTH", "H100_NET_ALPHA",
-    "H100_NET_BANDWIDTH", "H100_NVLINK_ALPHA", "H100_NVLINK_BANDWIDTH", "Topology", "TopologySummary",
-    "cluster_topology", "load_topology", "make_topology", "preset_gpus_per_node", "resized", "topology_from_dict",
-    "topology_from_spec", "topology_presets", "torus_shape",
+    "DEFAULT_ALPHA", "DEFAULT_BANDWIDTH", "DEFAULT_CLASS", "DEFAULT_TOPOLOGY", "DGX1_ALPHA", "DGX1_BANDWIDTH",
+    "DGX1_LINKS", "FABRICS", "GB200_NET_ALPHA", "GB200_NET_BANDWIDTH", "GB200_NVLINK_ALPHA", "GB200_NVLINK_BANDWIDTH",
+    "H100_NET_ALPHA", "H100_NET_BANDWIDTH", "H100_NVLINK_ALPHA", "H100_NVLINK_BANDWIDTH", "Topology",
+    "TopologySummary", "cluster_topology", "load_topology", "make_topology", "preset_gpus_per_node", "resized",
+    "topology_for", "topology_from_dict", "topology_from_spec", "topology_presets", "torus_shape",
 ]

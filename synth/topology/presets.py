@@ -204,6 +204,9 @@ _PRESETS: dict[str, tuple[_Builder, dict[str, float], dict[str, float]]] = {
 }
 
 
+DEFAULT_TOPOLOGY = "nvswitch"  # where none is given: one switch, every GPU one hop from every other
+
+
 def preset_gpus_per_node(spec: str) -> int:
     """The GPUs per node of a cluster preset (``spec`` may carry options, "h100-cluster:fabric=fat-tree"); 1 for any
     other preset or a file: the GPU counts it takes are the multiples of it."""
@@ -244,6 +247,23 @@ def make_topology(spec: str, n: int, alpha: ClassTimes = None, bandwidth: ClassR
         return load_topology(spec, n, alpha=a, bandwidth=b)
     raise CollsynthError(f"unknown topology {spec!r}: choose one of {', '.join(_PRESETS)} "
                          f"or give a JSON topology file")
+
+
+def topology_for(topology: Topology | str | None, n: int, alpha: ClassTimes = None,
+                 bandwidth: ClassRates = None) -> Topology:
+    """The topology a library call was given, for ``n`` GPUs: None is DEFAULT_TOPOLOGY, a name or JSON path is
+    built (``alpha``/``bandwidth`` as in make_topology), a Topology must have ``n`` GPUs and is returned as is."""
+    if topology is None or isinstance(topology, str):
+        return make_topology(DEFAULT_TOPOLOGY if topology is None else topology, n, alpha=alpha, bandwidth=bandwidth)
+    if not isinstance(topology, Topology):
+        raise CollsynthError(f"topology must be a Topology, a preset name or a JSON file, got "
+                             f"{type(topology).__name__}")
+    if alpha is not None or bandwidth is not None:
+        raise CollsynthError("alpha and bandwidth apply to a topology name or file, not to a built Topology")
+    if topology.nranks != n:
+        raise CollsynthError(f"topology {topology.name!r} has {topology.nranks} GPUs but {n} are needed: give a "
+                             f"topology for {n} GPUs")
+    return topology
 
 
 def resized(topology: Topology, n: int) -> Topology | None:
