@@ -64,12 +64,17 @@ def parse_count(text: str | int, *, flag: str, lo: int | None = None, hi: int = 
     return value
 
 
-def gpu_count(n: object, least: int = 2) -> int:
-    """The API's GPU count: an int or a NumPy integer (not a bool) of at least ``least``, as an int; else the one-line
-    error the CLI's --gpus gives."""
+def int_count(n: object, least: int, what: str) -> int:
+    """A count an API call was given (``what`` names it): an int or a NumPy integer (not a bool) of at least
+    ``least``, as an int; else a one-line error."""
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < least:
-        raise CollsynthError(f"--gpus must be an integer >= {least}, got {n!r}")
+        raise CollsynthError(f"{what} must be an integer >= {least}, got {n!r}")
     return int(n)
+
+
+def gpu_count(n: object, least: int = 2) -> int:
+    """The API's GPU count (``int_count``), with the error the CLI's --gpus gives."""
+    return int_count(n, least, "--gpus")
 
 
 def parse_number(text: str | float, *, flag: str) -> float:

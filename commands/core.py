@@ -371,10 +371,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if n < 2:
         raise CollsynthError(f"--gpus must be an integer >= 2, got {n}")
     size, topo, arrivals = model_from_args(args, n)
-    names = [a.strip() for a in args.algorithms.split(",") if a.strip()] if args.algorithms is not None else None
     limit = (parse_time(args.solver_time_limit, allow_zero=False, flag="--solver-time-limit")
              if args.solver_time_limit else None)
-    rows = compare(n, size, topo, arrivals, names, limit)
+    rows = compare(n, size, topo, arrivals, args.algorithms, limit)
     bound = compare_bound(n, size, topo, arrivals)
     if args.json:
         print_json({"gpus": n, "size_bytes": size, "topology": args.topology,

@@ -68,12 +68,13 @@ def compare_bound(n: int, size: Bytes, topology: Topology | str = "nvswitch", ar
 
 
 def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
-            arrivals: Arrivals = None, algorithms: Sequence[str] | None = None,
+            arrivals: Arrivals = None, algorithms: Sequence[str] | str | None = None,
             solver_time_limit: float | None = None) -> list[CompareRow]:
     """One row per algorithm (``algorithm``, ``completion_s``, ``after_last_arrival_s``, ``steps``,
     ``note``, ``speedup_vs_ring``, ``bound_s``, ``x_bound``), sorted fastest first after the last arrival;
     the bound is ``compare_bound`` (synth.bounds.allreduce_bound). ``topology`` is a
-    Topology or a preset name / JSON path; ``arrivals`` a {rank: time} mapping or one time per rank."""
+    Topology or a preset name / JSON path; ``arrivals`` a {rank: time} mapping or one time per rank;
+    ``algorithms`` names or "ring,hierarchical" (default: those that fit the arrivals and topology)."""
     n = gpu_count(n)
     size_b = size_bytes(size)
     topo = topology_for(topology, n)
@@ -83,6 +84,8 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
     late = sum(1 for t in times if t > times.min())
     nodes = node_grid(topo, n).shape[0]
     domain_late = nodes < 2 and domain.applies(n, times)
+    if isinstance(algorithms, str):  # "ring,hierarchical", as the CLI's --algorithms reads it
+        algorithms = [a.strip() for a in algorithms.split(",") if a.strip()]
     if algorithms is not None and not list(algorithms):
         raise CollsynthError("--algorithms names no algorithm: give one or more, e.g. ring,hierarchical, or leave it "
                              "out for the defaults")

@@ -15,7 +15,7 @@ from collsynth.synth.algorithms.estimate import SEARCH_HINT, needs_search, size_
 from collsynth.synth.arrivals import arrival_vector
 from collsynth.synth.ir import Schedule
 from collsynth.synth.solver import solve as solver
-from collsynth.synth.topology import Topology, make_topology, preset_gpus_per_node, resized
+from collsynth.synth.topology import Topology, make_topology, preset_gpus_per_node, resized, topology_for
 from collsynth.synth.verify import record_topology
 from collsynth.units import gpu_count, size_bytes
 
@@ -126,6 +126,9 @@ def build_schedule(name: str, n: int, collective: str = "allreduce", **params: B
         times = arrival_vector(cast(Arrivals, params["arrivals"]), n)  # (1.7e9 s timestamps leave a us no digits)
         if times.min() > 0:
             params["arrivals"] = (times - times.min()).tolist()
+    given = params.get("topology")
+    if given is not None and not isinstance(given, str):  # a Topology of n GPUs: refused here, not deep in a build
+        topology_for(cast(Topology, given), n)
     by_nodes = name in ("hierarchical", "clusterstraggler")  # their estimates need the topology's nodes
     if not (name == "clusterstraggler" and isinstance(params.get("topology"), str)):
         check_work(name, n, collective, params)  # clusterstraggler on a preset or file: once its nodes are known

@@ -30,7 +30,8 @@ from collsynth import budget, progress
 from collsynth.errors import CollsynthError
 from collsynth.synth.composition import verify_composed
 from collsynth.synth.ir import Schedule, as_schedule
-from collsynth.synth.topology import Topology, topology_from_spec
+from collsynth.synth.topology import Topology, topology_for, topology_from_spec
+from collsynth.units import int_count
 
 _UNDEF, _DOUBLE, _RACE = 0, 1, 2
 FLAT_BYTES = 256 * 2**20  # above this, a composed schedule is verified by composition (method="auto")
@@ -221,7 +222,7 @@ def _reduce_rounds(w: np.ndarray) -> list[np.ndarray]:
 
 
 def verify(schedule: Schedule, ports: int | None = None, *, method: str = "auto",
-           topology: Topology | None = None) -> VerifyReport:
+           topology: Topology | str | None = None) -> VerifyReport:
     """Prove ``schedule`` computes its collective, or return the first violation.
 
     ``topology`` (default: the one recorded in the schedule's meta, if any) adds the per-class port
@@ -233,7 +234,9 @@ def verify(schedule: Schedule, ports: int | None = None, *, method: str = "auto"
     s = as_schedule(schedule, "verify")
     if method not in ("auto", "flat", "composed"):
         raise CollsynthError(f"verify method {method!r}: use auto, flat or composed")
-    topo = schedule_topology(s) if topology is None else topology
+    if ports is not None:
+        ports = int_count(ports, 1, "ports (send and receive slots per rank and step)")
+    topo = schedule_topology(s) if topology is None else topology_for(topology, s.nranks)
     if topo is not None:
         bad = _check_ranges(s) or _check_class_ports(s, topo)
         if bad:
@@ -463,7 +466,7 @@ def _short(ranks: list[int]) -> str:
 
 
 def check(schedule: Schedule, ports: int | None = None, *, source: str | None = None,
-          topology: Topology | None = None) -> Schedule:
+          topology: Topology | str | None = None) -> Schedule:
     """Return ``schedule`` if it verifies, else raise VerificationError (a CollsynthError); with
     ``source`` (a file name) the message starts "SOURCE does not verify". ``topology`` as in verify."""
     report = verify(schedule, ports, topology=topology)

@@ -135,3 +135,27 @@ def test_compare_checks_the_topology_it_is_given(topology, match):
     topo = cs.make_topology("h100-cluster", 16) if str(topology).startswith("h100") else topology
     with pytest.raises(cs.CollsynthError, match=match):
         cs.compare(8, "1GiB", topo)
+
+
+def test_api_arguments_of_the_wrong_kind_are_one_line_errors():
+    import collsynth as cs
+    s = cs.build_schedule("ring", 4)
+    cases = [(lambda: cs.build_schedule("hierarchical", 8, topology=cs.make_topology("h100-cluster", 16)),
+              "has 16 GPUs but 8 are needed"),
+             (lambda: cs.build_schedule("hierarchical", 8, topology=3), "must be a Topology, a preset name"),
+             (lambda: cs.verify(s, 0), r"ports \(send and receive slots per rank and step\) must be an integer >= 1"),
+             (lambda: cs.verify(s, "2"), "ports .* must be an integer >= 1, got '2'"),
+             (lambda: cs.verify(s, topology=cs.make_topology("nvswitch", 8)), "has 8 GPUs but 4 are needed")]
+    for call, match in cases:
+        with pytest.raises(cs.CollsynthError, match=match):
+            call()
+    assert cs.verify(s, topology="nvswitch").ok and cs.verify(s, 2).ok  # a preset name, a port count
+
+
+def test_compare_reads_algorithms_as_the_cli_does():
+    import collsynth as cs
+    assert [r["algorithm"] for r in cs.compare(4, "1MiB", algorithms="ring")] == ["ring"]
+    got = {r["algorithm"] for r in cs.compare(4, "1MiB", algorithms=" rhd, ring ")}
+    assert got == {"rhd", "ring"}
+    with pytest.raises(cs.CollsynthError, match="names no algorithm"):
+        cs.compare(4, "1MiB", algorithms=" , ")

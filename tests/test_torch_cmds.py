@@ -158,7 +158,8 @@ def test_bench_on_a_topology_builds_for_it_and_auto_runs_its_cluster_family(capf
     built = dict(spec.entries)
     assert built["clusterstraggler"].name == "clusterstraggler_domain_n8_l6"
     assert built["hierarchical"].meta["topology"]["preset"] == "dgx-h100" and built["auto"] == "auto"
-    for bad, msg in (("nope", "unknown topology"), ("gb200-nvl72", "--ranks is 8, but topology gb200-nvl72 takes 72 GPUs")):
+    for bad, msg in (("nope", "unknown topology"),
+                     ("gb200-nvl72", "--ranks is 8, but topology gb200-nvl72 takes 72 GPUs")):
         with pytest.raises(CollsynthError, match=msg):
             prepare_bench("gloo", 8, 1 << 20, {}, ["ring"], topology=bad)
     code, out, err = _run(["bench", "--ranks", "3", "--size", "48KiB", "--delay", "2=50ms", "-t", "nvswitch",
