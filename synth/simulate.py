@@ -120,7 +120,8 @@ def simulate(schedule: Schedule, size_bytes: Bytes, topology: Topology | str | N
     """
     s = as_schedule(schedule, "simulate")
     n = s.nranks
-    topology = (schedule_topology(s) if topology is None else None) or topology_for(topology, n)
+    recorded = schedule_topology(s) if topology is None else None
+    topology = recorded if recorded is not None else topology_for(topology, n)
     size = float(units.size_bytes(size_bytes))
     arr = arrival_vector(arrivals, n)
     _check_columns(s)

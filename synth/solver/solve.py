@@ -92,8 +92,6 @@ GREEDY_FRACTION = 0.5  # elsewhere: the greedy warm starts' estimated time stays
 MAX_CHUNKS_PER_RANK = 8  # the fastest constructive's chunking joins the model's options up to 8n chunks
 
 
-
-
 def _size(size: Any) -> float:
     if size is None:
         return float(DEFAULT_SIZE)
