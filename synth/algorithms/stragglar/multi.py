@@ -50,7 +50,7 @@ from collsynth.synth.algorithms.stragglar.tables import stored_sizes
 from collsynth.synth.arrivals import arrival_vector, latest_rank, sooner
 from collsynth.synth.ir import Phase, Schedule, derived_phases
 from collsynth.synth.simulate import simulate
-from collsynth.synth.topology import make_topology
+from collsynth.synth.topology import topology_for
 from collsynth.units import parse_rate, parse_size, parse_time
 
 Move = tuple[int, int, int, int, bool]  # (src rank, dst rank, first physical chunk, count, reduce)
@@ -242,14 +242,10 @@ def _size(size: Any) -> float:
 
 
 def _topology(topology: Any, n: int, alpha: Any, bandwidth: Any) -> Any:
-    if topology is None:
-        return make_topology("nvswitch", n, alpha=alpha, bandwidth=bandwidth)
-    if isinstance(topology, str):
-        return make_topology(topology, n, alpha=alpha, bandwidth=bandwidth)
-    if getattr(topology, "nranks", None) != n:
-        raise CollsynthError(f"topology {getattr(topology, 'name', topology)!r} has "
-                             f"{getattr(topology, 'nranks', '?')} GPUs, not {n}: give a matching topology")
-    return topology
+    """``topology_for``; a built Topology keeps its links (``alpha`` and ``bandwidth`` then feed only the
+    pipeline model, ``_construct``)."""
+    named = topology is None or isinstance(topology, str)
+    return topology_for(topology, n, alpha if named else None, bandwidth if named else None)
 
 
 def _orders(sched: Schedule, size: float, topo: Any, times: np.ndarray) -> list[Schedule]:
