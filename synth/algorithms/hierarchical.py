@@ -33,7 +33,8 @@ ReduceScatter and last AllGather small). K (``pipeline="auto"``), the weights an
 algorithm are the model's best for ``size`` (default 1 GiB), within 2 million transfers and 2 GiB of
 simulator state (16 bytes per rank and chunk). The schedule records its composition
 (synth.composition), so large ones are verified by composition. It declares ports 2 (one NVLink and
-one NIC message per GPU at a time; every step has at most one message per GPU).
+one NIC message per GPU at a time; every step has at most one message per GPU). Nodes of unequal size:
+the composition on the first G_min GPUs of every node, the others folded in (synth/algorithms/uneven.py).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import numpy as np
 from collsynth import budget
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import check_topology, cluster_meta, intra_order, node_grid, pair_model
+from collsynth.synth.algorithms.uneven import core_and_extras, with_extras
 from collsynth.synth.composition import (
     INTRA,
     KINDS,
@@ -161,6 +163,9 @@ def assemble(n: int, topology: Any, size: float, pipeline: int | str = "auto",
     """The schedule for the model's choice of K and rail algorithm among ``kinds``."""
     s = size
     grid = node_grid(topology, n)
+    split = core_and_extras(topology, n) if grid.shape[0] == 1 else None
+    if split is not None:
+        return _assemble_uneven(n, topology, s, pipeline, kinds, *split)
     N, G = grid.shape
     lm = link_model(topology, grid)
     weights, kind, model_s, intra = cached_plan(n, grid, s, lm, pipeline, kinds)
@@ -177,3 +182,27 @@ def assemble(n: int, topology: Any, size: float, pipeline: int | str = "auto",
                                "slice_weights": weights}
     meta.update(cluster_meta(topology, grid))
     return compose(grid, intra_order(topology, grid), weights, kind, lm, s, meta, intra)
+
+
+def _assemble_uneven(n: int, topology: Any, size: float, pipeline: int | str, kinds: tuple[str, ...],
+                     core: np.ndarray, extras: list[tuple[int, int, int]]) -> Schedule:
+    """Nodes of unequal size (synth/algorithms/uneven.py): the composition on the core grid, the extras folded
+    in slice by slice."""
+    N, G = core.shape
+    lm = link_model(topology, core)
+    weights, kind, model_s, intra = cached_plan(N * G, core, size, lm, pipeline, kinds)
+    M = inter_steps(kind, N)[0]
+    C = sum(weights) * G * M
+    transfers = N * G * (node_steps(G, intra) + len(inter_steps(kind, N)[1])) * len(weights) + 2 * len(extras) * len(
+        weights)
+    budget.check(200 * transfers + 16 * n * C + n * C * n / 8, f"hierarchical on {n} ranks ({transfers} transfers, "
+                 f"{C} chunks, verified flat)", hint="use fewer GPUs or --pipeline 1")
+    base = compose(np.arange(N * G).reshape(N, G), intra_order(topology, core), weights, kind, lm, size, {}, intra)
+    starts = [int(x) for x in np.concatenate([[0], np.cumsum(weights)]) * G * M]
+    meta: dict[str, object] = {"algorithm": "hierarchical", "nodes": N, "core_gpus_per_node": G,
+                               "extras": len(extras), "pipeline": len(weights), "inter": kind, "intra": intra,
+                               "model_s": model_s, "slice_weights": weights}
+    spec = getattr(topology, "spec", None)
+    if spec is not None:
+        meta["topology"] = spec
+    return with_extras(base, n, core, extras, starts, meta)
