@@ -30,7 +30,7 @@ def rail_cluster(tmp_path, sizes):
     d = {"name": "uneven", "gpus": r, "ports": {"nvlink": 1, "net": 1}, "nodes": nodes, "fabric": "rail",
          "switches": [f"n{b}" for b in range(len(sizes))] + [f"rail{h}" for h in range(max(sizes))] + ["spine"],
          "links": links}
-    path = tmp_path / ("u" + "-".join(map(str, sizes)) + ".json")
+    path = tmp_path / f"uneven-{len(sizes)}-nodes-{r}-gpus.json"
     path.write_text(json.dumps(d))
     return str(path), r
 
