@@ -79,3 +79,17 @@ def test_compare_ranks_it_first_on_a_cluster_with_a_drained_gpu(tmp_path, capsys
     ring = next(r for r in rows if r["algorithm"] == "ring")
     assert rows[0]["after_last_arrival_s"] < ring["after_last_arrival_s"] / 4
     assert np.isfinite(rows[0]["x_bound"]) and rows[0]["x_bound"] >= 1
+
+
+@pytest.mark.parametrize("pieces", [True, False])
+@pytest.mark.parametrize("sizes", [(4, 3), (3, 3, 7)])
+def test_both_fold_forms_complete_any_allreduce_of_the_core(tmp_path, sizes, pieces):
+    """with_extras adds the extras to any AllReduce of the core ranks (here a ring, one slice): block by block
+    spread over the core GPUs, or whole slices into one partner; several extras per node take rounds."""
+    from collsynth.synth.algorithms.uneven import with_extras
+    path, n = rail_cluster(tmp_path, sizes)
+    core, extras = core_and_extras(cs.make_topology(path, n), n)
+    base = cs.build_schedule("ring", core.size)
+    s = with_extras(base, n, core, extras, [0, base.nchunks], {}, pieces)
+    assert cs.verify(s).ok and s.nranks == n
+    assert s.ntransfers == base.ntransfers + 2 * len(extras) * (core.shape[1] if pieces else 1)

@@ -59,6 +59,7 @@ from collsynth.synth.composition import (
     radix_applies,
 )
 from collsynth.synth.ir import Schedule
+from collsynth.synth.simulate import simulate
 
 DEFAULT_SIZE = float(2**30)
 NVSWITCH_ALPHA, NVSWITCH_BW = 3e-6, 450.0 * 2**30  # the nvswitch preset's defaults (no topology given)
@@ -193,8 +194,7 @@ def _assemble_uneven(n: int, topology: Any, size: float, pipeline: int | str, ki
     weights, kind, model_s, intra = cached_plan(N * G, core, size, lm, pipeline, kinds)
     M = inter_steps(kind, N)[0]
     C = sum(weights) * G * M
-    transfers = N * G * (node_steps(G, intra) + len(inter_steps(kind, N)[1])) * len(weights) + 2 * len(extras) * len(
-        weights)
+    transfers = (N * G * (node_steps(G, intra) + len(inter_steps(kind, N)[1])) + 2 * len(extras) * G) * len(weights)
     # building, and the flat verification that follows (every chunk moved about twice per rank)
     need = max(200 * transfers + 16 * n * C, budget.verify_bytes(n, C, transfers, transfers, 2 * n * C))
     budget.check(need, f"hierarchical on {n} ranks ({transfers} transfers, {C} chunks, verified flat)",
@@ -207,4 +207,5 @@ def _assemble_uneven(n: int, topology: Any, size: float, pipeline: int | str, ki
     spec = getattr(topology, "spec", None)
     if spec is not None:
         meta["topology"] = spec
-    return with_extras(base, n, core, extras, starts, meta)
+    both = [with_extras(base, n, core, extras, starts, meta, pieces) for pieces in (True, False)]
+    return min(both, key=lambda s: simulate(s, size, topology).completion_s)  # ties: the pieces
