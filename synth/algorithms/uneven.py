@@ -59,7 +59,7 @@ def with_extras(base: Schedule, n: int, core: np.ndarray, extras: list[tuple[int
     the final blocks back the same way, one per base step. One message per rank and direction in every added
     step (a node with more than G_min extras takes several rounds of pieces). Without ``pieces``, the whole
     slice into (and back from) core GPU i mod G_min, just before the slice's first step and after its last."""
-    N, G = core.shape
+    G = core.shape[1]
     real = core.ravel()
     src, dst = real[base.src], real[base.dst]
     starts = np.asarray(slice_starts, np.int64)

@@ -79,7 +79,7 @@ import numpy as np
 
 from collsynth.apitypes import Arrivals
 from collsynth.errors import CollsynthError
-from collsynth.synth.algorithms.layout import node_grid
+from collsynth.synth.algorithms.layout import check_topology, node_grid
 from collsynth.synth.algorithms.stragglar import multi, waves
 from collsynth.synth.algorithms.stragglar.bcast import broadcast_rounds, copyback_cube_rounds, copyback_rounds
 from collsynth.synth.algorithms.stragglar.cluster_cost import (
@@ -715,9 +715,7 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
     ``size``)."""
     if collective != "allreduce":
         raise CollsynthError(f"clusterstraggler builds allreduce only, not {collective!r}")
-    if topology is not None and getattr(topology, "nranks", None) != n:
-        raise CollsynthError(f"clusterstraggler: topology {getattr(topology, 'name', topology)!r} has "
-                             f"{getattr(topology, 'nranks', '?')} GPUs, not {n}: give a matching topology")
+    check_topology(topology, n, "clusterstraggler")
     grid = node_grid(topology, n)
     N, G = grid.shape
     if N < 2 or G < 2:  # one NVLink domain (or no topology): the late ranks' flat form
