@@ -132,7 +132,7 @@ def intra_steps(G: int, intra: str) -> tuple[list[IntraStep], list[IntraStep]]:
     g: local index g, ending with / starting from block g): "radix" is ``radix_steps`` on the node's GPUs
     (ring stages over G's prime factors, one contiguous run of blocks per message: sum(f - 1) steps where
     the ring takes G - 1, 7 instead of 71 on 72 GPUs; recursive halving and doubling where G is a power of
-    two). "ring" has no table here (``_Emitter`` shifts along the ring order)."""
+    two). "ring" has no table here (``Emitter`` shifts along the ring order)."""
     if intra != "radix":
         raise ValueError(f"no step table for the intra-node pattern {intra!r}")
     steps = [(to, first, np.full(G, run, np.int64), np.full(G, up)) for to, first, run, up in radix_steps(G)]
@@ -150,7 +150,7 @@ def rail_tree(N: int) -> Schedule:
 
 
 @dataclass(frozen=True)
-class _Sub:
+class Sub:
     """One step of one phase of one slice: the resource it holds and for how long."""
 
     slice: int
@@ -169,24 +169,28 @@ def intra_blocks(G: int, intra: str) -> tuple[list[int], list[int]]:
     return [int(st[2].max()) for st in rs], [int(st[2].max()) for st in ag]
 
 
+NodeSteps = tuple[tuple[float, ...], tuple[float, ...]]  # the node phases' steps: the largest message in blocks
+
+
 def chains(N: int, G: int, weights: list[int], kind: str, size: float, lm: LinkModel,
-           intra: str = "ring") -> list[list[_Sub]]:
+           intra: str = "ring", node: NodeSteps | None = None) -> list[list[Sub]]:
     """Per slice, its steps in dependency order (the model's view); slice k holds weights[k]/sum of the
-    buffer."""
+    buffer. ``node``: the steps of the node phases where they are not pattern ``intra``'s on G GPUs (nodes of
+    unequal size, synth/algorithms/uneven.py)."""
     fracs = inter_steps(kind, N)[1] if N > 1 else []
-    rs, ag = intra_blocks(G, intra)
+    rs, ag = intra_blocks(G, intra) if node is None else node
     W = sum(weights)
     out = []
     for k, w in enumerate(weights):
         block = size * w / (W * G)
-        out.append([_Sub(k, 0, t, 0, lm.alpha_nv + c * block / lm.bw_nv) for t, c in enumerate(rs)]
-                   + [_Sub(k, 1, t, 1, lm.alpha_net + f * block / lm.bw_net) for t, f in enumerate(fracs)]
-                   + [_Sub(k, 2, t, 0, lm.alpha_nv + c * block / lm.bw_nv) for t, c in enumerate(ag)])
+        out.append([Sub(k, 0, t, 0, lm.alpha_nv + c * block / lm.bw_nv) for t, c in enumerate(rs)]
+                   + [Sub(k, 1, t, 1, lm.alpha_net + f * block / lm.bw_net) for t, f in enumerate(fracs)]
+                   + [Sub(k, 2, t, 0, lm.alpha_nv + c * block / lm.bw_nv) for t, c in enumerate(ag)])
     return out
 
 
-class _Emitter:
-    """Adds the transfers of one _Sub to a builder (vectorised over every node or rail)."""
+class Emitter:
+    """Adds the transfers of one Sub to a builder (vectorised over every node or rail)."""
 
     def __init__(self, grid: np.ndarray, local: list[int], kind: str, M: int, weights: list[int],
                  intra: str = "ring") -> None:
@@ -226,7 +230,7 @@ class _Emitter:
             cols = [np.asarray(getattr(t, c)) for c in ("src", "dst", "chunk", "count", "reduce")]
             self.tree_steps = [tuple(c[cut[j]:cut[j + 1]] for c in cols) for j in range(t.nsteps)]
 
-    def __call__(self, b: ScheduleBuilder, sub: _Sub) -> None:
+    def __call__(self, b: ScheduleBuilder, sub: Sub) -> None:
         k, t, G, M = sub.slice, sub.index, self.G, self.M
         w, s0 = self.w[k], int(self.start[k])
         bm = w * M  # chunks per block of this slice; a rail "chunk" m is the run of w chunks s0 + g bm + m w
@@ -279,7 +283,7 @@ class _Emitter:
             b.add_many(self.vsrc, dst, base + (self.v & ~(d - 1)) * w, d * w, False)
 
 
-def list_schedule(chains: list[list[_Sub]]) -> tuple[list[_Sub], float]:
+def list_schedule(chains: list[list[Sub]]) -> tuple[list[Sub], float]:
     """Steps in the order one NVLink port and one NIC per GPU would start them (earliest start first;
     ties: lower slice), and the modelled completion time."""
     free = [0.0, 0.0]
@@ -287,7 +291,7 @@ def list_schedule(chains: list[list[_Sub]]) -> tuple[list[_Sub], float]:
     pos = [0] * len(chains)
     heap = [(0.0, k) for k, c in enumerate(chains) if c]
     heapq.heapify(heap)
-    order: list[_Sub] = []
+    order: list[Sub] = []
     end = 0.0
     while heap:
         key, k = heapq.heappop(heap)
@@ -315,7 +319,7 @@ def compose(grid: np.ndarray, local: list[int], weights: list[int], kind: str, l
     n = N * G
     M = inter_steps(kind, N)[0] if N > 1 else 1
     order, _ = list_schedule(chains(N, G, weights, kind, size, lm, intra))
-    emit = _Emitter(grid, local, kind, M, weights, intra)
+    emit = Emitter(grid, local, kind, M, weights, intra)
     standard = bool(np.array_equal(grid, np.arange(n).reshape(N, G)))
     desc = {"grid": None if standard else grid.tolist(), "local": [int(x) for x in local],
             "slices": [int(w) for w in weights], "inter": kind if N > 1 else "none",
@@ -368,21 +372,21 @@ def patterns(N: int, G: int, local: list[int], kind: str, intra: str = "ring") -
     out: list[tuple[str, Schedule]] = []
     if G > 1:
         grid = np.arange(G).reshape(1, G)
-        emit = _Emitter(grid, local, kind, 1, [1], intra)
+        emit = Emitter(grid, local, kind, 1, [1], intra)
         counts = [len(x) for x in intra_blocks(G, intra)]
         for phase, coll in ((0, "reducescatter"), (2, "allgather")):
             b = ScheduleBuilder(coll, G, G, name=f"node-{coll}", owner=list(range(G)))
             for t in range(counts[phase // 2]):
                 b.new_step()
-                emit(b, _Sub(0, phase, t, 0, 0.0))
+                emit(b, Sub(0, phase, t, 0, 0.0))
             out.append((f"intra-node {coll} on {G} ranks", b.build()))
     if N > 1:
         M, fracs = inter_steps(kind, N)
-        emit = _Emitter(np.arange(N).reshape(N, 1), [0], kind, M, [1])
+        emit = Emitter(np.arange(N).reshape(N, 1), [0], kind, M, [1])
         b = ScheduleBuilder("allreduce", N, M, name=f"rail-{kind}")
         for t in range(len(fracs)):
             b.new_step()
-            emit(b, _Sub(0, 1, t, 1, 0.0))
+            emit(b, Sub(0, 1, t, 1, 0.0))
         out.append((f"rail {kind} allreduce on {N} ranks", b.build()))
     return out
 

@@ -34,7 +34,8 @@ algorithm are the model's best for ``size`` (default 1 GiB), within 2 million tr
 simulator state (16 bytes per rank and chunk). The schedule records its composition
 (synth.composition), so large ones are verified by composition. It declares ports 2 (one NVLink and
 one NIC message per GPU at a time; every step has at most one message per GPU). Nodes of unequal size:
-the composition on the first G_min GPUs of every node, the others folded in (synth/algorithms/uneven.py).
+the rail phase on the first G_min GPUs of every node, the others in their node's rings or folded in
+(synth/algorithms/uneven.py).
 """
 
 from __future__ import annotations
@@ -46,11 +47,12 @@ import numpy as np
 from collsynth import budget
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import check_topology, cluster_meta, intra_order, node_grid, pair_model
-from collsynth.synth.algorithms.uneven import core_and_extras, with_extras
+from collsynth.synth.algorithms.uneven import core_and_extras, node_rings, with_extras, with_ring
 from collsynth.synth.composition import (
     INTRA,
     KINDS,
     LinkModel,
+    NodeSteps,
     chains,
     compose,
     inter_steps,
@@ -97,21 +99,23 @@ def node_steps(G: int, intra: str) -> int:
 
 
 def plan(n: int, grid: np.ndarray, size: float, lm: LinkModel, pipeline: int | str,
-         kinds: tuple[str, ...] = KINDS) -> tuple[list[int], str, float, str]:
+         kinds: tuple[str, ...] = KINDS, node: NodeSteps | None = None) -> tuple[list[int], str, float, str]:
     """(slice weights, inter-node algorithm, modelled seconds, intra-node pattern): the model's best among
     ``kinds`` and the intra-node patterns (composition.INTRA: the ring, or the mixed-radix steps, sum(f - 1)
     over G's prime factors, log2 G for a power of two, whose fewer start-ups matter on large nodes; on more
-    than one node) for K in PIPELINES (or the given K) and the weight profiles of K; ties keep the ring."""
+    than one node) for K in PIPELINES (or the given K) and the weight profiles of K; ties keep the ring.
+    ``node``: the node phases' steps of nodes of unequal size (composition.chains; then no radix pattern)."""
     N, G = grid.shape
     kinds = kinds[:1] if N <= 2 else tuple(k for k in kinds if (k != "ring" or N <= RING_MAX_NODES)
                                            and (k != "radix" or radix_applies(N))) or kinds[:1]
     best: tuple[float, int, int, int, str, list[int], str] | None = None
     ks = (PIPELINES if N > 1 else (1,)) if pipeline == "auto" else (int(pipeline),)  # one node: nothing to overlap
-    intras = INTRA if G > 2 and N > 1 else INTRA[:1]  # one node: the ring (the radix algorithm is its own)
+    intras = INTRA if G > 2 and N > 1 and node is None else INTRA[:1]  # one node: the ring (radix is its own)
     for kind in kinds:
         M = inter_steps(kind, N)[0] if N > 1 else 1
         for pref, intra in enumerate(intras):
-            steps = node_steps(G, intra) + (len(inter_steps(kind, N)[1]) if N > 1 else 0)
+            steps = (node_steps(G, intra) if node is None else sum(map(len, node))) + (
+                len(inter_steps(kind, N)[1]) if N > 1 else 0)
             for K in ks:
                 for w in profiles(K):
                     C = sum(w) * G * M
@@ -120,7 +124,7 @@ def plan(n: int, grid: np.ndarray, size: float, lm: LinkModel, pipeline: int | s
                         continue
                     if pipeline != "auto" and sum(w) > K and (16 * n * C > SIM_BYTES or size / C < ELEMENT_BYTES):
                         continue
-                    _, t = list_schedule(chains(N, G, w, kind, size, lm, intra))
+                    _, t = list_schedule(chains(N, G, w, kind, size, lm, intra, node))
                     key = (t, pref, K, sum(w), kind, w, intra)
                     if best is None or key < best:
                         best = key
@@ -132,15 +136,15 @@ _PLANS: dict[tuple[Any, ...], tuple[list[int], str, float, str]] = {}
 
 
 def cached_plan(n: int, grid: np.ndarray, size: float, lm: LinkModel, pipeline: int | str,
-                kinds: tuple[str, ...] = KINDS) -> tuple[list[int], str, float, str]:
+                kinds: tuple[str, ...] = KINDS, node: NodeSteps | None = None) -> tuple[list[int], str, float, str]:
     """``plan``, remembered for the same arguments (the budget estimate and the build ask for the same plan;
     up to 64 kept)."""
-    key = (n, grid.shape, grid.tobytes(), float(size), lm, str(pipeline), kinds)
+    key = (n, grid.shape, grid.tobytes(), float(size), lm, str(pipeline), kinds, node)
     got = _PLANS.get(key)
     if got is None:
         if len(_PLANS) >= 64:
             _PLANS.clear()
-        got = _PLANS[key] = plan(n, grid, size, lm, pipeline, kinds)
+        got = _PLANS[key] = plan(n, grid, size, lm, pipeline, kinds, node)
     return list(got[0]), got[1], got[2], got[3]
 
 
@@ -187,25 +191,39 @@ def assemble(n: int, topology: Any, size: float, pipeline: int | str = "auto",
 
 def _assemble_uneven(n: int, topology: Any, size: float, pipeline: int | str, kinds: tuple[str, ...],
                      core: np.ndarray, extras: list[tuple[int, int, int]]) -> Schedule:
-    """Nodes of unequal size (synth/algorithms/uneven.py): the composition on the core grid, the extras folded
-    in slice by slice."""
+    """Nodes of unequal size (synth/algorithms/uneven.py): the composition on the core grid with the extras
+    folded in slice by slice (in pieces or whole slices), or the ring form (every node's ring through its extras),
+    each by its own plan; the fastest in the simulator (ties: the ring form, then the pieces)."""
     N, G = core.shape
     lm = link_model(topology, core)
-    weights, kind, model_s, intra = cached_plan(N * G, core, size, lm, pipeline, kinds)
-    M = inter_steps(kind, N)[0]
-    C = sum(weights) * G * M
-    transfers = (N * G * (node_steps(G, intra) + len(inter_steps(kind, N)[1])) + 2 * len(extras) * G) * len(weights)
-    # building, and the flat verification that follows (every chunk moved about twice per rank)
-    need = max(200 * transfers + 16 * n * C, budget.verify_bytes(n, C, transfers, transfers, 2 * n * C))
-    budget.check(need, f"hierarchical on {n} ranks ({transfers} transfers, {C} chunks, verified flat)",
-                 hint="use fewer GPUs or --pipeline 1")
-    base = compose(np.arange(N * G).reshape(N, G), intra_order(topology, core), weights, kind, lm, size, {}, intra)
-    starts = [int(x) for x in np.concatenate([[0], np.cumsum(weights)]) * G * M]
+    local = intra_order(topology, core)
+    rings = node_rings(core, local, extras)
+    folds = cached_plan(N * G, core, size, lm, pipeline, kinds)
+    ring = cached_plan(N * G, core, size, lm, pipeline, kinds, rings.steps())
+    need, what = 0, ""
+    for (weights, kind, _, _), node, split in ((folds, N * G * node_steps(G, folds[3]) + 2 * len(extras) * G, 1),
+                                               (ring, rings.transfers(), rings.split)):  # per slice, in the nodes
+        C = sum(weights) * split * G * inter_steps(kind, N)[0]
+        transfers = (node + N * G * len(inter_steps(kind, N)[1])) * len(weights)
+        # building, and the flat verification that follows (every chunk moved about twice per rank)
+        got = max(200 * transfers + 16 * n * C, budget.verify_bytes(n, C, transfers, transfers, 2 * n * C))
+        if got > need:
+            need, what = got, f"{transfers} transfers, {C} chunks"
+    budget.check(need, f"hierarchical on {n} ranks ({what}, verified flat)", hint="use fewer GPUs or --pipeline 1")
     meta: dict[str, object] = {"algorithm": "hierarchical", "nodes": N, "core_gpus_per_node": G,
-                               "extras": len(extras), "pipeline": len(weights), "inter": kind, "intra": intra,
-                               "model_s": model_s, "slice_weights": weights}
+                               "extras": len(extras)}
     spec = getattr(topology, "spec", None)
-    if spec is not None:
-        meta["topology"] = spec
-    both = [with_extras(base, n, core, extras, starts, meta, pieces) for pieces in (True, False)]
-    return min(both, key=lambda s: simulate(s, size, topology).completion_s)  # ties: the pieces
+    topo_meta = {} if spec is None else {"topology": spec}
+
+    def form_meta(name: str, plan: tuple[list[int], str, float, str]) -> dict[str, object]:
+        weights, kind, model_s, intra = plan
+        return {**meta, "form": name, "pipeline": len(weights), "inter": kind, "intra": intra, "model_s": model_s,
+                "slice_weights": weights, **topo_meta}
+
+    weights, kind, _, intra = folds
+    base = compose(np.arange(N * G).reshape(N, G), local, weights, kind, lm, size, {}, intra)
+    starts = [int(x) for x in np.concatenate([[0], np.cumsum(weights)]) * G * inter_steps(kind, N)[0]]
+    forms = [with_ring(n, core, local, extras, ring[0], ring[1], lm, size, form_meta("ring", ring))]
+    forms += [with_extras(base, n, core, extras, starts, form_meta("pieces" if pieces else "slices", folds), pieces)
+              for pieces in (True, False)]
+    return min(forms, key=lambda s: simulate(s, size, topology).completion_s)  # ties: the first

@@ -4,28 +4,36 @@ Our construction. The composition of synth/composition.py needs N nodes of G GPU
 nodes ``node_grid`` is one flat row and ``hierarchical`` was a ring over every GPU, whose NICs then carry
 2(n - 1)/n s each (h100-cluster-like nodes of 8, 8, 8 and 7, 1 GiB: 39-42 ms where 4 x 8 takes about 4).
 Here the *core* is the first G_min GPUs (by local index) of every node, G_min the smallest node's size: the
-composition runs on that N x G_min grid, and every other GPU x (an *extra*) is folded into its node's core
-GPUs: slice by slice (the composition's K slices), x reduces block q of the slice into core GPU q, one block
-per step of the core's schedule so that the last lands just before the slice's first step, and after the
-slice's last step the core GPUs copy the final blocks back the same way. The simulator starts every transfer
-when its data is ready and a link serves the steps in order, so pieces of one block each, spread over the
-core GPUs, delay the core's rings by little (8 + 7 GPUs, 1 GiB: 7.0 ms; whole slices into one partner 8.7).
-``hierarchical`` builds both and keeps the faster in the simulator (at 1,023 GPUs the whole slices win,
-10.27 ms against 10.65).
-The extras' data crosses NVLink twice (s out of x, s into x), and the core's rails carry s / G_min per NIC
-instead of s / G.
+rail phase of the composition runs on that N x G_min grid, and every other GPU (an *extra*) joins one of two
+ways:
 
-The schedule does not record a composition (the folds are not part of one): it is verified by the flat
-verifier, within the memory budget.
+- the *ring form* (``with_ring``): each node's ReduceScatter and AllGather run around a ring of all its GPUs,
+  the core's G_min blocks travelling it (the extras own none), so a node of g GPUs takes g - 1 ring steps and
+  each of its GPUs moves (g - 1)/G_min s over NVLink per phase; the list-scheduling model counts those steps
+  (8 + 7 GPUs, 1 GiB: 5.18 ms, modelled exactly; 7 + 7 alone 4.50). A node of k G_min GPUs (16 + 8, 12 + 4)
+  instead cuts every block into k parts, one ending at the block's core GPU and one at each of k - 1 extras,
+  which hand theirs over in k - 1 regroup rounds and get the final parts back after the rail phase: (g - 1)/g s
+  per GPU and phase, plus s/g (16 + 8: 9.2 -> 6.4 ms; 12 + 4: 12.9 -> 7.5);
+- the *fold forms* (``with_extras``): slice by slice (the composition's K slices), the extra reduces block q of
+  the slice into core GPU q, one block per step of the core's schedule so that the last lands just before the
+  slice's first step, and after the slice's last step the core GPUs copy the final blocks back the same way
+  (or whole slices into one partner and back). Each extra's data then crosses NVLink twice more, outside the
+  model: 8 + 7 GPUs 7.0 ms.
+
+``hierarchical`` builds the three and keeps the fastest in the simulator. The schedule records no composition
+(the extras' moves are not part of one): it is verified by the flat verifier, within the memory budget.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from collsynth.synth.ir import Schedule
+from collsynth.synth.composition import Emitter, LinkModel, NodeSteps, chains, inter_steps, list_schedule
+from collsynth.synth.ir import Phase, Schedule, ScheduleBuilder
 
 
 def core_and_extras(topology: Any, n: int) -> tuple[np.ndarray, list[tuple[int, int, int]]] | None:
@@ -116,3 +124,191 @@ def with_extras(base: Schedule, n: int, core: np.ndarray, extras: list[tuple[int
     return Schedule.from_arrays("allreduce", n, base.nchunks, step=a[0], src=a[1], dst=a[2], chunk=a[3],
                                 count=a[4], reduce=a[5].astype(bool), nsteps=step, ports=base.ports,
                                 name=f"hierarchical_allreduce_n{n}", meta=meta)
+
+
+Part = tuple[int, int, int]  # (block, part, parts): part j of block q cut into ``parts`` equal parts
+Move = tuple[int, int, int, int, bool]  # src, dst, first chunk, count, reduce
+FOLD_PIECES = 4  # ``around``: each extra's buffer in this many times G_min pieces
+
+
+@dataclass(frozen=True)
+class NodeRings:
+    """The node phases of the ring form (``node_rings``): per node its ring of ranks and, per ring position, the
+    part of a block it ends the ReduceScatter with (None: an extra of a ring-only node), the regroup rounds (per
+    round (extra, core GPU, part) moves, at most one per rank) and ``split``, the parts' common multiple (the
+    slices' chunks are cut that much finer)."""
+
+    rings: tuple[np.ndarray, ...]
+    own: tuple[tuple[Part | None, ...], ...]
+    rounds: tuple[tuple[tuple[int, int, Part], ...], ...]
+    split: int
+
+    def steps(self) -> NodeSteps:
+        """The node phases' steps for composition.chains: per ring step and regroup round the largest part
+        moved (in blocks)."""
+        longest = max(len(r) for r in self.rings)
+        ring = tuple(max(1 / p[2] for r, own in zip(self.rings, self.own) if t < len(r) - 1 for p in own if p)
+                     for t in range(longest - 1))
+        regroup = tuple(max(1 / part[2] for _, _, part in moves) for moves in self.rounds)
+        return ring + regroup, regroup[::-1] + ring
+
+    def transfers(self) -> int:
+        """The node phases' transfers per slice: both rings' and the regroup moves there and back."""
+        return 2 * sum((len(r) - 1) * sum(p is not None for p in own) for r, own in zip(self.rings, self.own)) + (
+            2 * sum(map(len, self.rounds)))
+
+
+def node_rings(core: np.ndarray, local: list[int], extras: list[tuple[int, int, int]]) -> NodeRings:
+    """Per node a ring of all its GPUs, the core GPUs first in the ring order ``local`` (composition's). A node of
+    k G_min GPUs cuts each block into k parts, one ending at the block's core GPU and one at each of k - 1
+    extras, which hand theirs to the core GPU in k - 1 regroup rounds; any other node's extras own no part."""
+    N, G = core.shape
+    rings: list[list[int]] = [core[b, local].tolist() for b in range(N)]
+    mine: list[list[tuple[int, int]]] = [[] for _ in range(N)]
+    for x, b, i in extras:
+        rings[b].append(x)
+        mine[b].append((x, i))
+    own: list[tuple[Part | None, ...]] = []
+    rounds: dict[int, list[tuple[int, int, Part]]] = {}
+    split = 1
+    for b in range(N):
+        k = len(rings[b]) // G if len(rings[b]) % G == 0 else 1
+        split = math.lcm(split, k)
+        own.append(tuple((local[p], 0, k) for p in range(G)) + tuple(
+            (i % G, 1 + i // G, k) if k > 1 else None for _, i in mine[b]))
+        for x, i in mine[b] if k > 1 else []:
+            rounds.setdefault(i // G, []).append((x, int(core[b, i % G]), (i % G, 1 + i // G, k)))
+    return NodeRings(tuple(np.asarray(r, np.int64) for r in rings), tuple(own),
+                     tuple(tuple(rounds[j]) for j in sorted(rounds)), split)
+
+
+def with_ring(n: int, core: np.ndarray, local: list[int], extras: list[tuple[int, int, int]], weights: list[int],
+              kind: str, lm: LinkModel, size: float, meta: dict[str, object]) -> Schedule:
+    """The ring form (module docstring): each node's ReduceScatter and AllGather around its ``node_rings`` ring
+    (position i sends to i + 1 the part ending at i - t - 1, or started by i - t, in step t), the regroup rounds
+    before the rail phase and their copies back after it, the rail phase the composition's on the core
+    (``kind``); the steps of all slices ordered by composition.list_schedule with these node steps."""
+    N, G = core.shape
+    nr = node_rings(core, local, extras)
+    M = inter_steps(kind, N)[0]
+    fine = [w * nr.split for w in weights]  # a block of slice k: fine[k] M chunks, each part a whole run of them
+    order, _ = list_schedule(chains(N, G, weights, kind, size, lm, "ring", nr.steps()))
+    emit = Emitter(core, local, kind, M, fine)
+    start = np.concatenate([[0], np.cumsum(fine)]) * G * M
+    ring_steps = max(len(r) for r in nr.rings) - 1
+    b = ScheduleBuilder("allreduce", n, int(start[-1]), name=f"hierarchical_allreduce_n{n}", ports=2, meta=meta)
+    for sub in order:
+        b.new_step()
+        if sub.phase == 1:
+            emit(b, sub)
+            continue
+        bm, s0 = fine[sub.slice] * M, int(start[sub.slice])
+        t = sub.index if sub.phase == 0 else sub.index - len(nr.rounds)
+        if not 0 <= t < ring_steps:  # a regroup round (phase 0: after the ring) or its copy back (before it)
+            for x, c, (q, j, k) in nr.rounds[t - ring_steps if sub.phase == 0 else len(nr.rounds) - 1 - sub.index]:
+                b.add(x if sub.phase == 0 else c, c if sub.phase == 0 else x, s0 + q * bm + j * (bm // k), bm // k)
+            continue
+        for ring, own in zip(nr.rings, nr.own):
+            m = len(ring)
+            for i in range(m) if t < m - 1 else []:
+                part = own[(i - t - (1 if sub.phase == 0 else 0)) % m]
+                if part is not None:
+                    q, j, k = part
+                    b.add(int(ring[i]), int(ring[(i + 1) % m]), s0 + q * bm + j * (bm // k), bm // k, sub.phase == 0)
+    return b.build()
+
+
+def packed(moves: list[Move]) -> list[list[Move]]:
+    """``moves`` (src, dst, first chunk, count, reduce) in steps of at most one send and one receive per rank,
+    each in the first step after its predecessor's that has both ports free (greedy, in list order)."""
+    steps: list[list[Move]] = []
+    busy: list[tuple[set[int], set[int]]] = []
+    for mv in moves:
+        j = next((k for k, (out, inn) in enumerate(busy) if mv[0] not in out and mv[1] not in inn), len(steps))
+        if j == len(steps):
+            steps.append([])
+            busy.append((set(), set()))
+        steps[j].append(mv)
+        busy[j][0].add(mv[0])
+        busy[j][1].add(mv[1])
+    return steps
+
+
+def chunk_steps(base: Schedule, ranks: np.ndarray, on: np.ndarray, last: bool) -> np.ndarray:
+    """Per rank of ``ranks`` and chunk: the last (``last``) or first step of a transfer of ``base`` whose ``on``
+    column (real ranks, one per transfer) is that rank and that moves the chunk; -1 (last) or nsteps (first)
+    where none does."""
+    out = np.full((len(ranks), base.nchunks), -1 if last else base.nsteps, np.int64)
+    for q, r in enumerate(ranks):
+        t = np.flatnonzero(on == r)
+        cnt = base.count[t]
+        cols = np.repeat(base.chunk[t], cnt) + np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        (np.maximum if last else np.minimum).at(out[q], cols, np.repeat(base.step[t], cnt))
+    return out
+
+
+def around(base: Schedule, n: int, core: np.ndarray, extras: list[tuple[int, int, int]], punctual: np.ndarray,
+           meta: dict[str, object], name: str = "") -> Schedule:
+    """``base``, an AllReduce on the core's ranks (base rank i is the i-th smallest core rank, as
+    synth.topology.restrict numbers them), on all ``n`` ranks (our construction: a straggler form built for
+    N x G_min GPUs serves nodes of unequal size). Every extra's buffer, in FOLD_PIECES G_min pieces, is reduced
+    into ``punctual`` core GPUs of its node, each piece into the one that forwards it last and just before that
+    step (so the core's work before the arrival goes on while the extras fold); each chunk is copied to the node's
+    extras from the node's core GPU that holds it final first, right after the step that made it final."""
+    N, G = core.shape
+    real = np.sort(core.ravel())
+    src, dst = real[base.src], real[base.dst]
+    C = base.nchunks
+    before: dict[int, list[Move]] = {}
+    after: dict[int, list[Move]] = {}
+    P = min(C, FOLD_PIECES * G)
+    edges = [k * C // P for k in range(P + 1)]
+    for b in sorted({b for _, b, _ in extras}):
+        mine = [(x, i) for x, nb, i in extras if nb == b]
+        ok = [q for q in range(G) if punctual[core[b, q]]]
+        read = chunk_steps(base, core[b, ok], src, last=False)  # when each punctual core GPU first sends a chunk
+        for k, (lo, hi) in enumerate(zip(edges, edges[1:])):
+            if hi == lo:
+                continue
+            first = read[:, lo:hi].min(axis=1)
+            for x, i in mine:  # the latest reader; ties rotate with the piece and the extra
+                pick = max(range(len(ok)), key=lambda j: (first[j], -((j - k - i) % len(ok))))
+                before.setdefault(int(first[pick]), []).append((x, int(core[b, ok[pick]]), lo, hi - lo, True))
+        final = chunk_steps(base, core[b], dst, last=True)  # when each core GPU holds a chunk final
+        first_q = np.argmin(np.where(final < 0, np.iinfo(np.int64).max, final), axis=0)
+        when = final[first_q, np.arange(C)]
+        cut = np.flatnonzero((np.diff(first_q) != 0) | (np.diff(when) != 0)) + 1
+        for lo, hi in zip(np.concatenate([[0], cut]), np.concatenate([cut, [C]])):
+            for x, _ in mine:
+                after.setdefault(int(when[lo]), []).append((int(core[b, first_q[lo]]), x, int(lo), int(hi - lo), False))
+    cols: list[list[int]] = [[], [], [], [], [], []]  # step, src, dst, chunk, count, reduce
+    step = 0
+
+    def put(moves: list[Move]) -> None:
+        nonlocal step
+        for group in packed(moves):
+            for mv in group:
+                for c, v in zip(cols, (step, *mv)):
+                    c.append(int(v))
+            step += 1
+
+    order = np.argsort(base.step, kind="stable")
+    bounds = np.searchsorted(base.step[order], np.arange(base.nsteps + 1))
+    at = np.zeros(base.nsteps + 1, np.int64)  # base step -> its step here
+    for s in range(base.nsteps):
+        put(before.get(s, []))
+        at[s] = step
+        idx = order[bounds[s]:bounds[s + 1]]
+        for c, v in zip(cols, (np.full(len(idx), step), src[idx], dst[idx], base.chunk[idx], base.count[idx],
+                               base.reduce[idx].astype(np.int64))):
+            c.extend(np.asarray(v).tolist())
+        step += 1
+        put(after.get(s, []))
+    at[base.nsteps] = step
+    xs = {x for x, _, _ in extras}  # punctual: every phase (the folds join the first) waits for them too
+    phases = tuple(Phase(p.name, 0 if p.start == 0 else int(at[p.start]), int(at[p.stop]),
+                         tuple(sorted({int(real[r]) for r in p.waits_for} | xs))) for p in base.phases)
+    a = [np.asarray(c, np.int64) for c in cols]
+    return Schedule.from_arrays("allreduce", n, C, step=a[0], src=a[1], dst=a[2], chunk=a[3], count=a[4],
+                                reduce=a[5].astype(bool), nsteps=step, phases=phases, ports=base.ports,
+                                name=name or base.name, meta=meta)
