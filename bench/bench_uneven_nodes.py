@@ -4,9 +4,13 @@ switch, 50 GB/s and 14 us a route, as h100-cluster), 1 GiB per rank, every rank 
 layout: the form kept (ring, pieces, slices) and its simulated completion, the proven lower bound
 (synth.bounds.allreduce_bound) and the ratio, the flat ring over every GPU (what ran before session 59), the
 same number of nodes of G_min GPUs alone (the extras taken away), and the build seconds (the three forms
-built and simulated).
+built and simulated). Then one late GPU (rank 5, ``--delay`` late): clusterstraggler's time after the arrival
+(on nodes of unequal size the late-GPU form of the N x G_min core with the other GPUs added around it,
+choose.unequal_nodes), its form, the waiting ``hierarchical``'s, the proven bound after the arrival and the
+ratio, the core alone (the same nodes of G_min GPUs, the same late rank) and the build seconds.
 
-    python bench/bench_uneven_nodes.py [--layouts 8+7,8+8+8+7] [--big]   (--big adds 127 x 8 + 7 = 1,023 GPUs)
+    python bench/bench_uneven_nodes.py [--layouts 8+7,8+8+8+7] [--big] [--delay 10ms]
+    (--big adds 127 x 8 + 7 = 1,023 GPUs to the first table)
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import time
 
 import collsynth as cs
 from collsynth.synth.bounds import allreduce_bound
+from collsynth.units import parse_time
 
 GiB = float(2**30)
 LAYOUTS = "8+7,8+8+8+7,15x8+7,16+8,12+4"
@@ -74,14 +79,38 @@ def row(layout: str, tmp: str) -> dict[str, object]:
     return out
 
 
+def late_row(layout: str, tmp: str, delay: float) -> dict[str, object]:
+    sizes = parse_layout(layout)
+    n = sum(sizes)
+    arr = {5: delay}
+    topo = cs.make_topology(write_topology(sizes, os.path.join(tmp, f"late{n}-{len(sizes)}.json")), n)
+    t0 = time.perf_counter()
+    s = cs.build_schedule("clusterstraggler", n, topology=topo, arrivals=arr, size=GiB)
+    built = time.perf_counter() - t0
+    ours = cs.simulate(s, GiB, topo, arr).after_last_arrival_s
+    hier = cs.simulate(cs.build_schedule("hierarchical", n, topology=topo, size=GiB), GiB, topo, arr)
+    bound = allreduce_bound(topo, GiB, [arr.get(r, 0.0) for r in range(n)]).after_last_arrival_s
+    m = len(sizes) * min(sizes)
+    alone_t = cs.make_topology(write_topology([min(sizes)] * len(sizes), os.path.join(tmp, f"alone{m}.json")), m)
+    alone = cs.simulate(cs.build_schedule("clusterstraggler", m, topology=alone_t, arrivals=arr, size=GiB), GiB,
+                        alone_t, arr).after_last_arrival_s
+    return {"layout": layout, "gpus": n, "late": 5, "delay_ms": delay * 1e3, "form": s.meta.get("form"),
+            "after_arrival_ms": round(ours * 1e3, 3), "hierarchical_ms": round(hier.after_last_arrival_s * 1e3, 3),
+            "speedup": round(hier.after_last_arrival_s / ours, 3), "bound_ms": round(bound * 1e3, 3),
+            "x_bound": round(ours / bound, 3), "core_alone_ms": round(alone * 1e3, 3), "build_s": round(built, 2)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layouts", default=LAYOUTS, help=f"node sizes, comma-separated (default {LAYOUTS})")
     ap.add_argument("--big", action="store_true", help="also 127 x 8 + 7 = 1,023 GPUs")
+    ap.add_argument("--delay", default="10ms", help="how late rank 5 is in the late-GPU rows (default 10ms)")
     args = ap.parse_args()
-    layouts = args.layouts.split(",") + (["127x8+7"] if args.big else [])
+    layouts = args.layouts.split(",")
+    delay = parse_time(args.delay)
     with tempfile.TemporaryDirectory() as tmp:
-        print(json.dumps({"size": "1GiB", "rows": [row(x, tmp) for x in layouts]}, indent=1))
+        print(json.dumps({"size": "1GiB", "rows": [row(x, tmp) for x in layouts + (["127x8+7"] if args.big else [])],
+                          "late_gpu": [late_row(x, tmp, delay) for x in layouts]}, indent=1))
 
 
 if __name__ == "__main__":

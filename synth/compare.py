@@ -15,6 +15,7 @@ from collsynth.apitypes import Arrivals, Bytes
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar import domain
+from collsynth.synth.algorithms.stragglar.choose import unequal_case
 from collsynth.synth.algorithms.stragglar.pipeline import topology_model
 from collsynth.synth.arrivals import arrival_vector, latest_rank
 from collsynth.synth.bounds import Bound, allreduce_bound
@@ -83,6 +84,8 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
     regs = algorithm_table()
     late = sum(1 for t in times if t > times.min())
     nodes = node_grid(topo, n).shape[0]
+    if nodes < 2 and unequal_case(n, "allreduce", times, topo, "auto") is not None:  # nodes of unequal size
+        nodes = topo.node_count
     domain_late = nodes < 2 and domain.applies(n, times)
     if isinstance(algorithms, str):  # "ring,hierarchical", as the CLI's --algorithms reads it
         algorithms = [a.strip() for a in algorithms.split(",") if a.strip()]

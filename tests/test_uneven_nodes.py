@@ -144,3 +144,68 @@ def test_nodes_of_several_g_min_cut_blocks_into_parts(tmp_path):
         s = cs.build_schedule("hierarchical", n, topology=t, size=GiB)
         assert s.meta["form"] == "ring" and cs.verify(s, topology=t).ok
         assert cs.simulate(s, GiB, t).completion_s < 0.85 * (9.165e-3 if k == 2 else 12.909e-3)
+
+
+def test_restricted_keeps_the_chosen_gpus_their_nodes_and_links(tmp_path):
+    from collsynth.errors import CollsynthError
+    from collsynth.synth.topology.restrict import restricted
+    path, n = rail_cluster(tmp_path, (8, 7))
+    t = cs.make_topology(path, n)
+    keep = [0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14]  # drop GPU 7
+    sub = restricted(t, keep[::-1])
+    assert sub.nranks == 14 and sub.node_of.tolist() == [0] * 7 + [1] * 7
+    assert sub.local_index.tolist() == list(range(7)) * 2 and sub.switches == t.switches
+    assert len(sub.link_alpha) == len(t.link_alpha) - 4  # GPU 7's NVLink and NIC, both ways
+    assert sub.class_ports == t.class_ports
+    # the same routes among the GPUs kept: GPU 8 (new 7) over rail 0 from GPU 0
+    assert [sub.link_name(x) for x in sub.path_links(0, 7)] == ["0->rail0", "rail0->7"]
+    with pytest.raises(CollsynthError, match="not distinct GPUs"):
+        restricted(t, [0, 0, 1])
+    with pytest.raises(CollsynthError, match="not distinct GPUs"):
+        restricted(t, [0, 15])
+
+
+@pytest.mark.parametrize("sizes", [(4, 3), (3, 3, 7)])
+def test_around_adds_the_extras_to_any_allreduce_of_the_core(tmp_path, sizes):
+    """uneven.around: folds before the first read (never into a late core GPU), copies after the final write;
+    dropping either leaves a rank short of a contribution."""
+    from collsynth.synth.algorithms.uneven import around
+    path, n = rail_cluster(tmp_path, sizes)
+    core, extras = core_and_extras(cs.make_topology(path, n), n)
+    base = cs.build_schedule("ring", core.size)
+    punctual = np.ones(n, bool)
+    punctual[core[0, 0]] = False
+    s = around(base, n, core, extras, punctual, {})
+    assert cs.verify(s).ok and s.nranks == n and s.nchunks == base.nchunks
+    xs = [x for x, _, _ in extras]
+    folds = np.isin(s.src, xs)
+    assert not np.any(s.dst[folds] == core[0, 0]) and np.all(s.reduce[folds])
+    assert np.all(np.isin(s.dst[np.isin(s.dst, xs)], xs) & ~s.reduce[np.isin(s.dst, xs)])
+    for keep in (~folds, ~np.isin(s.dst, xs)):
+        cut = cs.Schedule.from_arrays("allreduce", n, s.nchunks, step=s.step[keep], src=s.src[keep],
+                                      dst=s.dst[keep], chunk=s.chunk[keep], count=s.count[keep],
+                                      reduce=s.reduce[keep], nsteps=s.nsteps, ports=s.ports)
+        assert not cs.verify(cut).ok
+
+
+def test_one_late_gpu_on_unequal_nodes_gets_the_late_gpu_form_of_the_core(tmp_path, capsys):
+    """8, 8, 8 and 7 GPUs, rank 5 late by 10 ms: clusterstraggler builds the late-GPU form on the 4 x 7 core and adds
+    the three eighth GPUs around it, verified, faster after the arrival than waiting for hierarchical; compare
+    shows it; a late eighth GPU (an extra) falls back to the fastest synchronous schedule."""
+    path, n = rail_cluster(tmp_path, (8, 8, 8, 7))
+    t = cs.make_topology(path, n)
+    arr = {5: 0.010}
+    s = cs.build_schedule("clusterstraggler", n, topology=t, arrivals=arr, size=GiB)
+    assert s.meta["form"] == "gpu" and s.meta["late"] == [5] and s.meta["extras"] == 3
+    assert s.name == f"clusterstraggler_gpu_n{n}_l5" and cs.verify(s, topology=t).ok
+    ours = cs.simulate(s, GiB, t, arr).after_last_arrival_s
+    hier = cs.simulate(cs.build_schedule("hierarchical", n, topology=t, size=GiB), GiB, t, arr).after_last_arrival_s
+    assert ours < 0.9 * hier
+    assert cs.build_schedule("clusterstraggler", n, topology=t, arrivals=arr, size=GiB).to_json() == s.to_json()
+    assert main(["compare", "--gpus", str(n), "-t", path, "--size", "1GiB", "--arrival", "5=10ms", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows[0]["algorithm"] == "clusterstraggler" and "gpu form" in rows[0]["note"]
+    late_extra = cs.build_schedule("clusterstraggler", n, topology=t, arrivals={7: 0.010}, size=GiB)
+    assert late_extra.meta.get("form") != "gpu"
+    two = cs.build_schedule("clusterstraggler", n, topology=t, arrivals=arr, size=GiB, pipeline=2)  # the form itself
+    assert two.meta["form"] == "gpu" and two.meta["pipeline"] == 2 and cs.verify(two, topology=t).ok

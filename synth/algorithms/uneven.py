@@ -22,6 +22,10 @@ ways:
 
 ``hierarchical`` builds the three and keeps the fastest in the simulator. The schedule records no composition
 (the extras' moves are not part of one): it is verified by the flat verifier, within the memory budget.
+
+``around`` adds the extras to any AllReduce of the core instead (clusterstraggler's late-GPU form built for the
+core, synth/algorithms/stragglar/choose.py): folds before the core GPUs first send the chunks, copies of the
+final chunks after they are made (docs/stragglar.md section 9, "Nodes of unequal size").
 """
 
 from __future__ import annotations
@@ -128,7 +132,7 @@ def with_extras(base: Schedule, n: int, core: np.ndarray, extras: list[tuple[int
 
 Part = tuple[int, int, int]  # (block, part, parts): part j of block q cut into ``parts`` equal parts
 Move = tuple[int, int, int, int, bool]  # src, dst, first chunk, count, reduce
-FOLD_PIECES = 4  # ``around``: each extra's buffer in this many times G_min pieces
+FOLD_PIECES = (4, 1)  # ``around``: an extra's buffer in this many times G_min pieces (choose tries each)
 
 
 @dataclass(frozen=True)
@@ -248,10 +252,10 @@ def chunk_steps(base: Schedule, ranks: np.ndarray, on: np.ndarray, last: bool) -
 
 
 def around(base: Schedule, n: int, core: np.ndarray, extras: list[tuple[int, int, int]], punctual: np.ndarray,
-           meta: dict[str, object], name: str = "") -> Schedule:
+           meta: dict[str, object], name: str = "", pieces: int = FOLD_PIECES[0]) -> Schedule:
     """``base``, an AllReduce on the core's ranks (base rank i is the i-th smallest core rank, as
     synth.topology.restrict numbers them), on all ``n`` ranks (our construction: a straggler form built for
-    N x G_min GPUs serves nodes of unequal size). Every extra's buffer, in FOLD_PIECES G_min pieces, is reduced
+    N x G_min GPUs serves nodes of unequal size). Every extra's buffer, in ``pieces`` G_min pieces, is reduced
     into ``punctual`` core GPUs of its node, each piece into the one that forwards it last and just before that
     step (so the core's work before the arrival goes on while the extras fold); each chunk is copied to the node's
     extras from the node's core GPU that holds it final first, right after the step that made it final."""
@@ -261,26 +265,29 @@ def around(base: Schedule, n: int, core: np.ndarray, extras: list[tuple[int, int
     C = base.nchunks
     before: dict[int, list[Move]] = {}
     after: dict[int, list[Move]] = {}
-    P = min(C, FOLD_PIECES * G)
+    P = min(C, pieces * G)
     edges = [k * C // P for k in range(P + 1)]
     for b in sorted({b for _, b, _ in extras}):
         mine = [(x, i) for x, nb, i in extras if nb == b]
         ok = [q for q in range(G) if punctual[core[b, q]]]
         read = chunk_steps(base, core[b, ok], src, last=False)  # when each punctual core GPU first sends a chunk
-        for k, (lo, hi) in enumerate(zip(edges, edges[1:])):
-            if hi == lo:
-                continue
-            first = read[:, lo:hi].min(axis=1)
-            for x, i in mine:  # the latest reader; ties rotate with the piece and the extra
-                pick = max(range(len(ok)), key=lambda j: (first[j], -((j - k - i) % len(ok))))
-                before.setdefault(int(first[pick]), []).append((x, int(core[b, ok[pick]]), lo, hi - lo, True))
         final = chunk_steps(base, core[b], dst, last=True)  # when each core GPU holds a chunk final
         first_q = np.argmin(np.where(final < 0, np.iinfo(np.int64).max, final), axis=0)
         when = final[first_q, np.arange(C)]
-        cut = np.flatnonzero((np.diff(first_q) != 0) | (np.diff(when) != 0)) + 1
-        for lo, hi in zip(np.concatenate([[0], cut]), np.concatenate([cut, [C]])):
-            for x, _ in mine:
-                after.setdefault(int(when[lo]), []).append((int(core[b, first_q[lo]]), x, int(lo), int(hi - lo), False))
+        for x, i in mine:
+            folded = np.zeros(C, np.int64)  # the base step each chunk of x is folded in before
+            for k, (lo, hi) in enumerate(zip(edges, edges[1:])):
+                if hi == lo:
+                    continue
+                first = read[:, lo:hi].min(axis=1)  # the latest reader; ties rotate with the piece and the extra
+                pick = max(range(len(ok)), key=lambda j: (first[j], -((j - k - i) % len(ok))))
+                before.setdefault(int(first[pick]), []).append((x, int(core[b, ok[pick]]), lo, hi - lo, True))
+                folded[lo:hi] = first[pick]
+            # a core GPU's first send can follow its last write (it owns the chunk): the copy then waits for the fold
+            copy = np.maximum(when, folded)
+            cut = np.flatnonzero((np.diff(first_q) != 0) | (np.diff(copy) != 0)) + 1
+            for lo, hi in zip(np.concatenate([[0], cut]), np.concatenate([cut, [C]])):
+                after.setdefault(int(copy[lo]), []).append((int(core[b, first_q[lo]]), x, int(lo), int(hi - lo), False))
     cols: list[list[int]] = [[], [], [], [], [], []]  # step, src, dst, chunk, count, reduce
     step = 0
 
