@@ -8,8 +8,7 @@ gives the same bits as torch's own all_reduce.
 
 from __future__ import annotations
 
-import json
-import os
+import pathlib
 import tempfile
 import time
 
@@ -26,20 +25,10 @@ N, SIZES, LATE = 8, (5, 3), 1.0
 
 
 def topology_file() -> str:
-    """Nodes of 5 and 3 GPUs: an NVSwitch per node, NIC h of every node on rail switch h (h100-cluster's links)."""
-    links, nodes, r = [], [], 0
-    for b, g in enumerate(SIZES):
-        nodes.append(list(range(r, r + g)))
-        for h in range(g):
-            links.append({"src": r + h, "dst": f"nvsw{b}", "class": "nvlink", "alpha": "1.7us", "bandwidth": "450GB/s"})
-            links.append({"src": r + h, "dst": f"rail{h}", "class": "net", "alpha": "7us", "bandwidth": "50GB/s"})
-        r += g
-    d = {"name": "five-and-three", "gpus": N, "ports": {"nvlink": 1, "net": 1}, "nodes": nodes, "fabric": "rail",
-         "switches": ["nvsw0", "nvsw1"] + [f"rail{h}" for h in range(max(SIZES))], "links": links}
-    path = os.path.join(tempfile.mkdtemp(), "five-and-three.json")
-    with open(path, "w") as f:
-        json.dump(d, f)
-    return path
+    """Nodes of 5 and 3 GPUs (test_uneven_nodes.rail_cluster: an NVSwitch per node, NIC h on rail switch h)."""
+    from test_uneven_nodes import rail_cluster
+
+    return rail_cluster(pathlib.Path(tempfile.mkdtemp()), SIZES)[0]
 
 
 def world(rank: int, n: int) -> dict:
