@@ -9,7 +9,9 @@ schedules of up to EMIT_MAX_GPUS GPUs are also emitted as an MSCCL XML file and 
 by its emitter; a CollsynthError naming a limit is a clean answer, any other exception a failure). Prints one
 JSON line per case that fails (exception, unverified, slower, under the bound) and a summary.
 
-    python bench/fuzz_cluster.py [--cases 100] [--seed 1] [--max-nodes 16] [--emit] [--json-gpus 4]
+(``--unequal P``: that share of the cases on nodes of unequal size, written as a topology JSON.)
+
+    python bench/fuzz_cluster.py [--cases 100] [--seed 1] [--max-nodes 16] [--emit] [--json-gpus 4] [--unequal 0.3]
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import traceback
 
 import numpy as np
 from bench_cluster_straggler import json_topology
+from bench_uneven_nodes import write_topology
 
 from collsynth.backends import emit
 from collsynth.errors import CollsynthError
@@ -37,8 +40,19 @@ from collsynth.synth.verify import verify
 EMIT_MAX_GPUS = 32
 
 
-def case(rng: np.random.Generator, max_nodes: int, tmp: str, json_gpus: list[int]) -> dict[str, object]:
+def case(rng: np.random.Generator, max_nodes: int, tmp: str, json_gpus: list[int],
+         unequal: float = 0.0) -> dict[str, object]:
     N = int(rng.integers(2, max_nodes + 1))
+    if unequal and rng.random() < unequal:  # nodes of 8 GPUs, one to three with 2 to 7 (drained GPUs)
+        sizes = [8] * N
+        for b in rng.choice(N, size=int(rng.integers(1, min(3, N) + 1)), replace=False):
+            sizes[int(b)] = int(rng.integers(2, 8))
+        n = sum(sizes)
+        topo = make_topology(write_topology(sizes, os.path.join(tmp, f"u{n}-{N}.json")), n)
+        size = float(rng.choice([2**20, 2**26, 2**30]))
+        k = int(rng.choice([1, 1, 2, 3]))
+        arr = {int(r): float(rng.uniform(0, 0.01)) for r in rng.choice(n, size=k, replace=False)}
+        return {"n": n, "G": sizes, "topology": topo, "size": size, "arrivals": arr, "kind": "unequal"}
     if rng.random() < 0.7:
         G, topo = 8, make_topology("h100-cluster", 8 * N)
     else:
@@ -67,13 +81,16 @@ def main() -> None:
     ap.add_argument("--emit", action="store_true", help="also emit MSCCL XML and MSCCL++ plans (up to 32 GPUs)")
     ap.add_argument("--json-gpus", default="4",
                     help="GPUs per node of the topology-JSON cases, comma-separated (e.g. 4,6,12,24)")
+    ap.add_argument("--unequal", type=float, default=0.0,
+                    help="share of cases on nodes of unequal size (8 GPUs, a few with fewer; one to three late "
+                         "ranks), e.g. 0.3 (default 0: the campaigns quoted before keep their cases)")
     a = ap.parse_args()
     json_gpus = [int(x) for x in a.json_gpus.split(",") if x.strip()]
     rng = np.random.default_rng(a.seed)
     bad, forms, emitted, t0 = [], {}, {"ok": 0, "refused": 0}, time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(a.cases):
-            c = case(rng, a.max_nodes, tmp, json_gpus)
+            c = case(rng, a.max_nodes, tmp, json_gpus, a.unequal)
             n, topo, size, arr = c["n"], c["topology"], c["size"], c["arrivals"]
             label = {"i": i, "n": n, "gpus_per_node": c["G"], "size": size, "kind": c["kind"],
                      "arrivals": {str(k): round(v, 6) for k, v in sorted(arr.items())}}  # type: ignore[union-attr]

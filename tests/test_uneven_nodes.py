@@ -209,3 +209,17 @@ def test_one_late_gpu_on_unequal_nodes_gets_the_late_gpu_form_of_the_core(tmp_pa
     assert late_extra.meta.get("form") != "gpu"
     two = cs.build_schedule("clusterstraggler", n, topology=t, arrivals=arr, size=GiB, pipeline=2)  # the form itself
     assert two.meta["form"] == "gpu" and two.meta["pipeline"] == 2 and cs.verify(two, topology=t).ok
+
+
+def test_the_domain_form_on_a_row_of_unequal_nodes_counts_a_port_per_link_class(tmp_path):
+    """5 + 8 GPUs, rank 8 the last of three late ranks, 1 MiB: the core's late-GPU form does not win, so
+    clusterstraggler falls back to one row of GPUs and the broadcast form, whose moves use the NVLink and the rail
+    class; it sent an NVLink and a rail message in one step under ports 1 (the verifier refused it)."""
+    path, n = rail_cluster(tmp_path, (5, 8))
+    t = cs.make_topology(path, n)
+    arr = {8: 0.05, 2: 0.002, 12: 0.01}
+    s = cs.build_schedule("clusterstraggler", n, topology=t, arrivals=arr, size=1 << 20)
+    assert s.meta["form"] == "domain" and s.ports == 2
+    assert cs.verify(s).ok and cs.verify(s, topology=t).ok
+    one = cs.build_schedule("clusterstraggler", 72, topology="gb200-nvl72", arrivals={8: 0.05}, size=1 << 20)
+    assert one.meta["form"] == "domain" and one.ports == 1 and cs.verify(one).ok  # one class: one port

@@ -259,13 +259,17 @@ class ClusterPlan:
         order = sorted(range(len(self.atoms)), key=lambda i: (self.est[i], i))
         return [self.atoms[i] for i in order]
 
-    def to_schedule(self, name: str, meta: dict[str, object], ports: int = 2) -> Schedule:
+    def to_schedule(self, name: str, meta: dict[str, object], ports: int | None = 2) -> Schedule:
         """The moves by modelled start, packed into steps (``multi.pack``; ports 2: one NVLink and one
-        network message per GPU and direction per step; 1 where every move is of one class, as on a grid of
-        one-GPU nodes); phases from the arrivals."""
+        network message per GPU and direction per step; None: one per link class the moves use, 1 where they
+        are all of one class, as on a grid of one-GPU nodes in one NVLink domain, 2 on a row of nodes of unequal
+        size); phases from the arrivals."""
         n = self.grid.size
         atoms = self.ordered()
         steps = pack(atoms, self.port, self.times)
+        if ports is None:
+            used = {c for a in atoms for m in a for c in self.port(m[0], m[1])}
+            ports = max(1, len(used))
         mv = np.array([x for a in atoms for x in a], np.int64).reshape(-1, 5)
         nsteps = int(steps.max()) + 1 if len(steps) else 0
         phases = derived_phases(n, steps, mv[:, 0], mv[:, 1], nsteps)
@@ -790,7 +794,7 @@ def plan_schedule(plan: ClusterPlan, form: str, late: list[int], topology: Any, 
     (the form, late ranks, shape, block counts, the after-arrival estimate, the topology's spec so that
     `collsynth verify FILE` enforces its per-class ports again) and ``extra`` meta. Form "domain" is the
     late-node form on a grid of one-GPU nodes in one NVLink domain (domain.py): no nodes in its meta (the
-    backends then place every peer in one node) and one port per GPU and direction."""
+    backends then place every peer in one node) and one port per GPU, direction and link class."""
     N, G = plan.N, plan.G
     est = (bcast_estimate(N, G, [size * w / plan.M for _, w in plan.rows], plan.bcast_split, plan.model)
            if plan.bcast else
@@ -807,7 +811,7 @@ def plan_schedule(plan: ClusterPlan, form: str, late: list[int], topology: Any, 
     if spec is not None:
         meta["topology"] = spec
     who = f"node{int(plan.node[late[0]])}" if form == "node" else f"l{late[0]}"
-    return plan.to_schedule(f"clusterstraggler_{form}_n{plan.grid.size}_{who}", meta, 1 if form == "domain" else 2)
+    return plan.to_schedule(f"clusterstraggler_{form}_n{plan.grid.size}_{who}", meta, None if form == "domain" else 2)
 
 
 def auto_pipeline(n: int, topology: Any, form: str, size: int | float | str | None = None) -> int:
