@@ -39,6 +39,10 @@ import numpy as np
 from collsynth.synth.composition import Emitter, LinkModel, NodeSteps, chains, inter_steps, list_schedule
 from collsynth.synth.ir import Phase, Schedule, ScheduleBuilder
 
+Part = tuple[int, int, int]  # (block, part, parts): part j of block q cut into ``parts`` equal parts
+Move = tuple[int, int, int, int, bool]  # src, dst, first chunk, count, reduce
+FOLD_PIECES = (4, 1)  # ``around``: an extra's buffer in this many times G_min pieces (choose tries each)
+
 
 def core_and_extras(topology: Any, n: int) -> tuple[np.ndarray, list[tuple[int, int, int]]] | None:
     """(the N x G_min grid of core ranks, [(extra, its node, its index among the node's extras), ...]) where
@@ -72,8 +76,6 @@ def with_extras(base: Schedule, n: int, core: np.ndarray, extras: list[tuple[int
     step (a node with more than G_min extras takes several rounds of pieces). Without ``pieces``, the whole
     slice into (and back from) core GPU i mod G_min, just before the slice's first step and after its last."""
     G = core.shape[1]
-    real = core.ravel()
-    src, dst = real[base.src], real[base.dst]
     starts = np.asarray(slice_starts, np.int64)
     K = len(starts) - 1
     sl = np.searchsorted(starts, base.chunk, side="right") - 1
@@ -92,47 +94,64 @@ def with_extras(base: Schedule, n: int, core: np.ndarray, extras: list[tuple[int
             before.setdefault(max(0, int(first[k]) - (P - m)) if pieces else int(first[k]), []).append(
                 (k, j, w, False))
             after.setdefault(int(last[k]) + (m if pieces else 0), []).append((k, j, w, True))
-    cols: list[list[int]] = [[], [], [], [], [], []]  # step, src, dst, chunk, count, reduce
-    step = 0
 
-    def piece(k: int, j: int, w: int, back: bool) -> None:
+    def piece(k: int, j: int, w: int, back: bool) -> list[Move]:
         """Block (j + i) mod G of slice k of every extra i of wave w, into (or from) the core GPU of that index;
-        j = -1: the whole slice, core GPU i mod G."""
-        nonlocal step
+        j = -1: the whole slice, core GPU i mod G (one step)."""
         bm = int(starts[k + 1] - starts[k]) // G
+        out = []
         for x, b, i in extras:
             if i // G == w:
                 q = (j + i) % G if j >= 0 else i % G
                 first_chunk, count = (int(starts[k]) + q * bm, bm) if j >= 0 else (int(starts[k]), G * bm)
                 p = int(core[b, q])
-                for c, v in zip(cols, (step, p if back else x, x if back else p, first_chunk, count, 0 if back else 1)):
-                    c.append(v)
-        step += 1
+                out.append((p, x, first_chunk, count, False) if back else (x, p, first_chunk, count, True))
+        return out
+
+    return interleaved(base, n, core.ravel(), {s: [piece(*pc) for pc in pcs] for s, pcs in before.items()},
+                       {s: [piece(*pc) for pc in pcs] for s, pcs in after.items()}, set(), meta,
+                       f"hierarchical_allreduce_n{n}")
+
+
+def interleaved(base: Schedule, n: int, real: np.ndarray, before: dict[int, list[list[Move]]],
+                after: dict[int, list[list[Move]]], joining: set[int], meta: dict[str, object], name: str) -> Schedule:
+    """``base`` on ``n`` ranks (its rank i is ``real[i]``) with steps of added moves: ``before[s]`` just before
+    base step s, ``after[s]`` just after it (from base.nsteps on: at the end, in order), each a list of steps; the
+    phases of ``base`` keep their steps (the added ones before its first step join the first phase) and wait for
+    ``joining`` too."""
+    src, dst = real[base.src], real[base.dst]
+    cols: list[list[int]] = [[], [], [], [], [], []]  # step, src, dst, chunk, count, reduce
+    step = 0
+
+    def put(steps: list[list[Move]]) -> None:
+        nonlocal step
+        for group in steps:
+            for mv in group:
+                for c, v in zip(cols, (step, *mv)):
+                    c.append(int(v))
+            step += 1
 
     order = np.argsort(base.step, kind="stable")
     bounds = np.searchsorted(base.step[order], np.arange(base.nsteps + 1))
+    at = np.zeros(base.nsteps + 1, np.int64)  # base step -> its step here
     for s in range(base.nsteps):
-        for pc in before.get(s, []):
-            piece(*pc)
+        put(before.get(s, []))
+        at[s] = step
         idx = order[bounds[s]:bounds[s + 1]]
         for c, v in zip(cols, (np.full(len(idx), step), src[idx], dst[idx], base.chunk[idx], base.count[idx],
                                base.reduce[idx].astype(np.int64))):
             c.extend(np.asarray(v).tolist())
         step += 1
-        for pc in after.get(s, []):
-            piece(*pc)
+        put(after.get(s, []))
     for s in sorted(t for t in after if t >= base.nsteps):
-        for pc in after[s]:
-            piece(*pc)
+        put(after[s])
+    at[base.nsteps] = step
+    phases = tuple(Phase(p.name, 0 if p.start == 0 else int(at[p.start]), int(at[p.stop]),
+                         tuple(sorted({int(real[r]) for r in p.waits_for} | joining))) for p in base.phases)
     a = [np.asarray(c, np.int64) for c in cols]
     return Schedule.from_arrays("allreduce", n, base.nchunks, step=a[0], src=a[1], dst=a[2], chunk=a[3],
-                                count=a[4], reduce=a[5].astype(bool), nsteps=step, ports=base.ports,
-                                name=f"hierarchical_allreduce_n{n}", meta=meta)
-
-
-Part = tuple[int, int, int]  # (block, part, parts): part j of block q cut into ``parts`` equal parts
-Move = tuple[int, int, int, int, bool]  # src, dst, first chunk, count, reduce
-FOLD_PIECES = (4, 1)  # ``around``: an extra's buffer in this many times G_min pieces (choose tries each)
+                                count=a[4], reduce=a[5].astype(bool), nsteps=step, phases=phases, ports=base.ports,
+                                name=name, meta=meta)
 
 
 @dataclass(frozen=True)
@@ -288,34 +307,5 @@ def around(base: Schedule, n: int, core: np.ndarray, extras: list[tuple[int, int
             cut = np.flatnonzero((np.diff(first_q) != 0) | (np.diff(copy) != 0)) + 1
             for lo, hi in zip(np.concatenate([[0], cut]), np.concatenate([cut, [C]])):
                 after.setdefault(int(copy[lo]), []).append((int(core[b, first_q[lo]]), x, int(lo), int(hi - lo), False))
-    cols: list[list[int]] = [[], [], [], [], [], []]  # step, src, dst, chunk, count, reduce
-    step = 0
-
-    def put(moves: list[Move]) -> None:
-        nonlocal step
-        for group in packed(moves):
-            for mv in group:
-                for c, v in zip(cols, (step, *mv)):
-                    c.append(int(v))
-            step += 1
-
-    order = np.argsort(base.step, kind="stable")
-    bounds = np.searchsorted(base.step[order], np.arange(base.nsteps + 1))
-    at = np.zeros(base.nsteps + 1, np.int64)  # base step -> its step here
-    for s in range(base.nsteps):
-        put(before.get(s, []))
-        at[s] = step
-        idx = order[bounds[s]:bounds[s + 1]]
-        for c, v in zip(cols, (np.full(len(idx), step), src[idx], dst[idx], base.chunk[idx], base.count[idx],
-                               base.reduce[idx].astype(np.int64))):
-            c.extend(np.asarray(v).tolist())
-        step += 1
-        put(after.get(s, []))
-    at[base.nsteps] = step
-    xs = {x for x, _, _ in extras}  # punctual: every phase (the folds join the first) waits for them too
-    phases = tuple(Phase(p.name, 0 if p.start == 0 else int(at[p.start]), int(at[p.stop]),
-                         tuple(sorted({int(real[r]) for r in p.waits_for} | xs))) for p in base.phases)
-    a = [np.asarray(c, np.int64) for c in cols]
-    return Schedule.from_arrays("allreduce", n, C, step=a[0], src=a[1], dst=a[2], chunk=a[3], count=a[4],
-                                reduce=a[5].astype(bool), nsteps=step, phases=phases, ports=base.ports,
-                                name=name or base.name, meta=meta)
+    return interleaved(base, n, real, {s: packed(m) for s, m in before.items()},
+                       {s: packed(m) for s, m in after.items()}, {x for x, _, _ in extras}, meta, name or base.name)
