@@ -41,7 +41,7 @@ from collsynth.synth.ir import Phase, Schedule, ScheduleBuilder
 
 Part = tuple[int, int, int]  # (block, part, parts): part j of block q cut into ``parts`` equal parts
 Move = tuple[int, int, int, int, bool]  # src, dst, first chunk, count, reduce
-FOLD_PIECES = (4, 1)  # ``around``: an extra's buffer in this many times G_min pieces (choose tries each)
+AROUND_CHOICES = ((4, 0), (1, 0), (4, 3), (1, 3), (4, 5), (1, 5))  # ``around``'s (pieces, lag) choose tries
 
 
 def core_and_extras(topology: Any, n: int) -> tuple[np.ndarray, list[tuple[int, int, int]]] | None:
@@ -271,13 +271,14 @@ def chunk_steps(base: Schedule, ranks: np.ndarray, on: np.ndarray, last: bool) -
 
 
 def around(base: Schedule, n: int, core: np.ndarray, extras: list[tuple[int, int, int]], punctual: np.ndarray,
-           meta: dict[str, object], name: str = "", pieces: int = FOLD_PIECES[0]) -> Schedule:
+           meta: dict[str, object], name: str = "", pieces: int = 4, lag: int = 0) -> Schedule:
     """``base``, an AllReduce on the core's ranks (base rank i is the i-th smallest core rank, as
     synth.topology.restrict numbers them), on all ``n`` ranks (our construction: a straggler form built for
     N x G_min GPUs serves nodes of unequal size). Every extra's buffer, in ``pieces`` G_min pieces, is reduced
     into ``punctual`` core GPUs of its node, each piece into the one that forwards it last and just before that
     step (so the core's work before the arrival goes on while the extras fold); each chunk is copied to the node's
-    extras from the node's core GPU that holds it final first, right after the step that made it final."""
+    extras from the node's core GPU that holds it final first, ``lag`` base steps after the one that made it final
+    (0: right after; later copies leave the core's own sends listed before them)."""
     N, G = core.shape
     real = np.sort(core.ravel())
     src, dst = real[base.src], real[base.dst]
@@ -303,7 +304,7 @@ def around(base: Schedule, n: int, core: np.ndarray, extras: list[tuple[int, int
                 before.setdefault(int(first[pick]), []).append((x, int(core[b, ok[pick]]), lo, hi - lo, True))
                 folded[lo:hi] = first[pick]
             # a core GPU's first send can follow its last write (it owns the chunk): the copy then waits for the fold
-            copy = np.maximum(when, folded)
+            copy = np.minimum(np.maximum(when, folded) + lag, base.nsteps - 1)
             cut = np.flatnonzero((np.diff(first_q) != 0) | (np.diff(copy) != 0)) + 1
             for lo, hi in zip(np.concatenate([[0], cut]), np.concatenate([cut, [C]])):
                 after.setdefault(int(copy[lo]), []).append((int(core[b, first_q[lo]]), x, int(lo), int(hi - lo), False))
