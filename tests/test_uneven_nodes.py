@@ -223,3 +223,25 @@ def test_the_domain_form_on_a_row_of_unequal_nodes_counts_a_port_per_link_class(
     assert cs.verify(s).ok and cs.verify(s, topology=t).ok
     one = cs.build_schedule("clusterstraggler", 72, topology="gb200-nvl72", arrivals={8: 0.05}, size=1 << 20)
     assert one.meta["form"] == "domain" and one.ports == 1 and cs.verify(one).ok  # one class: one port
+
+
+def test_several_late_gpus_and_a_late_node_on_unequal_nodes_take_the_cores_forms(tmp_path):
+    """Two late GPUs on 8 + 7 (the funnel form of the core) and the 7-GPU node of seven 8s and a 7 (the late-node
+    form of the core, the eighth GPUs of the other nodes around it): verified, faster after the last arrival than
+    waiting; a node whose core GPUs are all late while its eighth is not has none to fold into: another form."""
+    from collsynth.synth.algorithms import synchronous
+    for sizes, arr, form in (((8, 7), {5: 0.010, 12: 0.004}, "funnel"),
+                             ((8,) * 7 + (7,), {r: 0.020 for r in range(56, 63)}, "node")):
+        path, n = rail_cluster(tmp_path, sizes)
+        t = cs.make_topology(path, n)
+        s = cs.build_schedule("clusterstraggler", n, topology=t, arrivals=arr, size=GiB)
+        assert s.meta["form"] == form and s.meta["late"] == sorted(arr) and cs.verify(s, topology=t).ok
+        assert s.name == f"clusterstraggler_{form}_n{n}_" + ("node7" if form == "node" else "l5")
+        times = np.array([arr.get(r, 0.0) for r in range(n)])
+        ours = cs.simulate(s, GiB, t, arr).completion_s
+        assert ours < synchronous.fastest(n, t, GiB, times).completion_s
+    path, n = rail_cluster(tmp_path, (8, 7))
+    t = cs.make_topology(path, n)
+    s = cs.build_schedule("clusterstraggler", n, topology=t, arrivals={r: 0.01 for r in range(7)}, size=GiB)
+    assert s.meta.get("form") not in ("gpu", "node", "waves", "funnel") or "extras" not in s.meta
+    assert cs.verify(s).ok

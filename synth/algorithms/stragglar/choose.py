@@ -253,8 +253,8 @@ UNEQUAL_MAX_GPUS = 256  # nodes of unequal size: the core's late-GPU form up to 
 
 
 def unequal_case(n: int, collective: str, arrivals: Arrivals, topology: Any, pipeline: int | str
-                 ) -> tuple[np.ndarray, list[tuple[int, int, int]], np.ndarray, int] | None:
-    """(core grid, extras, arrival times, the late GPU) where ``unequal_nodes`` applies, else None (also for
+                 ) -> tuple[np.ndarray, list[tuple[int, int, int]], np.ndarray, list[int]] | None:
+    """(core grid, extras, arrival times, the late ranks) where ``unequal_nodes`` applies, else None (also for
     arrivals that cluster.build refuses: it says why)."""
     if collective != "allreduce" or getattr(topology, "routing", None) != "shortest" \
             or getattr(topology, "nranks", None) != n or n > UNEQUAL_MAX_GPUS:
@@ -266,18 +266,23 @@ def unequal_case(n: int, collective: str, arrivals: Arrivals, topology: Any, pip
         times = arrival_vector(arrivals, n)
     except CollsynthError:
         return None
-    late = np.flatnonzero(times > times.min())
-    if len(late) != 1 or int(late[0]) not in split[0]:
-        return None
-    return split[0], split[1], times, int(late[0])
+    core, extras = split
+    late = [int(r) for r in np.flatnonzero(times > times.min())]
+    if not late or not set(late) <= set(core.ravel().tolist()):
+        return None  # someone late among the extras (they arrive with the first, folded in before it)
+    punctual = times == times.min()
+    if any(not punctual[core[b]].any() for b in {b for _, b, _ in extras}):
+        return None  # a node with extras needs a punctual core GPU to fold them into
+    return core, extras, times, late
 
 
 def unequal_nodes(n: int, collective: str, arrivals: Arrivals, size: int | float | str | None, topology: Any,
                   pipeline: int | str) -> Schedule | None:
-    """One late GPU on nodes of unequal size (a topology file's, up to UNEQUAL_MAX_GPUS GPUs, the late GPU among
-    the first G_min of its node): ``build``'s choice for the N x G_min core alone (synth.topology.restrict), and
-    where that is the late-GPU form, the other GPUs added around it (uneven.around: their buffers folded into
-    their node's core GPUs before the arrival, the final chunks copied to them as they are ready); returned
+    """Late GPUs on nodes of unequal size (a topology file's, up to UNEQUAL_MAX_GPUS GPUs, every late GPU among the
+    first G_min of its node, every node with more keeping a punctual one): ``build``'s choice for the N x G_min
+    core alone (synth.topology.restrict), and where that is a late form (gpu, node, waves, funnel), the other GPUs
+    added around it (uneven.around: their buffers folded into their node's punctual core GPUs before those send
+    the chunks on, the final chunks copied to them as they are ready); returned
     where it completes before the fastest synchronous schedule on every GPU (else that one; with an explicit
     ``pipeline`` it is returned as is, as cluster.build returns its forms). None where this does
     not apply: ``build`` then goes on as before (one row of all GPUs: multistraggler's flat form or waiting).
@@ -289,16 +294,18 @@ def unequal_nodes(n: int, collective: str, arrivals: Arrivals, size: int | float
     core, extras, times, late = case
     real = np.sort(core.ravel())
     base = build(len(real), collective, times[real], size, restricted(topology, real.tolist()), pipeline)
-    if base.meta.get("form") != "gpu":  # waiting on the core: the synchronous schedule on every GPU is no slower
+    form = base.meta.get("form")
+    if form not in ("gpu", "node", "waves", "funnel"):  # waiting on the core: no faster than waiting on every GPU
         return None
     keep = ("algorithm", "form", "nodes", "pipeline", "units_per_block", "messages_per_part", "nvlink_rows", "wide",
             "node_bcast")
-    meta: dict[str, object] = {**{k: base.meta[k] for k in keep if k in base.meta}, "late": [late],
+    meta: dict[str, object] = {**{k: base.meta[k] for k in keep if k in base.meta}, "late": late,
                                "core_gpus_per_node": int(core.shape[1]), "extras": len(extras),
                                "topology_name": topology.name}
     if getattr(topology, "spec", None) is not None:
         meta["topology"] = topology.spec
-    name = f"clusterstraggler_gpu_n{n}_l{late}"
+    node = int(topology.node_of[late[0]])
+    name = f"clusterstraggler_{form}_n{n}_" + (f"node{node}" if form == "node" else f"l{latest_rank(times, n)}")
     if pipeline != "auto":  # the form itself, as cluster.build returns it
         return uneven.around(base, n, core, extras, times == times.min(), meta, name)
     s_bytes = _bytes(size)
