@@ -16,7 +16,7 @@ from collsynth.synth.arrivals import arrival_vector
 from collsynth.synth.ir import Schedule
 from collsynth.synth.solver import solve as solver
 from collsynth.synth.topology import Topology, make_topology, preset_gpus_per_node, resized, topology_for
-from collsynth.synth.verify import record_topology
+from collsynth.synth.verify import ports_travel, record_topology
 from collsynth.units import gpu_count, size_bytes
 
 BuildParam: TypeAlias = int | float | str | Topology | Mapping[int, Seconds] | Sequence[Seconds] | None
@@ -140,7 +140,7 @@ def build_schedule(name: str, n: int, collective: str = "allreduce", **params: B
         progress.note(f"building {name} for {n} ranks")
     schedule = info.build(n, collective=collective, **params)
     topology = params.get("topology")
-    if isinstance(topology, Topology) and topology.spec is not None and "topology" not in schedule.meta and (
-            topology.node_count > 1 or len(topology.classes) > 1):
+    if isinstance(topology, Topology) and topology.spec is not None and "topology" not in schedule.meta and \
+            ports_travel(topology):
         record_topology(schedule, topology)  # its nodes and per-class ports travel with the schedule
     return schedule

@@ -153,6 +153,12 @@ def class_port_violation(s: Schedule, topology: Topology) -> str | None:
     return None if bad is None else bad.message
 
 
+def ports_travel(topology: Topology) -> bool:
+    """Whether a schedule built for ``topology`` records it (synth.registry), so that verifying the schedule
+    enforces its per-class ports: a topology of several nodes or several link classes."""
+    return topology.node_count > 1 or len(topology.classes) > 1
+
+
 def record_topology(s: Schedule, topology: Topology) -> Schedule:
     """Record ``topology`` (its spec) in ``s.meta["topology"]`` so that verifying ``s`` later, e.g.
     `collsynth verify FILE`, enforces the topology's per-class ports again; returns ``s``."""

@@ -94,6 +94,31 @@ def test_multiring_dgx1_within_1_3x_of_the_per_gpu_bound():
     assert got == pytest.approx(14 * 0.7e-6 + bound, rel=1e-6)  # 2(n-1) alpha + bandwidth term
 
 
+def test_multiring_rings_that_share_a_class_port_run_one_after_another(tmp_path):
+    """A topology file whose GPU 2 relays 0 <-> 1 over NVLink (nodes of 3 and 2 GPUs, NVLink and rail classes,
+    one port each): the two rings through 0, 1 and 2 both need GPU 2's NVLink port, so they take turns; together
+    (ports 2) the schedule broke the per-class ports that travel with it, and `compare` stopped at it."""
+    import json
+
+    from collsynth.cli import main
+    from collsynth.synth.algorithms.multiring import rings
+    nv = {"class": "nvlink", "alpha": "2us", "bandwidth": "100GB/s"}
+    net = {"class": "net", "alpha": "7us", "bandwidth": "50GB/s"}
+    d = {"name": "chain", "gpus": 5, "ports": {"nvlink": 1, "net": 1}, "nodes": [[0, 1, 2], [3, 4]],
+         "switches": ["rail0", "rail1"],
+         "links": [{"src": 0, "dst": 2, **nv}, {"src": 2, "dst": 1, **nv}, {"src": 3, "dst": 4, **nv},
+                   {"src": 0, "dst": "rail0", **net}, {"src": 1, "dst": "rail1", **net},
+                   {"src": 3, "dst": "rail0", **net}, {"src": 4, "dst": "rail1", **net}]}
+    path = tmp_path / "chain.json"
+    path.write_text(json.dumps(d))
+    t = make_topology(str(path), 5)
+    ring_list, _, together = rings(5, t)
+    assert len(ring_list) >= 2 and not together
+    s = build_schedule("multiring", 5, topology=t)
+    assert s.meta["topology"] and verify(s).ok  # the recorded topology's per-class ports hold
+    assert main(["compare", "--gpus", "5", "-t", str(path), "--size", "1MiB", "--arrival", "1=10ms"]) == 0
+
+
 def test_multiring_on_nvswitch_is_the_ring():
     t = make_topology("nvswitch", 8)
     s = multiring.build(8, topology=t)

@@ -28,6 +28,7 @@ import numpy as np
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import check_topology, cluster_meta, disjoint_cycles, intra_order, node_grid
 from collsynth.synth.ir import Schedule, ScheduleBuilder
+from collsynth.synth.verify import ports_travel
 
 MAX_RINGS = 8
 
@@ -60,10 +61,27 @@ def rings(n: int, topology: Any = None) -> tuple[list[list[int]], list[int], boo
         out = [list(o) for o, _ in found] or [list(range(n))]
         low = min((bw for _, bw in found), default=1.0)
         weights = [max(1, min(8, round(bw / low))) for _, bw in found] or [1]
-        together = True
+        together = not ports_travel(topology) or within_class_ports(topology, out)
     else:
         out, weights, together = [list(range(n))], [1], True
     return out, weights, together
+
+
+def within_class_ports(topology: Any, ring_list: list[list[int]]) -> bool:
+    """Whether the rings can all advance in the same step without a GPU sending or receiving more messages
+    through a link class's port than the topology allows (``class_ports``, enforced where the schedule records
+    its topology: verify.ports_travel; a message takes the class of its first hop to send and of its last hop
+    to receive): where GPUs relay other GPUs' traffic over their own links (a topology file whose GPU 2 carries
+    0 <-> 1), two rings may both need one port; they then run one after another."""
+    used: dict[tuple[int, str, int], int] = {}
+    for ring in ring_list:
+        for a, b in zip(ring, ring[1:] + ring[:1]):
+            send, recv = topology.transfer_class(a, b)
+            for key in ((a, send, 0), (b, recv, 1)):
+                used[key] = used.get(key, 0) + 1
+                if used[key] > topology.class_ports[key[1]]:
+                    return False
+    return True
 
 
 _SHAPES: weakref.WeakKeyDictionary[Any, dict[int, tuple[int, int, bool]]] = weakref.WeakKeyDictionary()
