@@ -84,7 +84,7 @@ def compare(n: int, size: Bytes, topology: Topology | str = "nvswitch",
     regs = algorithm_table()
     late = sum(1 for t in times if t > times.min())
     nodes = node_grid(topo, n).shape[0]
-    if nodes < 2 and unequal_case(n, "allreduce", times, topo, "auto") is not None:  # nodes of unequal size
+    if nodes < 2 and unequal_case(n, "allreduce", times, topo) is not None:  # nodes of unequal size
         nodes = topo.node_count
     domain_late = nodes < 2 and domain.applies(n, times)
     if isinstance(algorithms, str):  # "ring,hierarchical", as the CLI's --algorithms reads it

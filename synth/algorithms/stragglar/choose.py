@@ -27,8 +27,9 @@ the late-node form for that node (``whole_node``, its punctual GPUs treated as l
 (beyond waves.searched only where the late-GPU form is not, and that one without fit_delay's smaller
 block counts: one build each, so that 1,024 GPUs build in under 30 s).
 
-Nodes of unequal size with one late GPU (``unequal_nodes``): the choice above for the N x G_min core alone, the
-other GPUs added around its late-GPU form (uneven.around), weighed against the fastest synchronous schedule.
+Nodes of unequal size with late GPUs among the first G_min of their nodes (``unequal_nodes``): the choice above
+for the N x G_min core alone, the other GPUs added around its late form (uneven.around), weighed against the
+fastest synchronous schedule.
 """
 
 from __future__ import annotations
@@ -252,7 +253,7 @@ def whole_node(n: int, times: np.ndarray, size: int | float | str | None, topolo
 UNEQUAL_MAX_GPUS = 256  # nodes of unequal size: the core's late-GPU form up to this many GPUs (verified flat)
 
 
-def unequal_case(n: int, collective: str, arrivals: Arrivals, topology: Any, pipeline: int | str
+def unequal_case(n: int, collective: str, arrivals: Arrivals, topology: Any
                  ) -> tuple[np.ndarray, list[tuple[int, int, int]], np.ndarray, list[int]] | None:
     """(core grid, extras, arrival times, the late ranks) where ``unequal_nodes`` applies, else None (also for
     arrivals that cluster.build refuses: it says why)."""
@@ -288,7 +289,7 @@ def unequal_nodes(n: int, collective: str, arrivals: Arrivals, size: int | float
     not apply: ``build`` then goes on as before (one row of all GPUs: multistraggler's flat form or waiting).
     Nodes of 8, 8, 8 and 7 GPUs as a topology JSON (h100-cluster's links), 1 GiB, rank 5 late by 50 ms: 4.189 ms
     after the arrival against 5.438 for ``hierarchical``; the core's 4 x 7 alone takes 3.750."""
-    case = unequal_case(n, collective, arrivals, topology, pipeline)
+    case = unequal_case(n, collective, arrivals, topology)
     if case is None:
         return None
     core, extras, times, late = case
