@@ -165,23 +165,28 @@ def test_restricted_keeps_the_chosen_gpus_their_nodes_and_links(tmp_path):
         restricted(t, [0, 15])
 
 
+@pytest.mark.parametrize("direct", [0, 1, 2])
 @pytest.mark.parametrize("sizes", [(4, 3), (3, 3, 7)])
-def test_around_adds_the_extras_to_any_allreduce_of_the_core(tmp_path, sizes):
-    """uneven.around: folds before the first read (never into a late core GPU), copies after the final write;
-    dropping either leaves a rank short of a contribution."""
+def test_around_adds_the_extras_to_any_allreduce_of_the_core(tmp_path, sizes, direct):
+    """uneven.around: folds before the first read (never into a late core GPU), copies after the final write, the
+    extras beyond ``direct`` relayed through the others (chains); dropping folds or copies leaves a rank short of
+    a contribution."""
     from collsynth.synth.algorithms.uneven import around
     path, n = rail_cluster(tmp_path, sizes)
     core, extras = core_and_extras(cs.make_topology(path, n), n)
     base = cs.build_schedule("ring", core.size)
     punctual = np.ones(n, bool)
     punctual[core[0, 0]] = False
-    s = around(base, n, core, extras, punctual, {})
+    s = around(base, n, core, extras, punctual, {}, direct=direct)
     assert cs.verify(s).ok and s.nranks == n and s.nchunks == base.nchunks
     xs = [x for x, _, _ in extras]
-    folds = np.isin(s.src, xs)
-    assert not np.any(s.dst[folds] == core[0, 0]) and np.all(s.reduce[folds])
-    assert np.all(np.isin(s.dst[np.isin(s.dst, xs)], xs) & ~s.reduce[np.isin(s.dst, xs)])
-    for keep in (~folds, ~np.isin(s.dst, xs)):
+    folds = np.isin(s.src, xs) & s.reduce
+    assert not np.any(s.dst[folds] == core[0, 0])
+    copies = np.isin(s.dst, xs) & ~s.reduce
+    assert np.all(np.isin(s.dst[np.isin(s.dst, xs)], xs))
+    relayed = any(direct and i >= direct for _, _, i in extras)  # some extra deals with another extra
+    assert np.any(copies & np.isin(s.src, xs)) == relayed and np.any(folds & np.isin(s.dst, xs)) == relayed
+    for keep in (~folds, ~copies):
         cut = cs.Schedule.from_arrays("allreduce", n, s.nchunks, step=s.step[keep], src=s.src[keep],
                                       dst=s.dst[keep], chunk=s.chunk[keep], count=s.count[keep],
                                       reduce=s.reduce[keep], nsteps=s.nsteps, ports=s.ports)
@@ -245,3 +250,24 @@ def test_several_late_gpus_and_a_late_node_on_unequal_nodes_take_the_cores_forms
     s = cs.build_schedule("clusterstraggler", n, topology=t, arrivals={r: 0.01 for r in range(7)}, size=GiB)
     assert s.meta.get("form") not in ("gpu", "node", "waves", "funnel") or "extras" not in s.meta
     assert cs.verify(s).ok
+
+
+def test_many_extras_next_to_the_late_gpu_go_through_a_chain(tmp_path):
+    """16 + 8 GPUs, rank 5 late by 10 ms: the eight extras of the late GPU's node fold and get their copies through
+    one chain (each reduces into the one before, the first into the core), so the core GPUs serve one extra:
+    the late-GPU form of the 2 x 8 core beats waiting (6.2 ms; the extras all served by the core took 6.5)."""
+    from collsynth.synth.algorithms import synchronous
+    from collsynth.synth.algorithms.uneven import packed
+    path, n = rail_cluster(tmp_path, (16, 8))
+    t = cs.make_topology(path, n)
+    arr = {5: 0.010}
+    s = cs.build_schedule("clusterstraggler", n, topology=t, arrivals=arr, size=GiB)
+    assert s.meta["form"] == "gpu" and s.meta["extras"] == 8 and cs.verify(s, topology=t).ok
+    relays = np.isin(s.src, range(8, 16)) & np.isin(s.dst, range(8, 16))
+    assert relays.any()  # extras send to extras
+    times = np.array([arr.get(r, 0.0) for r in range(n)])
+    waiting = synchronous.fastest(n, t, GiB, times).completion_s - 0.010
+    assert cs.simulate(s, GiB, t, arr).after_last_arrival_s < 0.8 * waiting
+    # a relay forwards only in a step after it received: 1 -> 2 after 0 -> 1, though the ports would allow one step
+    assert packed([(0, 1, 0, 1, False), (1, 2, 0, 1, False), (3, 4, 0, 1, False)]) == [
+        [(0, 1, 0, 1, False), (3, 4, 0, 1, False)], [(1, 2, 0, 1, False)]]
