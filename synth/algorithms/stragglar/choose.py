@@ -283,12 +283,12 @@ def unequal_nodes(n: int, collective: str, arrivals: Arrivals, size: int | float
     first G_min of its node, every node with more keeping a punctual one): ``build``'s choice for the N x G_min
     core alone (synth.topology.restrict), and where that is a late form (gpu, node, waves, funnel), the other GPUs
     added around it (uneven.around: their buffers folded into their node's punctual core GPUs before those send
-    the chunks on, the final chunks copied to them as they are ready); returned
-    where it completes before the fastest synchronous schedule on every GPU (else that one; with an explicit
-    ``pipeline`` it is returned as is, as cluster.build returns its forms). None where this does
-    not apply: ``build`` then goes on as before (one row of all GPUs: multistraggler's flat form or waiting).
-    Nodes of 8, 8, 8 and 7 GPUs as a topology JSON (h100-cluster's links), 1 GiB, rank 5 late by 50 ms: 4.189 ms
-    after the arrival against 5.438 for ``hierarchical``; the core's 4 x 7 alone takes 3.750."""
+    the chunks on, the final chunks copied to them as they are ready; the fastest of uneven.AROUND_CHOICES),
+    returned where it completes before the fastest synchronous schedule on every GPU (else that one; with an
+    explicit ``pipeline`` as it is, as cluster.build returns its forms). None where this does not apply:
+    ``build`` then goes on as before (one row of all GPUs: multistraggler's flat form or waiting). Nodes of 8, 8,
+    8 and 7 GPUs as a topology JSON (h100-cluster's links), 1 GiB, rank 5 late by 50 ms: 4.189 ms after the
+    arrival against 5.438 for ``hierarchical``; the core's 4 x 7 alone takes 3.750."""
     case = unequal_case(n, collective, arrivals, topology)
     if case is None:
         return None
@@ -307,8 +307,6 @@ def unequal_nodes(n: int, collective: str, arrivals: Arrivals, size: int | float
         meta["topology"] = topology.spec
     node = int(topology.node_of[late[0]])
     name = f"clusterstraggler_{form}_n{n}_" + (f"node{node}" if form == "node" else f"l{latest_rank(times, n)}")
-    if pipeline != "auto":  # the form itself, as cluster.build returns it
-        return uneven.around(base, n, core, extras, times == times.min(), meta, name)
     s_bytes = _bytes(size)
     s, ours = None, 0.0
     several = max(i for _, _, i in extras) >= 1  # a node with two or more extras: chains through them too
@@ -320,5 +318,7 @@ def unequal_nodes(n: int, collective: str, arrivals: Arrivals, size: int | float
         if s is None or t < ours:
             s, ours = got, t
     assert s is not None
+    if pipeline != "auto":  # the form itself, as cluster.build returns it
+        return s
     sync = synchronous.fastest(n, topology, s_bytes, times)
     return sync.as_form("clusterstraggler", times) if sooner(sync.completion_s, ours, float(times.max())) else s
