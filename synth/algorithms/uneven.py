@@ -23,9 +23,10 @@ ways:
 ``hierarchical`` builds the three and keeps the fastest in the simulator. The schedule records no composition
 (the extras' moves are not part of one): it is verified by the flat verifier, within the memory budget.
 
-``around`` adds the extras to any AllReduce of the core instead (clusterstraggler's late-GPU form built for the
+``around`` adds the extras to any AllReduce of the core instead (clusterstraggler's late forms built for the
 core, synth/algorithms/stragglar/choose.py): folds before the core GPUs first send the chunks, copies of the
-final chunks after they are made (docs/stragglar.md section 9, "Nodes of unequal size").
+final chunks after they are made, directly or through a chain of a node's extras (docs/stragglar.md section 9,
+"Nodes of unequal size").
 """
 
 from __future__ import annotations
