@@ -291,6 +291,14 @@ class Schedule:
         sent = np.bincount(self.src, weights=self.count, minlength=self.nranks)[: self.nranks]
         return sent / self.nchunks
 
+    def units(self, transfers: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(transfer index, chunk) of every chunk the given transfers (indices; default all) move, a run of
+        ``count`` chunks as ``count`` units, in the order given."""
+        idx = np.arange(self.ntransfers, dtype=np.int64) if transfers is None else np.asarray(transfers, np.int64)
+        cnt = self.count[idx].astype(np.int64)
+        rep = np.repeat(idx, cnt)
+        return rep, self.chunk[rep] + np.arange(len(rep), dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+
     def relabel(self, perm: Sequence[int]) -> Schedule:
         """Rename ranks: old rank r becomes perm[r]. Chunks keep their indices."""
         p = np.asarray(perm, dtype=np.int64)

@@ -276,11 +276,8 @@ def _verify(s: Schedule, ports: int | None, method: str) -> VerifyReport:
     n, C = s.nranks, s.nchunks
     W = (n + 63) // 64
     # expand chunk runs into unit rows
-    m = s.ntransfers
     cnt = s.count
-    uidx = np.repeat(np.arange(m, dtype=np.int64), cnt)
-    starts = np.cumsum(cnt) - cnt
-    uchunk = s.chunk[uidx] + (np.arange(len(uidx), dtype=np.int64) - starts[uidx])
+    uidx, uchunk = s.units()
     uread = s.src[uidx] * C + uchunk
     uwrite = s.dst[uidx] * C + uchunk
     ured = s.reduce[uidx]

@@ -269,11 +269,11 @@ def chunk_steps(base: Schedule, ranks: np.ndarray, on: np.ndarray, last: bool) -
     column (real ranks, one per transfer) is that rank and that moves the chunk; -1 (last) or nsteps (first)
     where none does."""
     out = np.full((len(ranks), base.nchunks), -1 if last else base.nsteps, np.int64)
+    rep, chunk = base.units(np.flatnonzero(np.isin(on, ranks)))
+    at = on[rep]
     for q, r in enumerate(ranks):
-        t = np.flatnonzero(on == r)
-        cnt = base.count[t]
-        cols = np.repeat(base.chunk[t], cnt) + np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-        (np.maximum if last else np.minimum).at(out[q], cols, np.repeat(base.step[t], cnt))
+        mine = at == r
+        (np.maximum if last else np.minimum).at(out[q], chunk[mine], base.step[rep[mine]])
     return out
 
 

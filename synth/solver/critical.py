@@ -265,10 +265,7 @@ def _data_step(s: Schedule, t: int, c0: int, c1: int) -> int:
 def _units(s: Schedule, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(transfer, source location, destination location) of every chunk moved by transfers lo..hi-1
     (location = rank * nchunks + chunk)."""
-    cnt = s.count[lo:hi].astype(np.int64)
-    rep = np.repeat(np.arange(lo, hi), cnt)
-    offs = np.arange(len(rep)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    ch = s.chunk[rep] + offs
+    rep, ch = s.units(np.arange(lo, hi))
     return rep, s.src[rep] * s.nchunks + ch, s.dst[rep] * s.nchunks + ch
 
 
