@@ -136,6 +136,34 @@ def test_bytes_sent_per_rank_counts_every_chunk_of_a_run():
     assert s.summary()["bytes_sent_per_buffer_byte"] == [0.75, 0.25, 0.0]
 
 
+def _naive_units(s: Schedule, idx: list[int]) -> tuple[list[int], list[int]]:
+    pairs = [(i, int(s.chunk[i]) + k) for i in idx for k in range(int(s.count[i]))]
+    return [i for i, _ in pairs], [c for _, c in pairs]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_units_expand_every_run_into_its_chunks_in_the_order_given(seed):
+    rng = np.random.default_rng(seed)
+    m, C = int(rng.integers(1, 40)), 24
+    chunk = rng.integers(0, C, m)
+    count = np.array([int(rng.integers(1, C - c + 1)) for c in chunk])
+    s = Schedule.from_arrays("allreduce", 4, C, step=np.sort(rng.integers(0, 5, m)), src=rng.integers(0, 4, m),
+                             dst=rng.integers(0, 4, m), chunk=chunk, count=count)
+    rep, ch = s.units()
+    assert (rep.tolist(), ch.tolist()) == _naive_units(s, list(range(m)))
+    assert len(rep) == int(count.sum())
+    pick = rng.permutation(m)[: int(rng.integers(0, m + 1))].tolist() + [0, 0]  # any order, repeats, some left out
+    rep, ch = s.units(np.array(pick))
+    assert (rep.tolist(), ch.tolist()) == _naive_units(s, pick)
+
+
+def test_units_of_no_transfers_are_empty():
+    s = Schedule.from_arrays("allreduce", 3, 4, step=[0], src=[0], dst=[1], chunk=[1], count=[3])
+    rep, ch = s.units(np.array([], np.int64))
+    assert rep.tolist() == [] and ch.tolist() == []
+    assert [x.tolist() for x in s.units()] == [[0, 0, 0], [1, 2, 3]]
+
+
 # ------------------------------------------------------------------ exact behaviour (mutation survivors)
 def test_to_json_text_is_exact():
     s = Schedule.from_arrays("allreduce", 2, 1, step=[0, 0], src=[0, 1], dst=[1, 0], chunk=[0, 0],
