@@ -119,7 +119,8 @@ def test_the_ring_form_completes_with_every_rail_allreduce(tmp_path, sizes, kind
     """with_ring on nodes with 0 to 5 extras (nodes of 2 and 3 times G_min: their blocks in parts, regrouped),
     any rail AllReduce of the composition, ramped slices."""
     from collsynth.synth.algorithms.hierarchical import link_model
-    from collsynth.synth.algorithms.uneven import with_ring
+    from collsynth.synth.algorithms.uneven import node_rings, with_ring
+    from collsynth.synth.composition import inter_steps
     path, n = rail_cluster(tmp_path, sizes)
     t = cs.make_topology(path, n)
     core, extras = core_and_extras(t, n)
@@ -127,6 +128,13 @@ def test_the_ring_form_completes_with_every_rail_allreduce(tmp_path, sizes, kind
     s = with_ring(n, core, local, extras, [1, 2, 1], kind, link_model(t, core), float(GiB), {})
     assert cs.verify(s, topology=t).ok and s.nranks == n
     assert set(s.src.tolist()) == set(range(n))  # every extra sends (it relays its node's blocks)
+    # what hierarchical's memory estimate counts: NodeRings.transfers, the node phases' transfers per slice
+    # exactly, and at most every core GPU sending in every rail step
+    N, G = core.shape
+    node = np.repeat(np.arange(len(sizes)), sizes)
+    inside = int(np.sum(node[s.src] == node[s.dst]))
+    assert inside == 3 * node_rings(core, local, extras).transfers()
+    assert s.ntransfers - inside <= 3 * N * G * len(inter_steps(kind, N)[1])
 
 
 def test_nodes_of_several_g_min_cut_blocks_into_parts(tmp_path):
