@@ -346,18 +346,20 @@ def test_mscclpp_fit_search_never_retries_a_size_that_failed(hi: int) -> None:
     `lo + step - 1` -> `lo + step + 1` in backends/mscclpp/fit.py, which probes the failed size again)."""
     from collsynth.backends.mscclpp.fit import largest_passing
 
-    for guess in [None, *range(2, hi)]:
-        for top in range(hi + 2):
-            calls: list[int] = []
+    for lo in (1, 3):  # a range not starting at 1: none passing there answers lo - 1, never a size below lo
+        for guess in [None, *range(2, hi)]:
+            for top in range(hi + 2):
+                calls: list[int] = []
 
-            def ok(x: int) -> bool:
-                calls.append(x)
-                return x <= top
+                def ok(x: int) -> bool:
+                    calls.append(x)
+                    return x <= top
 
-            assert largest_passing(1, hi, ok, guess) == max(0, min(top, hi)), (guess, top)
-            for i, x in enumerate(calls):
-                if x > top:
-                    assert all(y < x for y in calls[i + 1:]), (guess, top, calls)
+                assert largest_passing(lo, hi, ok, guess) == max(lo - 1, min(top, hi)), (lo, guess, top)
+                assert all(lo <= x <= hi for x in calls) and len(calls) == len(set(calls)), (lo, guess, top, calls)
+                for i, x in enumerate(calls):
+                    if x > top:
+                        assert all(y < x for y in calls[i + 1:]), (lo, guess, top, calls)
 
 
 def test_mscclpp_remote_buffers_count_only_remote_references():

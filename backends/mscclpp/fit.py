@@ -19,6 +19,7 @@ from typing import Any
 from collsynth import progress
 from collsynth.backends.mscclpp.emit import TooManyThreadBlocks, fits, resident_limit, thread_blocks, too_many_blocks
 from collsynth.backends.mscclpp.emit import emit_plan as emit_plan_unfitted
+from collsynth.budget import largest_true
 from collsynth.errors import CollsynthError
 from collsynth.synth.ir import Schedule
 from collsynth.synth.registry import algorithms, build_schedule
@@ -34,31 +35,21 @@ def _ok(alg: str, n: int, params: dict[str, Any], **opts: Any) -> bool:
 
 def largest_passing(lo: int, hi: int, ok: Any, guess: int | None = None) -> int:
     """The largest x in [lo, hi] with ok(x), assuming ok is monotone; lo - 1 when none. ``guess`` (a
-    proportional estimate) narrows the search first."""
-    if guess is not None and lo < guess < hi:
-        if ok(guess):
-            lo = guess
-            step = max(1, guess // 8)
-            while lo + step <= hi and ok(lo + step):
-                lo += step
-            hi = min(hi, lo + step - 1)
-        else:
-            hi = guess - 1
-            step = max(1, guess // 8)
-            while hi - step >= lo and not ok(hi - step + 1):
-                hi -= step
-            lo = max(lo, hi - step + 1)
-            if not ok(lo):
-                return largest_passing(1 if lo > 1 else lo, lo - 1, ok) if lo > 1 else lo - 1
-    elif not ok(lo):
-        return lo - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    proportional estimate) is probed first and steps of guess / 8 from it bracket the answer before the
+    bisection (budget.largest_true); every size is probed at most once, none at or above one that failed."""
+    if guess is None or not lo < guess < hi:
+        return largest_true(ok, lo, hi)
+    step = max(1, guess // 8)
+    if ok(guess):
+        a = guess
+        while a + step <= hi and ok(a + step):
+            a += step
+        return largest_true(lambda x: x == a or ok(x), a, min(hi, a + step - 1))  # ok(a) is known
+    b = guess - 1
+    while b - step >= lo and not ok(b - step + 1):
+        b -= step
+    a = b - step + 1  # passed, unless the steps ran past lo
+    return largest_true(ok, lo, b) if a <= lo else largest_true(lambda x: x == a or ok(x), a, b)
 
 
 def largest_within(lo: int, hi: int, count: Any, limit: int, above: tuple[int, int]) -> int:
