@@ -87,7 +87,7 @@ TARGETS: dict[str, tuple[list[str], list[str]]] = {
                          - set(BCAST)),
                   ["tests/test_stragglar.py", "tests/test_cluster_family.py", "tests/test_solver_rounds.py",
                    "tests/test_stragglar_pipeline.py", "tests/test_domain.py", "tests/test_funnel.py",
-                   "tests/test_uneven_nodes.py", KS]),  # domain.py, funnel.py, choose.py
+                   "tests/test_uneven_nodes.py", "tests/test_workers.py", KS]),  # domain, funnel, choose
     "stragglar-cluster": (STRAGGLAR_CLUSTER, ["tests/test_waves.py", "tests/test_multistraggler.py",
                                               "tests/test_clusterstraggler.py", "tests/test_cluster_study.py",
                                               "tests/test_node_bcast.py", KS]),

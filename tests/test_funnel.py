@@ -580,6 +580,13 @@ def test_last_alone_late_gpu_form():
                                             arr).completion_s * (1 + 1e-12)
     near = build_schedule("clusterstraggler", 16, arrivals={3: 0.008, 12: 0.012}, size=GiB, topology=t)
     assert near.meta["form"] != "gpu"
+    # "at least GPU_FORM_GAP_T T before the last rank": the gap itself counts, a hair less does not
+    from collsynth.synth.algorithms.stragglar import choose
+    gap = np.zeros(16)
+    gap[12] = choose.GPU_FORM_GAP_T * T
+    assert choose.last_alone(16, gap, GiB, t) is not None
+    gap[12] = np.nextafter(gap[12], 0.0)
+    assert choose.last_alone(16, gap, GiB, t) is None
 
 
 def test_tail_rows():

@@ -279,3 +279,16 @@ def test_many_extras_next_to_the_late_gpu_go_through_a_chain(tmp_path):
     # a relay forwards only in a step after it received: 1 -> 2 after 0 -> 1, though the ports would allow one step
     assert packed([(0, 1, 0, 1, False), (1, 2, 0, 1, False), (3, 4, 0, 1, False)]) == [
         [(0, 1, 0, 1, False), (3, 4, 0, 1, False)], [(1, 2, 0, 1, False)]]
+
+
+def test_the_last_rank_alone_on_nodes_of_two_gpus_gets_the_late_gpu_form(tmp_path):
+    """choose.last_alone (several late ranks, the last one long after the others) needs nodes of at least two
+    GPUs, not more: 4 nodes of 2 (a topology file), rank 2 a microsecond late and rank 5 far behind."""
+    from collsynth.synth.algorithms.stragglar import choose, funnel
+    path, n = rail_cluster(tmp_path, (2, 2, 2, 2))
+    t = cs.make_topology(path, n)
+    times = np.zeros(n)
+    times[2], times[5] = 1e-6, 3 * choose.GPU_FORM_GAP_T * funnel.rail_time(t, n, 2**26)
+    s = choose.last_alone(n, times, 2**26, t)
+    assert s is not None and s.meta["form"] == "gpu" and s.meta["late"] == [5] and cs.verify(s, topology=t).ok
+    assert s.meta["present_late"] == [[2, 1e-6]]
