@@ -114,7 +114,8 @@ TARGETS: dict[str, tuple[list[str], list[str]]] = {
                         ["tests/test_topology_import.py", KS]),
     "topology-view": (["synth/topology_view.py"], ["tests/test_topology_show.py", KS]),
     "composition": (["synth/composition.py"],
-                    ["tests/test_cluster_algorithms.py", "tests/test_hierarchical_intra.py", KS]),
+                    ["tests/test_cluster_algorithms.py", "tests/test_hierarchical_intra.py",
+                     "tests/test_uneven_nodes.py", KS]),  # NodeSteps: the ring form on nodes of unequal size
     "bruck": (["synth/bruck.py"], ["tests/test_wide_nodes.py", KS]),
     "registry": (["synth/registry.py", "synth/__init__.py"],
                  ["tests/test_algorithms.py", "tests/test_verify.py", KS]),
