@@ -262,6 +262,27 @@ def test_composed_verification_rejects_a_changed_schedule(i):
     assert r.ok and "by composition" not in r.message
 
 
+
+def test_a_grid_other_than_rank_order_is_recorded_and_verified_by_composition(tmp_path):
+    """Nodes whose ranks interleave (a topology file: node 0 holds the even ranks): the composition records that
+    grid (None only for nodes of consecutive ranks), so the composed verification rebuilds this very schedule;
+    two messages per GPU and step only where there are both NVLink and NIC phases."""
+    import json
+    nodes = [[0, 2, 4, 6], [1, 3, 5, 7]]
+    links = [{"src": r, "dst": dst, "class": cls, "alpha": a, "bandwidth": bw}
+             for b, ranks in enumerate(nodes) for h, r in enumerate(ranks)
+             for dst, cls, a, bw in ((f"n{b}", "nvlink", 1e-6, 450e9), (f"rail{h}", "net", 3e-6, 50e9))]
+    path = tmp_path / "interleaved.json"
+    path.write_text(json.dumps({"name": "interleaved", "gpus": 8, "ports": {"nvlink": 1, "net": 1}, "nodes": nodes,
+                                "fabric": "rail", "switches": ["n0", "n1", "rail0", "rail1", "rail2", "rail3"],
+                                "links": links}))
+    s = hierarchical.build(8, topology=make_topology(str(path), 8), pipeline=2)
+    assert s.meta["composition"]["grid"] == nodes and s.ports == 2
+    r = verify(s, method="composed")
+    assert r.ok and "by composition" in r.message
+    assert hierarchical.build(8, topology=cluster(2, 4), pipeline=2).meta["composition"]["grid"] is None
+    assert [hierarchical.build(4, topology=cluster(N, G), pipeline=2).ports for N, G in ((1, 4), (4, 1))] == [1, 1]
+
 def test_composed_verification_checks_ports_and_method():
     s = hierarchical.build(24, topology=cluster(3, 8), pipeline=2)
     assert verify(s, ports=1, method="composed").ok  # one message per GPU per step
