@@ -14,7 +14,7 @@ from collsynth.backends.layout import nodes_of
 from collsynth.backends.mscclpp import emit as emit_module
 from collsynth.backends.mscclpp import emit_plan, fit_cluster_pipeline
 from collsynth.backends.mscclpp.emit import fits, plan_chunks, thread_blocks
-from collsynth.backends.mscclpp.fit import largest_within
+from collsynth.backends.mscclpp.fit import fit_hint, largest_within
 from collsynth.backends.mscclpp.lower import Layout, build_programs, pieces
 from collsynth.cli import main
 from collsynth.errors import CollsynthError
@@ -148,6 +148,15 @@ def test_largest_within_matches_a_scan_and_probes_linear_counts_a_few_times(shap
         if shape == "linear":
             assert len(probes) <= 3, probes
 
+
+
+def test_the_hint_for_a_pipelined_stragglar_names_the_largest_pipeline_or_says_none_fits():
+    """With 2 resident thread blocks (--sms 2): StragglAR on 8 GPUs needs 2 at --pipeline 1 and 3 at 2, on 16 GPUs 4
+    and 6, so the hint is --pipeline 1 for the first and none for the second (not "the largest is 0")."""
+    assert [thread_blocks(build_schedule("stragglar", n, pipeline=k))[1] for n in (8, 16) for k in (1, 2)] == \
+        [2, 3, 4, 6]
+    assert fit_hint(build_schedule("stragglar", 8, pipeline=2), sms=2) == "the largest --pipeline that fits is 1"
+    assert fit_hint(build_schedule("stragglar", 16, pipeline=2), sms=2) == "no --pipeline fits on this many GPUs"
 
 def test_the_lowering_that_counted_the_thread_blocks_is_the_one_emitted(monkeypatch):
     """synth counts a clusterstraggler schedule's thread blocks before it emits it: one lowering, not two (30 s
