@@ -115,6 +115,10 @@ def test_a_late_node_is_fitted_too_and_other_schedules_are_left_alone():
     fitted, note = fit_cluster_pipeline(s, params, sms=sms)
     assert fitted.meta["form"] == "node" and fitted.meta["pipeline"] < s.meta["pipeline"]
     assert thread_blocks(fitted)[1] <= sms and "the most whose plan fits" in note
+    more = build_schedule("clusterstraggler", 32, **params, pipeline=fitted.meta["pipeline"] + 1)
+    assert thread_blocks(more)[1] > sms  # the most, not just some
+    # 9 blocks per part need 14 thread blocks and 8 need 13: with 13 resident, the search reaches M - 1 = 8
+    assert s.meta["pipeline"] == 9 and fit_cluster_pipeline(s, params, sms=13)[0].meta["pipeline"] == 8
     assert fit_cluster_pipeline(s, params)[1] == ""  # 132 SMs hold it as built
     ring = build_schedule("ring", 16)
     assert fit_cluster_pipeline(ring, {}, sms=1) == (ring, "")  # emit_plan names the limit for the rest
@@ -144,6 +148,9 @@ def test_largest_within_matches_a_scan_and_probes_linear_counts_a_few_times(shap
             assert best in ok or best == 0
         else:
             assert best == expected
+        # a range that ends below the known count: never beyond hi
+        assert largest_within(1, 9, counts, limit, (M, counts(M))) == max([x for x in ok if x <= 9], default=0) \
+            or shape == "unusable"
         assert len(probes) == len(set(probes)) and all(1 <= x < M for x in probes)
         if shape == "linear":
             assert len(probes) <= 3, probes

@@ -54,12 +54,13 @@ def largest_passing(lo: int, hi: int, ok: Any, guess: int | None = None) -> int:
 
 def largest_within(lo: int, hi: int, count: Any, limit: int, above: tuple[int, int]) -> int:
     """The largest x in [lo, hi] whose ``count(x)`` (a thread-block count growing with x, or None where x is
-    unusable) is at most ``limit``; lo - 1 when none. ``above`` is a known (x > hi, count > limit). Each probe
+    unusable) is at most ``limit``; lo - 1 when none. ``above`` is a known (x > hi, count > limit), used as the
+    upper end when it is hi + 1 (else the search stops at hi, the count above it unknown). Each probe
     interpolates linearly between the nearest counts known on either side (from 0 at x = 0 while none is
     below: the first probe is the proportional guess), and bisects after two probes on the same side, so a
     count that grows about linearly is found in two or three lowerings instead of a bisection's log2(hi)."""
     a, na = lo - 1, 0 if lo == 1 else None
-    b, nb = above
+    b, nb = above if above[0] <= hi + 1 else (hi + 1, None)
     sides: list[bool] = []
     while b - a > 1:
         if na is not None and nb is not None and nb > na and sides[-2:] not in ([True, True], [False, False]):
