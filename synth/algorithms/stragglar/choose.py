@@ -310,10 +310,11 @@ def unequal_nodes(n: int, collective: str, arrivals: Arrivals, size: int | float
     s_bytes = _bytes(size)
     s, ours = None, 0.0
     several = max(i for _, _, i in extras) >= 1  # a node with two or more extras: chains through them too
+    punctual = times == times.min()
     for pieces, lag, direct in uneven.AROUND_CHOICES:  # the first of the fastest
         if direct and not several:
             continue
-        got = uneven.around(base, n, core, extras, times == times.min(), meta, name, pieces, lag, direct)
+        got = uneven.around(base, n, core, extras, punctual, meta, name, pieces, lag, direct)
         t = simulate(got, s_bytes, topology, times).completion_s
         if s is None or t < ours:
             s, ours = got, t
