@@ -98,7 +98,7 @@ def one_late(topo: object, n: int, arr: dict[int, float], size: float, bound: fl
     alg, _, sync = best_sync(n, topo, arr, size)
     proven = allreduce_bound(topo, size, arrival_vector(arr, n))  # type: ignore[arg-type]
     return {"form": s.meta["form"], "wide": s.meta.get("wide"), "node_bcast": s.meta.get("node_bcast"),
-            "pipeline": s.meta["pipeline"],
+            "fan": s.meta.get("fan"), "pipeline": s.meta["pipeline"],
             "after_arrival_ms": round(ours * 1e3, 4),
             "best_sync": alg, "best_sync_after_arrival_ms": round(sync * 1e3, 4), "bound_ms": round(bound * 1e3, 4),
             "x_bound": round(ours / bound, 4), "speedup_vs_best_sync": round(sync / ours, 4),

@@ -57,7 +57,7 @@ KB = "tests/test_mutation_kills_backends.py"  # (backends/)
 
 # the late-GPU/late-node StragglAR forms: their own tests (test_stragglar*.py never reach them)
 STRAGGLAR_CLUSTER = [f"synth/algorithms/stragglar/{m}.py"
-                     for m in ("cluster", "cluster_cost", "cluster_study", "multi", "prephase", "waves")]
+                     for m in ("cluster", "cluster_cost", "cluster_study", "fanout", "multi", "prephase", "waves")]
 # the rail broadcasts, the list-scheduling model's Busy intervals and the trees: target "bcast" (one target each)
 BCAST = ["synth/algorithms/stragglar/bcast.py", "synth/algorithms/stragglar/circulant.py",
          "synth/algorithms/stragglar/listsched.py", "synth/trees.py"]
@@ -90,7 +90,7 @@ TARGETS: dict[str, tuple[list[str], list[str]]] = {
                    "tests/test_uneven_nodes.py", "tests/test_workers.py", KS]),  # domain, funnel, choose
     "stragglar-cluster": (STRAGGLAR_CLUSTER, ["tests/test_waves.py", "tests/test_multistraggler.py",
                                               "tests/test_clusterstraggler.py", "tests/test_cluster_study.py",
-                                              "tests/test_node_bcast.py", KS]),
+                                              "tests/test_node_bcast.py", "tests/test_fanout.py", KS]),
     "solver": (sorted(glob.glob("synth/solver/*.py", root_dir=ROOT)),
                ["tests/test_solver.py", "tests/test_solver_rounds.py", "tests/test_solver_moves.py",
                 "tests/test_solver_lns.py", KS]),

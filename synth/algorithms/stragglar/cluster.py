@@ -52,6 +52,11 @@ every later send copies the final block), so that every GPU of the node sends an
 round and L's port sends s once; the rail-g GPU sends its part of each row along rail g as the block reaches it,
 and every other node gathers the row as before. ``late_gpu_plan`` builds it beside the others.
 
+On 2 G nodes of G GPUs (G a power of two from 4) one late GPU may take the *fan-out* form of fanout.py: each
+part's block crosses three network hops instead of the hypercube's log2 N, fanned out over a node's G NICs after an
+NVLink relay, and every node still gathers its rows by recursive doubling. ``late_gpu_plan`` builds it beside the
+others where it searches (its estimate is a floor: the relays' packing is not in it).
+
 A whole late node may group its blocks into fewer NVLink *rows* (``set_blocks``; the chunks are then
 row-major, part g of a row contiguous): it reduces and spreads whole rows (fewer NVLink messages) while
 its NICs and the broadcast carry the blocks; the other nodes then spread each block on its own.
@@ -80,7 +85,7 @@ import numpy as np
 from collsynth.apitypes import Arrivals
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithms.layout import check_topology, node_grid
-from collsynth.synth.algorithms.stragglar import multi, waves
+from collsynth.synth.algorithms.stragglar import fanout, multi, waves
 from collsynth.synth.algorithms.stragglar.bcast import broadcast_rounds, copyback_cube_rounds, copyback_rounds
 from collsynth.synth.algorithms.stragglar.cluster_cost import (
     MAX_CHUNKS,
@@ -88,6 +93,7 @@ from collsynth.synth.algorithms.stragglar.cluster_cost import (
     after_arrival_estimate,
     bcast_estimate,
     best_bcast,
+    best_fan,
     best_pipeline,
     best_rows,
     best_split,
@@ -202,6 +208,7 @@ class ClusterPlan:
         self._own_part = 0  # merge's state: the part of the first late GPU (``_root_spreads`` when wide)
         self.bcast_split = 0  # one late GPU: its node broadcasts each final row cut into this many blocks (_bcast_node)
         self.bcast = False  # merge's state: it does
+        self.fan = False  # one late GPU on 2 G nodes: the fan-out form (fanout.py) instead of ``merge``
 
     def add(self, src: int, dst: int, chunk: int, count: int, reduce: bool) -> None:
         """Append one move and its start in a list-scheduling model (one NVLink and one NIC port per GPU
@@ -762,8 +769,8 @@ def late_gpu_plan(topology: Any, n: int, times: np.ndarray, size: float, L: int,
     N, G = grid.shape
     model = link_model(topology, grid)
     cands = []
-    forms = late_gpu_forms(G, model)
-    for form in [f for f in forms if f != "bcast"]:
+    forms = [f for f in late_gpu_forms(N, G, model) if search or f != "fan"]  # fan: its estimate is a floor
+    for form in [f for f in forms if f not in ("bcast", "fan")]:
         if pipeline is None:
             M, runs, rows = best_pipeline(form, N, G, size, model)
         else:
@@ -774,11 +781,16 @@ def late_gpu_plan(topology: Any, n: int, times: np.ndarray, size: float, L: int,
                 else (pipeline, best_split(N, G, pipeline, size, model)))
         runs = make_runs(M, 1, M)
         cands.append((bcast_estimate(N, G, [size / M] * M, k, model), "bcast", M, runs, runs, k))
+    if "fan" in forms:
+        M = best_fan(G, size, model) if pipeline is None else pipeline
+        runs = make_runs(M, 1, M)
+        cands.append((fanout.estimate(G, runs, size, model), "fan", M, runs, runs, 0))
     if not search:
         cands = [min(cands, key=lambda c: c[0])]
     best: tuple[float, ClusterPlan, float] | None = None
     for est, form, M, runs, rows, k in cands:
-        plan = merged_plan(topology, n, times, size, M, runs, rows, [L], wide=form == "wide", bcast=k)
+        plan = merged_plan(topology, n, times, size, M, runs, rows, [L], wide=form == "wide", bcast=k,
+                           fan=form == "fan")
         if len(cands) == 1:
             return plan, est
         t = plan.simulated(size, topology, times).completion_s
@@ -796,7 +808,8 @@ def plan_schedule(plan: ClusterPlan, form: str, late: list[int], topology: Any, 
     late-node form on a grid of one-GPU nodes in one NVLink domain (domain.py): no nodes in its meta (the
     backends then place every peer in one node) and one port per GPU, direction and link class."""
     N, G = plan.N, plan.G
-    est = (bcast_estimate(N, G, [size * w / plan.M for _, w in plan.rows], plan.bcast_split, plan.model)
+    est = (fanout.estimate(G, plan.runs, size, plan.model) if plan.fan else
+           bcast_estimate(N, G, [size * w / plan.M for _, w in plan.rows], plan.bcast_split, plan.model)
            if plan.bcast else
            after_arrival_estimate("node" if form == "domain" else "wide" if plan.wide else form, N, G, plan.M,
                                   plan.runs, size, plan.model, plan.rows))
@@ -805,7 +818,8 @@ def plan_schedule(plan: ClusterPlan, form: str, late: list[int], topology: Any, 
                                "pipeline": plan.M // plan.units_per_block,
                                "units_per_block": plan.units_per_block, "messages_per_part": len(plan.runs),
                                "nvlink_rows": len(plan.rows), "wide": plan.wide,
-                               "node_bcast": plan.bcast_split if plan.bcast else 0, "topology_name": topology.name,
+                               "node_bcast": plan.bcast_split if plan.bcast else 0, "fan": plan.fan,
+                               "topology_name": topology.name,
                                "after_arrival_estimate_s": est, "pre_end_s": plan.pre_end, **(extra or {})}
     spec = getattr(topology, "spec", None)
     if spec is not None:
@@ -830,12 +844,13 @@ SPILL_TRIES = 3  # ... then this many smaller block counts of UNITS are built an
 
 def merged_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int, runs: list[tuple[int, int]],
                 rows: list[tuple[int, int]], late: list[int], rule: str = "plain",
-                grid: np.ndarray | None = None, wide: bool = False, bcast: int = 0) -> ClusterPlan:
+                grid: np.ndarray | None = None, wide: bool = False, bcast: int = 0, fan: bool = False) -> ClusterPlan:
     """``new_plan`` with the present ranks' AllReduce (``pre``) and the late ranks merged (``merge``), the
     late node's broadcast by ``rule``; M units per part cut ``pre_units`` times finer (the blocks ``runs``
     and NVLink ``rows`` keep their bytes). ``grid``: the nodes (default ``node_grid`` of the topology);
     ``wide``: one late GPU's node gathers its rows by Bruck's AllGather where ``wide_applies``; ``bcast``: it
-    broadcasts them cut into this many blocks (``ClusterPlan._bcast_node``; one row per block)."""
+    broadcasts them cut into this many blocks (``ClusterPlan._bcast_node``; one row per block); ``fan``: one late GPU
+    on 2 G nodes takes the fan-out form (fanout.py, one row per block)."""
     grid = node_grid(topology, n) if grid is None else grid
     k = pre_units(grid, set(late), M, MAX_CHUNKS)
     plan = new_plan(topology, n, times, size, k * M, [(k * f, k * w) for f, w in runs],
@@ -845,7 +860,11 @@ def merged_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int, r
     plan.allow_wide = wide
     plan.bcast_split = bcast
     plan.pre(set(late))
-    plan.merge(set(late), set(range(n)) - set(late))
+    if fan:
+        plan.fan = True
+        fanout.merge(plan, late[0])
+    else:
+        plan.merge(set(late), set(range(n)) - set(late))
     return plan
 
 
@@ -869,7 +888,7 @@ def fit_delay(plan: ClusterPlan, topology: Any, n: int, times: np.ndarray, size:
         return plan
     fewer = sorted((u for u in UNITS if u < plan.M // plan.units_per_block), reverse=True)[:SPILL_TRIES]
     return fastest(plan, [partial(merged_plan, topology, n, times, size, m, make_runs(m, 1, m), make_runs(m, 1, m),
-                                  late, wide=plan.allow_wide, bcast=plan.bcast_split) for m in fewer],
+                                  late, wide=plan.allow_wide, bcast=plan.bcast_split, fan=plan.fan) for m in fewer],
                    size, topology, times)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from collsynth.synth.algorithms.layout import pair_model
+from collsynth.synth.algorithms.stragglar import fanout
 from collsynth.synth.composition import radix_factors
 
 MAX_CHUNKS = 4096  # chunks of one cluster plan (G parts of M blocks, each cut for the rings before the arrival)
@@ -228,7 +229,15 @@ def best_split(N: int, G: int, M: int, size: float, model: tuple[float, ...]) ->
     return min((k for k in BCAST_SPLITS if k <= G), key=lambda k: (bcast_estimate(N, G, [size / M] * M, k, model), k))
 
 
-def late_gpu_forms(G: int, model: tuple[float, ...]) -> list[str]:
-    """The forms ``late_gpu_plan`` builds for one late GPU in nodes of G GPUs with ``model``'s links: the star form
-    ("gpu"), the wide form where ``wide_applies``, the node-broadcast form ("bcast") where ``bcast_applies``."""
-    return ["gpu"] + (["wide"] if wide_applies(G) else []) + (["bcast"] if bcast_applies(G, model) else [])
+def late_gpu_forms(N: int, G: int, model: tuple[float, ...]) -> list[str]:
+    """The forms ``late_gpu_plan`` builds for one late GPU on N nodes of G GPUs with ``model``'s links: the star
+    form ("gpu"), the wide form where ``wide_applies``, the node-broadcast form ("bcast") where ``bcast_applies``,
+    the fan-out form ("fan") where ``fanout.applies``."""
+    return (["gpu"] + (["wide"] if wide_applies(G) else []) + (["bcast"] if bcast_applies(G, model) else [])
+            + (["fan"] if fanout.applies(N, G) else []))
+
+
+def best_fan(G: int, size: float, model: tuple[float, ...]) -> int:
+    """The blocks per part of UNITS with the least ``fanout.estimate`` (ties to the most blocks)."""
+    cands = [m for m in UNITS if G * m <= MAX_CHUNKS] or [1]
+    return min(cands, key=lambda m: (fanout.estimate(G, make_runs(m, 1, m), size, model), -m))

@@ -1,0 +1,164 @@
+"""The fan-out form of one late GPU on 2 G nodes of G GPUs (G a power of two, at least 4): our construction
+(docs/stragglar.md section 9, "the fan-out form"; issue 15 point 1).
+
+The late GPU L, local index l in node a, cuts its buffer into G parts and each part into blocks, as the star form
+of ``cluster.py``. Node a's GPU r_p = x p (multiplication in GF(2^k), G = 2^k) is the root of part p: L reduces
+its block into it over NVLink (L's own part, p5 with r_p5 = l, goes raw over L's NIC instead), and it sends the
+final block over rail r_p to the node X_p. Since p xor r_p = (x + 1) p is a permutation too, every X_p has a
+class m_p of its own, and the other G - 1 nodes are Y_m, one per class but the class of X_p5. Per block:
+
+- X_p relays the block to its G GPUs (a binomial tree along directions 1, 2, 4, ..., those of the doubling
+  below, so that no GPU sends more than the doubling would) and sends it on every rail k to the node of class
+  p xor k (Y_m, or X_p5 for the class without a Y);
+- Y_m forwards the block it got on rail k on the same rail to the X of its class;
+- every node of class m then holds part k xor m on GPU k, so each row is gathered by recursive doubling (partners
+  k xor 1, 2, 4, ...) in contiguous runs; an X node leaves out its own part, which the relay brought;
+- node a's roots send their final parts to their node peers and L; L's own part comes back to L from X_p5 (its
+  free rail is l) and to the other GPUs of node a from the Y nodes, whose one free NIC send per row is on the
+  rail of their class's X root; the last row's part from L, by a binomial tree.
+
+Every NIC sends and receives at most one block per row, a block crosses three network hops (blocks + 2 rounds in
+all, against the hypercube's blocks + log2 N - 1 = blocks + 3 at 16 nodes) and the NVLink messages are those of a
+recursive doubling plus the relay. The moves are listed for the list-scheduling model of ``ClusterPlan`` in the
+order that kept its NVLink ports packed in the prototype: the network moves and relays row by row, each row's
+AllGathers three rows behind, an X node's as one-part messages but in its last rows.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+# irreducible polynomials of GF(2^k) (bit i: x^i), k = 2..7: nodes of 4 to 128 GPUs
+_POLY = {2: 0b111, 3: 0b1011, 4: 0b10011, 5: 0b100101, 6: 0b1000011, 7: 0b10000011}
+LAG = 3  # rows each AllGather is listed behind the network moves
+MERGED_ROWS = 3  # an X node's last rows are gathered in runs of parts, the others one part per message
+
+
+def applies(N: int, G: int) -> bool:
+    """Whether the fan-out form exists: 2 G nodes of G GPUs, G a power of two from 4 to 128."""
+    return N == 2 * G and G >= 4 and G & (G - 1) == 0 and G.bit_length() - 1 in _POLY
+
+
+def times_x(p: int, G: int) -> int:
+    """x p in GF(G), G = 2^k (``_POLY``): part p's root rail; p xor x p = (x + 1) p is a permutation too."""
+    k = G.bit_length() - 1
+    p <<= 1
+    return p ^ _POLY[k] if p & G else p
+
+
+def estimate(G: int, runs: list[tuple[int, int]], size: float, model: tuple[float, ...]) -> float:
+    """Alpha-beta estimate of the time after the arrival: L's NVLink port passes G - 1 blocks before the root
+    it serves last starts, that root's blocks, two more network hops of the largest block, the relay (log2 G
+    messages) and the last row's recursive doubling."""
+    a_nv, b_nv, a_net, b_net = model
+    M = sum(w for _, w in runs)
+    unit = size / (G * M)
+    steps = int(math.log2(G))
+    w_max = max(w for _, w in runs)
+    front = (G - 1) * (a_nv + runs[0][1] * unit / b_nv)
+    rails = sum(a_net + w * unit / b_net for _, w in runs) + 2 * (a_net + w_max * unit / b_net)
+    w_last = runs[-1][1]
+    relay = steps * (a_nv + w_last * unit / b_nv)
+    return front + rails + relay + steps * a_nv + (G - 1) * w_last * unit / b_nv
+
+
+def merge(plan: Any, L: int) -> None:
+    """Add the moves of the fan-out form after L's arrival to ``plan`` (a ClusterPlan whose other ranks hold
+    the sum of their buffers, ``ClusterPlan.pre``; ``applies`` holds for its grid)."""
+    grid = plan.grid
+    N, G = grid.shape
+    a, lo = int(plan.node[L]), int(plan.local[L])
+    rows = len(plan.runs)
+    r = [times_x(p, G) for p in range(G)]
+    mask_of_part = [p ^ r[p] for p in range(G)]
+    own = r.index(lo)  # L's own part: raw over its NIC
+    others = [b for b in range(N) if b != a]
+    X = others[:G]  # X[p]: the hop-1 node of part p
+    ys = others[G:]
+    Y = dict(zip([m for m in range(G) if m != mask_of_part[own]], ys))  # class -> its Y node
+    x_of_class = {mask_of_part[p]: p for p in range(G)}
+    mask = {X[p]: mask_of_part[p] for p in range(G)} | {y: m for m, y in Y.items()}
+    order = [p for p in sorted(range(G), key=lambda p: r[p]) if p != own]
+    dirs = [1 << i for i in range(G.bit_length() - 1)]
+
+    def gpu(b: int, g: int) -> int:
+        return int(grid[b, g])
+
+    def move(src: int, dst: int, p: int, j: int, parts: int = 1, reduce: bool = False) -> None:
+        chunk, count = plan.loc(p, j, parts)
+        plan.add(src, dst, chunk, count, reduce)
+
+    def target(cls: int) -> int:
+        return Y.get(cls, X[own])
+
+    def network_row(j: int) -> None:
+        move(L, gpu(X[own], lo), own, j, reduce=True)
+        for p in order:
+            move(L, gpu(a, r[p]), p, j, reduce=True)
+            move(gpu(a, r[p]), gpu(X[p], r[p]), p, j)
+        for p in [own] + order:
+            held = [r[p]]
+            for d in dirs:  # the relay
+                for h in list(held):
+                    move(gpu(X[p], h), gpu(X[p], h ^ d), p, j)
+                held += [h ^ d for h in held]
+            for k in range(G):  # hop 2
+                t = target(p ^ k)
+                if t != X[p]:
+                    move(gpu(X[p], k), gpu(t, k), p, j)
+        move(gpu(X[own], lo), L, own, j)  # L's own part back to L
+        for m, y in Y.items():  # hop 3
+            q = x_of_class[m]
+            for p in range(G):
+                if p != q:
+                    move(gpu(y, p ^ m), gpu(X[q], p ^ m), p, j)
+
+    def gather(b: int, j: int, single: bool) -> None:
+        m = mask[b]
+        skip = x_of_class[m] if b == X[x_of_class[m]] else -1
+        for d in dirs:
+            for g in range(G):
+                base = (g ^ m) & ~(d - 1)
+                send = [p for p in range(base, base + d) if p != skip]
+                runs = [[p] for p in send] if single else _consecutive(send)
+                for run in runs:
+                    move(gpu(b, g), gpu(b, g ^ d), run[0], j, len(run))
+
+    def node_a_row(j: int) -> None:
+        if j < rows - 1:  # L's own part from the Y nodes' free sends
+            for m, y in Y.items():
+                k = r[x_of_class[m]]
+                move(gpu(y, k), gpu(a, k), own, j)
+        else:
+            held = [lo]
+            for d in reversed(dirs):
+                for h in list(held):
+                    move(gpu(a, h), gpu(a, h ^ d), own, j)
+                held += [h ^ d for h in held]
+        for p in order:
+            for g in range(G):
+                if g != r[p]:
+                    move(gpu(a, r[p]), gpu(a, g), p, j)
+
+    for j in range(rows + LAG):
+        if j < rows:
+            network_row(j)
+        jj = j - LAG
+        if jj >= 0:
+            for p in range(G):
+                gather(X[p], jj, single=jj < rows - MERGED_ROWS)
+            for y in Y.values():
+                gather(y, jj, single=False)
+            node_a_row(jj)
+
+
+def _consecutive(parts: list[int]) -> list[list[int]]:
+    """``parts`` (ascending) as runs of consecutive parts."""
+    out: list[list[int]] = []
+    for p in parts:
+        if out and out[-1][-1] == p - 1:
+            out[-1].append(p)
+        else:
+            out.append([p])
+    return out
