@@ -92,17 +92,21 @@ def merge(plan: Any, L: int) -> None:
     def target(cls: int) -> int:
         return Y.get(cls, X[own])
 
+    def tree(b: int, root: int, p: int, j: int, directions: list[int]) -> None:
+        """Binomial tree of node b's GPUs from local ``root``, one step per direction (partner h xor d)."""
+        held = [root]
+        for d in directions:
+            for h in list(held):
+                move(gpu(b, h), gpu(b, h ^ d), p, j)
+            held += [h ^ d for h in held]
+
     def network_row(j: int) -> None:
         move(L, gpu(X[own], lo), own, j, reduce=True)
         for p in order:
             move(L, gpu(a, r[p]), p, j, reduce=True)
             move(gpu(a, r[p]), gpu(X[p], r[p]), p, j)
         for p in [own] + order:
-            held = [r[p]]
-            for d in dirs:  # the relay
-                for h in list(held):
-                    move(gpu(X[p], h), gpu(X[p], h ^ d), p, j)
-                held += [h ^ d for h in held]
+            tree(X[p], r[p], p, j, dirs)  # the relay
             for k in range(G):  # hop 2
                 t = target(p ^ k)
                 if t != X[p]:
@@ -131,11 +135,7 @@ def merge(plan: Any, L: int) -> None:
                 k = r[x_of_class[m]]
                 move(gpu(y, k), gpu(a, k), own, j)
         else:
-            held = [lo]
-            for d in reversed(dirs):
-                for h in list(held):
-                    move(gpu(a, h), gpu(a, h ^ d), own, j)
-                held += [h ^ d for h in held]
+            tree(a, lo, own, j, dirs[::-1])
         for p in order:
             for g in range(G):
                 if g != r[p]:
