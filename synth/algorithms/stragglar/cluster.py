@@ -762,9 +762,9 @@ def build(n: int, collective: str = "allreduce", arrivals: Arrivals = None, size
 def late_gpu_plan(topology: Any, n: int, times: np.ndarray, size: float, L: int, pipeline: int | None = None,
                   search: bool = True) -> tuple[ClusterPlan, float]:
     """One late GPU L (``merged_plan``) and its after-arrival estimate: the form of roots and star spreads and,
-    where ``wide_applies``, the wide form (``ClusterPlan._wide_row``), each with its best block count
-    (``best_pipeline``) or ``pipeline`` blocks per part; where both apply, with ``search`` (waves.searched) the
-    faster in the simulator, else the one of the smaller estimate."""
+    where they apply (``late_gpu_forms``), the wide form (``ClusterPlan._wide_row``), the node-broadcast form and,
+    with ``search`` only, the fan-out form (fanout.py), each with its best block count or ``pipeline`` blocks per
+    part; with ``search`` (waves.searched) the fastest in the simulator, else the one of the smallest estimate."""
     grid = node_grid(topology, n)
     N, G = grid.shape
     model = link_model(topology, grid)
