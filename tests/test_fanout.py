@@ -98,3 +98,33 @@ def _grid(topo):
     from collsynth.synth.algorithms.layout import node_grid
 
     return node_grid(topo, topo.nranks)
+
+
+def _after_arrival(plan, n: int):
+    """(src, dst, chunk, count) of the plan's moves after the arrival (those the model starts at 50 ms or later)."""
+    return [m[:4] for atom, t in zip(plan.atoms, plan.est) if t >= 0.05 for m in atom]
+
+
+def test_nvlink_messages_per_row_and_the_return_of_ls_own_part():
+    """16 x 8, 4 blocks per part, rank 5 late. The G - 1 Y nodes gather every row by plain recursive doubling:
+    G log2 G = 24 NVLink messages a row (the X nodes add their relay and, in early rows, one-part messages).
+    L's own part goes back to node a's other GPUs over the network (the Y nodes' free NIC sends) in every row but
+    the last, which L itself spreads over NVLink."""
+    n, G, M, late = 128, 8, 4, 5
+    topo = cluster(16, G)
+    _, plan = fan_schedule(topo, n, late, 64 * 2**20, M)
+    node = {int(r): b for b in range(16) for r in plan.grid[b]}
+    row_chunks = plan.C // M
+    per = {}
+    for src, dst, chunk, _ in _after_arrival(plan, n):
+        if node[src] == node[dst]:
+            per[node[dst], chunk // row_chunks] = per.get((node[dst], chunk // row_chunks), 0) + 1
+    doubling_only = [b for b in range(1, 16) if all(per.get((b, j)) == G * 3 for j in range(M))]
+    assert len(doubling_only) == G - 1
+    own = [fanout.times_x(p, G) for p in range(G)].index(late % G)
+    for j in range(M):
+        first, count = plan.loc(own, j)
+        into_a = [(src, dst) for src, dst, c, _ in _after_arrival(plan, n)
+                  if c == first and node[dst] == 0 and dst != late]
+        assert len(into_a) == G - 1  # every other GPU of node a gets it once
+        assert all((node[src] == 0) == (j == M - 1) for src, _ in into_a), j

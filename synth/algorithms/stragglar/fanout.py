@@ -119,15 +119,19 @@ def merge(plan: Any, L: int) -> None:
                     move(gpu(y, p ^ m), gpu(X[q], p ^ m), p, j)
 
     def gather(b: int, j: int, single: bool) -> None:
+        """Node b's recursive doubling of row j: in the step of distance d GPU g sends the aligned group of d
+        parts it holds, as one run or (``single``) one part per message; an X node leaves out its own part,
+        which splits the group around it."""
         m = mask[b]
         skip = x_of_class[m] if b == X[x_of_class[m]] else -1
         for d in dirs:
             for g in range(G):
                 base = (g ^ m) & ~(d - 1)
-                send = [p for p in range(base, base + d) if p != skip]
-                runs = [[p] for p in send] if single else _consecutive(send)
-                for run in runs:
-                    move(gpu(b, g), gpu(b, g ^ d), run[0], j, len(run))
+                cuts = [base, skip, skip + 1, base + d] if base <= skip < base + d else [base, base + d]
+                for first, end in zip(cuts[::2], cuts[1::2]):
+                    for p, w in ([(q, 1) for q in range(first, end)] if single else [(first, end - first)]):
+                        if w:
+                            move(gpu(b, g), gpu(b, g ^ d), p, j, w)
 
     def node_a_row(j: int) -> None:
         if j < rows - 1:  # L's own part from the Y nodes' free sends
@@ -152,13 +156,3 @@ def merge(plan: Any, L: int) -> None:
                 gather(y, jj, single=False)
             node_a_row(jj)
 
-
-def _consecutive(parts: list[int]) -> list[list[int]]:
-    """``parts`` (ascending) as runs of consecutive parts."""
-    out: list[list[int]] = []
-    for p in parts:
-        if out and out[-1][-1] == p - 1:
-            out[-1].append(p)
-        else:
-            out.append([p])
-    return out
