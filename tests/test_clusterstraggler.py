@@ -433,7 +433,8 @@ def test_late_gpu_estimate_tracks_the_simulator_and_picks_the_block_count():
     rounds, last row's spread) is within 0.5% of its simulated time for 24 to 32 blocks per part (model: 0.1%;
     3.591 ms at 32). ``auto`` builds the fan-out form there (fanout.py), with the block count of the least
     ``fanout.estimate``; it verifies, is byte-identical to the explicit build of that count, is faster than the
-    star form at every count and lands under 3.53 ms (model: 3.521 ms)."""
+    star form at every count and lands within 1.3x the late-GPU bound, issue 15's number (model: 3.487 ms, 1.299x
+    2.684 ms)."""
     from collsynth.synth.topology import make_topology
 
     t = make_topology("h100-cluster", 128)
@@ -454,7 +455,7 @@ def test_late_gpu_estimate_tracks_the_simulator_and_picks_the_block_count():
     # byte-identical to the explicit build of its block count (a second, independent build: deterministic)
     assert verify(a).ok and a.to_json() == explicit.to_json()
     after = simulate(a, GiB, t, late).after_last_arrival_s
-    assert after < min(star.values()) and after < 3.53e-3
+    assert after < min(star.values()) and after <= 1.3 * late_gpu_bound(8, GiB)
 
 
 def test_late_gpu_block_count_ties_go_to_more_blocks():

@@ -98,6 +98,7 @@ from collsynth.synth.algorithms.stragglar.cluster_cost import (
     best_rows,
     best_split,
     coarse_rows_apply,
+    fan_blocks,
     late_gpu_forms,
     link_model,
     make_runs,
@@ -208,7 +209,8 @@ class ClusterPlan:
         self._own_part = 0  # merge's state: the part of the first late GPU (``_root_spreads`` when wide)
         self.bcast_split = 0  # one late GPU: its node broadcasts each final row cut into this many blocks (_bcast_node)
         self.bcast = False  # merge's state: it does
-        self.fan = False  # one late GPU on 2 G nodes: the fan-out form (fanout.py) instead of ``merge``
+        self.fan = 0  # one late GPU on 2 G nodes: the fan-out form (fanout.py) with this multiplier, not ``merge``
+        self.fan_rows: list[int] = []  # ... its rows' first chunks, then C (its parts are uneven: rows differ)
 
     def add(self, src: int, dst: int, chunk: int, count: int, reduce: bool) -> None:
         """Append one move and its start in a list-scheduling model (one NVLink and one NIC port per GPU
@@ -783,17 +785,23 @@ def late_gpu_plan(topology: Any, n: int, times: np.ndarray, size: float, L: int,
         cands.append((bcast_estimate(N, G, [size / M] * M, k, model), "bcast", M, runs, runs, k))
     if "fan" in forms:
         M = best_fan(G, size, model) if pipeline is None else pipeline
-        runs = make_runs(M, 1, M)
-        cands.append((fanout.estimate(G, runs, size, model), "fan", M, runs, runs, 0))
+        units, runs = fan_blocks(G, M)
+        est = fanout.estimate(G, runs, size, model)
+        cands += [(est, "fan", units, runs, runs, mult) for mult in fanout.multipliers(G)]
     if not search:
         cands = [min(cands, key=lambda c: c[0])]
     best: tuple[float, ClusterPlan, float] | None = None
+    fan_done = False
     for est, form, M, runs, rows, k in cands:
-        plan = merged_plan(topology, n, times, size, M, runs, rows, [L], wide=form == "wide", bcast=k,
-                           fan=form == "fan")
+        if form == "fan" and fan_done:
+            continue
+        plan = merged_plan(topology, n, times, size, M, runs, rows, [L], wide=form == "wide",
+                           bcast=k if form == "bcast" else 0, fan=k if form == "fan" else 0)
         if len(cands) == 1:
             return plan, est
         t = plan.simulated(size, topology, times).completion_s
+        # the fan-out multipliers in order until one packs within FAN_TIE of the estimate
+        fan_done = form == "fan" and t - float(times.max()) <= est * (1 + fanout.FAN_TIE)
         if best is None or sooner(t, best[0], float(times.max()), 1e-9):
             best = (t, plan, est)
     assert best is not None
@@ -844,13 +852,13 @@ SPILL_TRIES = 3  # ... then this many smaller block counts of UNITS are built an
 
 def merged_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int, runs: list[tuple[int, int]],
                 rows: list[tuple[int, int]], late: list[int], rule: str = "plain",
-                grid: np.ndarray | None = None, wide: bool = False, bcast: int = 0, fan: bool = False) -> ClusterPlan:
+                grid: np.ndarray | None = None, wide: bool = False, bcast: int = 0, fan: int = 0) -> ClusterPlan:
     """``new_plan`` with the present ranks' AllReduce (``pre``) and the late ranks merged (``merge``), the
     late node's broadcast by ``rule``; M units per part cut ``pre_units`` times finer (the blocks ``runs``
     and NVLink ``rows`` keep their bytes). ``grid``: the nodes (default ``node_grid`` of the topology);
     ``wide``: one late GPU's node gathers its rows by Bruck's AllGather where ``wide_applies``; ``bcast``: it
     broadcasts them cut into this many blocks (``ClusterPlan._bcast_node``; one row per block); ``fan``: one late GPU
-    on 2 G nodes takes the fan-out form (fanout.py, one row per block)."""
+    on 2 G nodes takes the fan-out form with this multiplier (fanout.py; uniform ``runs``, one row per block)."""
     grid = node_grid(topology, n) if grid is None else grid
     k = pre_units(grid, set(late), M, MAX_CHUNKS)
     plan = new_plan(topology, n, times, size, k * M, [(k * f, k * w) for f, w in runs],
@@ -861,8 +869,9 @@ def merged_plan(topology: Any, n: int, times: np.ndarray, size: float, M: int, r
     plan.bcast_split = bcast
     plan.pre(set(late))
     if fan:
-        plan.fan = True
-        fanout.merge(plan, late[0])
+        plan.fan = fan
+        plan.units_per_block = plan.runs[0][1]
+        fanout.merge(plan, late[0], fan)
     else:
         plan.merge(set(late), set(range(n)) - set(late))
     return plan
@@ -887,8 +896,9 @@ def fit_delay(plan: ClusterPlan, topology: Any, n: int, times: np.ndarray, size:
     if not spilled(res.after_last_arrival_s, estimate):
         return plan
     fewer = sorted((u for u in UNITS if u < plan.M // plan.units_per_block), reverse=True)[:SPILL_TRIES]
-    return fastest(plan, [partial(merged_plan, topology, n, times, size, m, make_runs(m, 1, m), make_runs(m, 1, m),
-                                  late, wide=plan.allow_wide, bcast=plan.bcast_split, fan=plan.fan) for m in fewer],
+    blocks = [fan_blocks(plan.G, m) if plan.fan else (m, make_runs(m, 1, m)) for m in fewer]
+    return fastest(plan, [partial(merged_plan, topology, n, times, size, m, runs, runs, late, wide=plan.allow_wide,
+                                  bcast=plan.bcast_split, fan=plan.fan) for m, runs in blocks],
                    size, topology, times)
 
 

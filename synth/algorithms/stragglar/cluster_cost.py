@@ -238,6 +238,14 @@ def late_gpu_forms(N: int, G: int, model: tuple[float, ...]) -> list[str]:
 
 
 def best_fan(G: int, size: float, model: tuple[float, ...]) -> int:
-    """The blocks per part of UNITS with the least ``fanout.estimate`` (ties to the most blocks)."""
+    """The blocks per part of UNITS with the least ``fanout.estimate`` of equal parts (the one the simulator meets;
+    ties to the most blocks)."""
     cands = [m for m in UNITS if G * m <= MAX_CHUNKS] or [1]
-    return min(cands, key=lambda m: (fanout.estimate(G, make_runs(m, 1, m), size, model), -m))
+    return min(cands, key=lambda m: (fanout.estimate(G, make_runs(m, 1, m), size, model, uneven=False), -m))
+
+
+def fan_blocks(G: int, M: int) -> tuple[int, list[tuple[int, int]]]:
+    """(units per part, blocks) of the fan-out form with M blocks per part: each block as many units as
+    MAX_CHUNKS allows, so that its parts can be uneven (``fanout.merge``)."""
+    u = max(1, MAX_CHUNKS // (G * M))
+    return M * u, make_runs(M * u, u, 0)

@@ -32,6 +32,7 @@ from typing import Any
 # irreducible polynomials of GF(2^k) (bit i: x^i), k = 2..7: nodes of 4 to 128 GPUs
 _POLY = {2: 0b111, 3: 0b1011, 4: 0b10011, 5: 0b100101, 6: 0b1000011, 7: 0b10000011}
 LAG = 3  # rows each AllGather is listed behind the network moves
+FAN_TIE = 0.005  # cluster.late_gpu_plan stops trying multipliers at one this close to the estimate
 MERGED_ROWS = 3  # an X node's last rows are gathered in runs of parts, the others one part per message
 
 
@@ -47,30 +48,62 @@ def times_x(p: int, G: int) -> int:
     return p ^ _POLY[k] if p & G else p
 
 
-def estimate(G: int, runs: list[tuple[int, int]], size: float, model: tuple[float, ...]) -> float:
-    """Alpha-beta estimate of the time after the arrival: L's NVLink port passes G - 1 blocks before the root
-    it serves last starts, that root's blocks, two more network hops of the largest block, the relay (log2 G
-    messages) and the last row's recursive doubling."""
+def gmul(a: int, p: int, G: int) -> int:
+    """a p in GF(G), G = 2^k (``_POLY``)."""
+    out = 0
+    while p:
+        if p & 1:
+            out ^= a
+        p >>= 1
+        a = times_x(a, G)
+    return out
+
+
+def multipliers(G: int) -> list[int]:
+    """The a of GF(G) with r_p = a p a root rail map whose classes p xor a p are a permutation: every a but 0
+    and 1 ((a + 1) p is then a bijection). ``cluster.late_gpu_plan`` builds them in order: which packs best in the
+    list-scheduling model depends on L's local index (16 x 8, 1 GiB: 3.487-3.494 ms with the best, up to 3.54
+    with others)."""
+    return list(range(2, G))
+
+
+def skew_share(G: int, rows: int, size: float, model: tuple[float, ...]) -> float:
+    """sigma: the share of a part's units each later place in L's NVLink order takes off its root, so that every
+    root's chain ends together: L serves the roots one NVLink message q apart, and a root's chain is its blocks
+    plus two hops, so sigma = q / ((rows + 2) c) (c: a block's time on a NIC)."""
+    a_nv, b_nv, _, b_net = model
+    block = size / (G * rows)
+    return (a_nv + block / b_nv) / ((rows + 2) * block / b_net)
+
+
+def estimate(G: int, runs: list[tuple[int, int]], size: float, model: tuple[float, ...], uneven: bool = True) -> float:
+    """Alpha-beta estimate of the time after the arrival: L's NVLink port passes G - 1 blocks before the root it
+    serves last starts (``uneven``: the roots' chains end together, ``skew_share``, so (G - 1) / 2 on average),
+    that root's blocks, two more network hops of the largest block, the relay (log2 G messages) and the last row's
+    recursive doubling. With equal parts the simulator meets it exactly (16 x 8, 1 GiB, 24-32 blocks); the uneven
+    parts' gain depends on the packing and is about half of it."""
     a_nv, b_nv, a_net, b_net = model
     M = sum(w for _, w in runs)
     unit = size / (G * M)
     steps = int(math.log2(G))
     w_max = max(w for _, w in runs)
-    front = (G - 1) * (a_nv + runs[0][1] * unit / b_nv)
+    front = (G - 1) / (2 if uneven else 1) * (a_nv + runs[0][1] * unit / b_nv)
     rails = sum(a_net + w * unit / b_net for _, w in runs) + 2 * (a_net + w_max * unit / b_net)
     w_last = runs[-1][1]
     relay = steps * (a_nv + w_last * unit / b_nv)
     return front + rails + relay + steps * a_nv + (G - 1) * w_last * unit / b_nv
 
 
-def merge(plan: Any, L: int) -> None:
+def merge(plan: Any, L: int, mult: int) -> None:
     """Add the moves of the fan-out form after L's arrival to ``plan`` (a ClusterPlan whose other ranks hold
-    the sum of their buffers, ``ClusterPlan.pre``; ``applies`` holds for its grid)."""
+    the sum of their buffers, ``ClusterPlan.pre``; ``applies`` holds for its grid; its blocks ``runs`` uniform)
+    with the root rails r_p = ``mult`` p. The parts of a row are not equal: part p's units shrink by
+    ``skew_share`` per place of its root in L's NVLink order (Bresenham over the rows, every row contiguous)."""
     grid = plan.grid
     N, G = grid.shape
     a, lo = int(plan.node[L]), int(plan.local[L])
     rows = len(plan.runs)
-    r = [times_x(p, G) for p in range(G)]
+    r = [gmul(mult, p, G) for p in range(G)]
     mask_of_part = [p ^ r[p] for p in range(G)]
     own = r.index(lo)  # L's own part: raw over its NIC
     others = [b for b in range(N) if b != a]
@@ -85,9 +118,16 @@ def merge(plan: Any, L: int) -> None:
     def gpu(b: int, g: int) -> int:
         return int(grid[b, g])
 
+    place = {own: 0} | {p: i + 1 for i, p in enumerate(order)}
+    sigma = skew_share(G, rows, plan.C * plan.chunk_bytes, plan.model)
+    total = [round(plan.M * (1 - sigma * (place[p] - (G - 1) / 2))) for p in range(G)]
+    total[own] += G * plan.M - sum(total)
+    width = [[(j + 1) * total[p] // rows - j * total[p] // rows for p in range(G)] for j in range(rows)]
+    start = [[sum(map(sum, width[:j])) + sum(width[j][:p]) for p in range(G)] for j in range(rows)]
+    plan.fan_rows = [row[0] for row in start] + [plan.C]
+
     def move(src: int, dst: int, p: int, j: int, parts: int = 1, reduce: bool = False) -> None:
-        chunk, count = plan.loc(p, j, parts)
-        plan.add(src, dst, chunk, count, reduce)
+        plan.add(src, dst, start[j][p], sum(width[j][p:p + parts]), reduce)
 
     def target(cls: int) -> int:
         return Y.get(cls, X[own])
