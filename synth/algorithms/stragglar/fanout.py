@@ -19,9 +19,12 @@ class m_p of its own, and the other G - 1 nodes are Y_m, one per class but the c
 
 Every NIC sends and receives at most one block per row, a block crosses three network hops (blocks + 2 rounds in
 all, against the hypercube's blocks + log2 N - 1 = blocks + 3 at 16 nodes) and the NVLink messages are those of a
-recursive doubling plus the relay. The moves are listed for the list-scheduling model of ``ClusterPlan`` in the
-order that kept its NVLink ports packed in the prototype: the network moves and relays row by row, each row's
-AllGathers three rows behind, an X node's as one-part messages but in its last rows.
+recursive doubling plus the relay. L's NVLink port starts the roots one message apart, so the parts are uneven: a
+root served later carries fewer units (``skew_share``) and every rail's chain ends about together. The moves are
+listed for the list-scheduling model of ``ClusterPlan`` in the order that kept its NVLink ports packed in the
+prototype: the network moves and relays row by row, each row's AllGathers three rows behind, an X node's as
+one-part messages but in its last rows. How well that packs depends on the root rail map x -> a x
+(``multipliers``), so ``cluster.late_gpu_plan`` tries them.
 """
 
 from __future__ import annotations
