@@ -37,11 +37,17 @@ def test_applies_on_2g_nodes_of_a_power_of_two():
 
 @pytest.mark.parametrize("G", [4, 8, 16, 32, 64, 128])
 def test_roots_and_classes_are_permutations(G):
-    """The design needs both p -> x p (each part's root rail in node a) and p -> p xor x p (each X node's class)
-    to be permutations: a complete mapping of GF(G)'s additive group."""
-    roots = [fanout.times_x(p, G) for p in range(G)]
-    assert sorted(roots) == list(range(G))
-    assert sorted(p ^ r for p, r in enumerate(roots)) == list(range(G))
+    """The design needs both p -> a p (each part's root rail in node a) and p -> p xor a p (each X node's class)
+    to be permutations, for every multiplier a the build tries: a complete mapping of GF(G)'s additive group."""
+    assert [fanout.gmul(2, p, G) for p in range(G)] == [fanout.times_x(p, G) for p in range(G)]
+    assert fanout.multipliers(G) == list(range(2, G))
+    for a in fanout.multipliers(G):
+        roots = [fanout.gmul(a, p, G) for p in range(G)]
+        assert sorted(roots) == list(range(G)), a
+        assert sorted(p ^ r for p, r in enumerate(roots)) == list(range(G)), a
+    # multiplication is a field's: commutative, and x^k reduces by the irreducible polynomial (x^(k-1) x != 0)
+    assert all(fanout.gmul(a, b, G) == fanout.gmul(b, a, G) for a in range(G) for b in range(min(G, 16)))
+    assert fanout.times_x(G // 2, G) != 0
 
 
 @pytest.mark.parametrize("N,G,late", [(8, 4, 0), (8, 4, 6), (8, 4, 31), (16, 8, 5), (16, 8, 64), (16, 8, 127)])

@@ -65,7 +65,7 @@ def gmul(a: int, p: int, G: int) -> int:
 def multipliers(G: int) -> list[int]:
     """The a of GF(G) with r_p = a p a root rail map whose classes p xor a p are a permutation: every a but 0
     and 1 ((a + 1) p is then a bijection). ``cluster.late_gpu_plan`` builds them in order: which packs best in the
-    list-scheduling model depends on L's local index (16 x 8, 1 GiB: 3.487-3.494 ms with the best, up to 3.54
+    list-scheduling model depends on L's local index (16 x 8, 1 GiB: 3.487-3.495 ms with the best, up to 3.54
     with others)."""
     return list(range(2, G))
 
