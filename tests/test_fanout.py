@@ -33,6 +33,10 @@ def test_applies_on_2g_nodes_of_a_power_of_two():
     assert fanout.applies(16, 8) and fanout.applies(8, 4) and fanout.applies(32, 16) and fanout.applies(256, 128)
     for N, G in ((4, 2), (8, 8), (15, 8), (12, 6), (24, 12), (512, 256)):
         assert not fanout.applies(N, G), (N, G)
+    # the work estimate counts what late_gpu_plan may build: the star form and, on 16 x 8, six multipliers
+    h100 = (3.4e-6, 450e9, 14e-6, 50e9)
+    assert cost.late_gpu_forms(16, 8, h100) == ["gpu", "fan"] and cost.late_gpu_builds(16, 8, h100) == 7
+    assert cost.late_gpu_builds(8, 8, h100) == 1
 
 
 @pytest.mark.parametrize("G", [4, 8, 16, 32, 64, 128])

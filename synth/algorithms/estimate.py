@@ -223,7 +223,7 @@ def _cluster_one_late(n: int, params: Mapping[str, Any]) -> Work | None:
     if pipe == "auto" and len(late) == 1:  # choose.reduce_only's funnel forms (one above the search's limit)
         copies += len(stragglar_waves.funnel_choices(n, N))
     if len(late) == 1 and n <= stragglar_cluster.BALANCED_MAX_GPUS:  # cluster.late_gpu_plan: beside the star form
-        copies += len(cluster_cost.late_gpu_forms(N, G, cluster_cost.link_model(topo, grid))) - 1
+        copies += cluster_cost.late_gpu_builds(N, G, cluster_cost.link_model(topo, grid)) - 1
     if pipe == "auto" and n <= stragglar_cluster.BALANCED_MAX_GPUS:
         if len(late) == 1:  # fit_delay's probe and smaller block counts
             copies += 1 + stragglar_cluster.SPILL_TRIES
@@ -259,8 +259,7 @@ def _waves_copies(n: int, params: Mapping[str, Any]) -> int | None:
     if not stragglar_waves.searched(n, G):  # one funnel, at most one of choose.py's alternatives, synchronous
         return 3
     # choose.last_alone where the last rank arrives alone: the late-GPU form, fit_delay's probe and block counts
-    forms = cluster_cost.late_gpu_forms(N, G, cluster_cost.link_model(topo, grid))
-    alone = 1 + stragglar_cluster.SPILL_TRIES + len(forms)
+    alone = 1 + stragglar_cluster.SPILL_TRIES + cluster_cost.late_gpu_builds(N, G, cluster_cost.link_model(topo, grid))
     return 2 * (len(late) + 1) + 4 + len(stragglar_waves.funnel_choices(n, N)) + 1 + alone
 
 

@@ -237,6 +237,13 @@ def late_gpu_forms(N: int, G: int, model: tuple[float, ...]) -> list[str]:
             + (["fan"] if fanout.applies(N, G) else []))
 
 
+def late_gpu_builds(N: int, G: int, model: tuple[float, ...]) -> int:
+    """How many plans ``late_gpu_plan`` may build and simulate where it searches: one per form of ``late_gpu_forms``,
+    the fan-out form once per multiplier (it stops at the first that packs within ``fanout.FAN_TIE``)."""
+    forms = late_gpu_forms(N, G, model)
+    return len(forms) + (len(fanout.multipliers(G)) - 1 if "fan" in forms else 0)
+
+
 def best_fan(G: int, size: float, model: tuple[float, ...]) -> int:
     """The blocks per part of UNITS with the least ``fanout.estimate`` of equal parts (the one the simulator meets;
     ties to the most blocks)."""
