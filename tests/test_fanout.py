@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import bisect
 
-import numpy as np
 import pytest
 from test_cluster_algorithms import cluster
 
+from collsynth.synth.algorithms.layout import node_grid
 from collsynth.synth.algorithms.stragglar import cluster_cost as cost
 from collsynth.synth.algorithms.stragglar import fanout
 from collsynth.synth.algorithms.stragglar.cluster import merged_plan, plan_schedule
@@ -62,20 +62,15 @@ def test_verifies_and_every_nic_moves_one_block_per_row(N, G, late):
     topo = cluster(N, G)
     s, plan = fan_schedule(topo, n, late, 64 * 2**20, M, G=G)
     assert s.meta["fan"] and verify(s).ok
-    grid = plan.grid
-    node = np.empty(n, np.int64)
-    for b in range(N):
-        node[grid[b]] = b
-    first_after = len(plan.atoms) - sum(1 for e in plan.est if e >= 0.05)
+    node = plan.node
     sends: dict[tuple[int, int], int] = {}
     recvs: dict[tuple[int, int], int] = {}
-    for atom in plan.atoms[first_after:]:
-        for src, dst, chunk, count, _ in atom:
-            if node[src] != node[dst]:
-                j = bisect.bisect_right(plan.fan_rows, chunk) - 1
-                assert chunk + count <= plan.fan_rows[j + 1]
-                sends[src, j] = sends.get((src, j), 0) + 1
-                recvs[dst, j] = recvs.get((dst, j), 0) + 1
+    for src, dst, chunk, count in _after_arrival(plan, n):
+        if node[src] != node[dst]:
+            j = bisect.bisect_right(plan.fan_rows, chunk) - 1
+            assert chunk + count <= plan.fan_rows[j + 1]
+            sends[src, j] = sends.get((src, j), 0) + 1
+            recvs[dst, j] = recvs.get((dst, j), 0) + 1
     assert max(sends.values()) == 1 and max(recvs.values()) == 1
     assert len(sends) >= (N - 1) * G * M  # every node but one forwards on (nearly) every NIC
 
@@ -89,7 +84,7 @@ def test_on_16_nodes_of_h100_it_meets_its_estimate_and_beats_the_star_form():
     t = make_topology("h100-cluster", 128)
     s, _ = fan_schedule(t, 128, 5, GiB, 28)
     after = simulate(s, GiB, t, {5: 0.05}).after_last_arrival_s
-    model = cost.link_model(t, _grid(t))
+    model = cost.link_model(t, node_grid(t, 128))
     assert after == pytest.approx(fanout.estimate(8, make_runs(28, 1, 28), GiB, model, uneven=False), rel=0.002)
     times = arrival_vector({5: 0.05}, 128)
     star = plan_schedule(merged_plan(t, 128, times, GiB, 28, make_runs(28, 1, 28), make_runs(28, 1, 28), [5]),
@@ -108,12 +103,6 @@ def test_built_only_where_it_is_faster():
     assert not s.meta["fan"] and verify(s).ok and ours < simulate(fan, GiB, topo, late).after_last_arrival_s
 
 
-def _grid(topo):
-    from collsynth.synth.algorithms.layout import node_grid
-
-    return node_grid(topo, topo.nranks)
-
-
 def _after_arrival(plan, n: int):
     """(src, dst, chunk, count) of the plan's moves after the arrival (those the model starts at 50 ms or later)."""
     return [m[:4] for atom, t in zip(plan.atoms, plan.est) if t >= 0.05 for m in atom]
@@ -127,7 +116,7 @@ def test_nvlink_messages_per_row_and_the_return_of_ls_own_part():
     n, G, M, late = 128, 8, 4, 5
     topo = cluster(16, G)
     _, plan = fan_schedule(topo, n, late, 64 * 2**20, M)
-    node = {int(r): b for b in range(16) for r in plan.grid[b]}
+    node = plan.node
     per = {}
     for src, dst, chunk, _ in _after_arrival(plan, n):
         if node[src] == node[dst]:

@@ -30,6 +30,7 @@ one-part messages but in its last rows. How well that packs depends on the root 
 from __future__ import annotations
 
 import math
+from itertools import accumulate
 from typing import Any
 
 # irreducible polynomials of GF(2^k) (bit i: x^i), k = 2..7: nodes of 4 to 128 GPUs
@@ -126,8 +127,9 @@ def merge(plan: Any, L: int, mult: int) -> None:
     total = [round(plan.M * (1 - sigma * (place[p] - (G - 1) / 2))) for p in range(G)]
     total[own] += G * plan.M - sum(total)
     width = [[(j + 1) * total[p] // rows - j * total[p] // rows for p in range(G)] for j in range(rows)]
-    start = [[sum(map(sum, width[:j])) + sum(width[j][:p]) for p in range(G)] for j in range(rows)]
-    plan.fan_rows = [row[0] for row in start] + [plan.C]
+    offsets = list(accumulate((w for row in width for w in row), initial=0))  # rows in order, parts in order
+    start = [offsets[j * G:(j + 1) * G] for j in range(rows)]
+    plan.fan_rows = offsets[::G]
 
     def move(src: int, dst: int, p: int, j: int, parts: int = 1, reduce: bool = False) -> None:
         plan.add(src, dst, start[j][p], sum(width[j][p:p + parts]), reduce)
